@@ -1,0 +1,344 @@
+/*
+ * devalloc plugin ABI — the one header a vendor implements.
+ *
+ * C99 and C++ clean; includes only <stddef.h> and <stdint.h>.
+ *
+ * VERSIONING
+ *   The ABI has a major and a minor version.
+ *   - A minor bump only appends: new fields at the end of structs, new
+ *     function pointers at the end of devalloc_plugin_api_v1. Every struct
+ *     starts with `struct_size`; a reader never touches a field that lies
+ *     beyond the struct_size it was given. A missing (beyond struct_size) or
+ *     NULL optional function means "not supported".
+ *   - A major bump may change anything. Across a major mismatch only
+ *     `struct_size` and the version fields of devalloc_negotiation may be
+ *     read; nothing else is safe.
+ *   The host and the plugin agree on a major version in
+ *   devalloc_plugin_negotiate(), the single symbol a plugin exports.
+ *
+ * CONVENTIONS
+ *   [in]        read by the callee; [out] written by the callee;
+ *   [optional]  may be NULL (or 0).
+ *   Every function returns a devalloc_status. On failure (status != OK) the
+ *   callee writes a human-readable, NUL-terminated message into the
+ *   caller-owned devalloc_error, if one was passed. The message names the
+ *   vendor call and its arguments, for example
+ *     "cuMemAlloc_v2(bytesize = 4096) failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+ *   The caller owns the devalloc_error and its text; it lives as long as the
+ *   caller keeps it. On success the callee leaves it untouched.
+ *   No C++ exception, longjmp or signal ever crosses this boundary.
+ *
+ * THREADING
+ *   Every function is thread-safe, also for concurrent calls on one device,
+ *   except destroy(), which must not race with any other call on the same
+ *   instance. Callbacks (on_release) may run on any thread.
+ *
+ * The normative rules, numbered PLUGIN-1 ..., are in docs/abi.md.
+ */
+#ifndef DEVALLOC_PLUGIN_ABI_H
+#define DEVALLOC_PLUGIN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DEVALLOC_ABI_VERSION_MAJOR 1
+#define DEVALLOC_ABI_VERSION_MINOR 0
+
+/* The one symbol a plugin exports; the loader looks it up by this name. */
+#define DEVALLOC_PLUGIN_ENTRY_POINT_NAME "devalloc_plugin_negotiate"
+
+#if defined(_WIN32)
+#define DEVALLOC_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define DEVALLOC_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Size of a struct up to and including `last_field`: what a reader compiled
+ * against an older minor version requires at least. */
+#define DEVALLOC_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Fixed width; closed set for major version 1. A host that receives a value
+ * it does not know treats it as DEVALLOC_STATUS_INTERNAL. */
+typedef int32_t devalloc_status;
+
+#define DEVALLOC_STATUS_OK 0
+/* An argument is NULL, out of range, misaligned or otherwise malformed. */
+#define DEVALLOC_STATUS_INVALID_ARGUMENT 1
+/* The device cannot satisfy an allocation of this size. */
+#define DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY 2
+/* The host cannot satisfy an allocation (staging, bookkeeping). */
+#define DEVALLOC_STATUS_OUT_OF_HOST_MEMORY 3
+/* The device index is not below the device count. */
+#define DEVALLOC_STATUS_NO_SUCH_DEVICE 4
+/* The vendor runtime library is missing, too old, or failed to initialize. */
+#define DEVALLOC_STATUS_RUNTIME_UNAVAILABLE 5
+/* The operation, option or ABI version is not supported by this plugin. */
+#define DEVALLOC_STATUS_UNSUPPORTED 6
+/* The device or its runtime reported an error while doing the work. */
+#define DEVALLOC_STATUS_DEVICE_ERROR 7
+/* A bug or broken invariant inside the plugin. */
+#define DEVALLOC_STATUS_INTERNAL 8
+
+#define DEVALLOC_ERROR_MESSAGE_CAPACITY 1024
+
+/* Caller-owned failure message. The callee writes at most
+ * DEVALLOC_ERROR_MESSAGE_CAPACITY bytes including the terminating NUL,
+ * truncating longer text. */
+typedef struct devalloc_error {
+  size_t struct_size;                             /* [in] sizeof(devalloc_error) */
+  char message[DEVALLOC_ERROR_MESSAGE_CAPACITY];  /* [out] NUL-terminated */
+} devalloc_error;
+
+/* ------------------------------------------------------------------------ */
+/* Plugin instance and options                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Opaque; defined by the plugin. */
+typedef struct devalloc_instance devalloc_instance;
+
+/* Device memory address as an integer: base + k (k < nbytes) is a valid copy
+ * destination. 0 is never a live allocation of a non-zero size. */
+typedef uint64_t devalloc_device_address;
+
+typedef struct devalloc_create_args {
+  size_t struct_size;              /* [in] */
+  /* Options from the runtime config: option_count key/value pairs of
+   * NUL-terminated strings, valid during the call only. A plugin rejects a
+   * key it does not know with DEVALLOC_STATUS_INVALID_ARGUMENT. */
+  const char* const* option_keys;   /* [in][optional when option_count == 0] */
+  const char* const* option_values; /* [in][optional when option_count == 0] */
+  size_t option_count;              /* [in] */
+  devalloc_instance* instance;      /* [out] valid until destroy() */
+} devalloc_create_args;
+
+/* ------------------------------------------------------------------------ */
+/* Capabilities and devices                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Copies with DEVALLOC_SRC_UNTIL_RELEASED may still be in flight when
+ * copy_host_to_device returns. */
+#define DEVALLOC_CAPABILITY_ASYNC_COPY ((uint64_t)1 << 0)
+/* allocate_host / free_host are provided and return DMA-friendly memory
+ * (pinned, page-locked) from which copies run at full speed. */
+#define DEVALLOC_CAPABILITY_HOST_STAGING ((uint64_t)1 << 1)
+
+typedef struct devalloc_capabilities {
+  size_t struct_size;      /* [in] size the caller knows */
+  uint64_t flags;          /* [out] DEVALLOC_CAPABILITY_* */
+  uint64_t max_alignment;  /* [out] largest alignment allocate() honours */
+} devalloc_capabilities;
+
+/* DLPack device type codes, as in dlpack.h. */
+#define DEVALLOC_DLPACK_CPU 1
+#define DEVALLOC_DLPACK_CUDA 2
+#define DEVALLOC_DLPACK_CUDA_HOST 3
+#define DEVALLOC_DLPACK_ROCM 10
+#define DEVALLOC_DLPACK_ONEAPI 14
+
+#define DEVALLOC_DEVICE_NAME_CAPACITY 256
+#define DEVALLOC_PCI_BUS_ID_CAPACITY 32
+
+typedef struct devalloc_device_properties {
+  size_t struct_size;                         /* [in] size the caller knows */
+  char name[DEVALLOC_DEVICE_NAME_CAPACITY];   /* [out] NUL-terminated */
+  uint64_t total_memory_bytes;                /* [out] */
+  uint8_t uuid[16];                           /* [out] all zero if unknown */
+  /* "DDDD:BB:DD.F" (domain:bus:device.function), lower-case hex, or "" when
+   * the device has none. */
+  char pci_bus_id[DEVALLOC_PCI_BUS_ID_CAPACITY]; /* [out] NUL-terminated */
+  int32_t dlpack_device_type;                 /* [out] DEVALLOC_DLPACK_* */
+  int32_t dlpack_device_id;                   /* [out] DLPack device_id */
+} devalloc_device_properties;
+
+/* ------------------------------------------------------------------------ */
+/* Memory and copies                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct devalloc_allocate_args {
+  size_t struct_size;              /* [in] */
+  uint32_t device;                 /* [in] index below the device count */
+  uint32_t reserved0;              /* [in] must be 0 */
+  uint64_t nbytes;                 /* [in] may be 0 */
+  /* [in] power of two; 0 means the plugin's natural alignment (at least 256
+   * bytes). Above max_alignment: DEVALLOC_STATUS_UNSUPPORTED. */
+  uint64_t alignment;
+  devalloc_device_address address; /* [out] 0 when nbytes == 0 */
+} devalloc_allocate_args;
+
+/* How long the host source of a copy stays readable and unchanged. */
+typedef uint32_t devalloc_src_lifetime;
+/* The caller may overwrite or free src as soon as the call returns. */
+#define DEVALLOC_SRC_DURING_CALL 0u
+/* The caller keeps src readable and unchanged until the plugin calls
+ * on_release(user_data). */
+#define DEVALLOC_SRC_UNTIL_RELEASED 1u
+
+/* Called exactly once per copy_host_to_device() call that had
+ * src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED and a non-NULL on_release:
+ * after a successful copy has read src, after a failed one, or at destroy().
+ * May run before or after the copy call returns, on any thread. It must not
+ * call back into the plugin. */
+typedef void (*devalloc_release_fn)(void* user_data);
+
+typedef struct devalloc_copy_to_device_args {
+  size_t struct_size;               /* [in] */
+  uint32_t device;                  /* [in] */
+  devalloc_src_lifetime src_lifetime; /* [in] DEVALLOC_SRC_* */
+  devalloc_device_address dst;      /* [in] inside a live allocation of device */
+  const void* src;                  /* [in] host memory, nbytes readable */
+  uint64_t nbytes;                  /* [in] 0 is a no-op (dst, src unchecked) */
+  devalloc_release_fn on_release;   /* [in][optional] see devalloc_release_fn */
+  void* user_data;                  /* [in][optional] passed to on_release */
+} devalloc_copy_to_device_args;
+
+typedef struct devalloc_copy_to_host_args {
+  size_t struct_size;               /* [in] */
+  uint32_t device;                  /* [in] */
+  uint32_t reserved0;               /* [in] must be 0 */
+  devalloc_device_address src;      /* [in] inside a live allocation of device */
+  void* dst;                        /* [in] host memory, nbytes writable */
+  uint64_t nbytes;                  /* [in] 0 is a no-op (dst, src unchecked) */
+} devalloc_copy_to_host_args;
+
+/* ------------------------------------------------------------------------ */
+/* The function table, version 1                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct devalloc_plugin_api_v1 {
+  size_t struct_size;       /* sizeof as the plugin was compiled */
+  uint32_t abi_major;       /* 1 */
+  uint32_t abi_minor;       /* minor the plugin implements */
+  /* Static strings, valid while the library is loaded. */
+  const char* plugin_name;    /* e.g. "cuda" */
+  const char* plugin_version; /* free form, e.g. "1.2.0" */
+
+  /* Creates an instance. Opens the vendor runtime, enumerates devices.
+   * OK; INVALID_ARGUMENT (unknown option or bad value);
+   * RUNTIME_UNAVAILABLE (vendor library missing or failing);
+   * OUT_OF_HOST_MEMORY. */
+  devalloc_status (*create)(devalloc_create_args* args, devalloc_error* error);
+
+  /* Waits for all work of the instance, calls every pending on_release,
+   * frees every allocation still live, and frees the instance. Never fails.
+   * Not thread-safe against other calls on the same instance. */
+  void (*destroy)(devalloc_instance* instance);
+
+  /* OK; INVALID_ARGUMENT (NULL). */
+  devalloc_status (*get_capabilities)(devalloc_instance* instance,
+                                      devalloc_capabilities* capabilities,
+                                      devalloc_error* error);
+
+  /* Number of devices this instance serves; may be 0.
+   * OK; INVALID_ARGUMENT (NULL). */
+  devalloc_status (*get_device_count)(devalloc_instance* instance,
+                                      uint32_t* count, devalloc_error* error);
+
+  /* OK; INVALID_ARGUMENT; NO_SUCH_DEVICE; DEVICE_ERROR. */
+  devalloc_status (*get_device_properties)(devalloc_instance* instance,
+                                           uint32_t device,
+                                           devalloc_device_properties* properties,
+                                           devalloc_error* error);
+
+  /* Allocates nbytes of device memory aligned to alignment.
+   * OK; INVALID_ARGUMENT (alignment not a power of two, NULL);
+   * NO_SUCH_DEVICE; OUT_OF_DEVICE_MEMORY (including sizes no device could
+   * ever hold); UNSUPPORTED (alignment above max_alignment); DEVICE_ERROR. */
+  devalloc_status (*allocate)(devalloc_instance* instance,
+                              devalloc_allocate_args* args,
+                              devalloc_error* error);
+
+  /* Frees an address returned by allocate() on the same device. 0 is a
+   * no-op. The caller has synchronized every copy into the allocation.
+   * OK; INVALID_ARGUMENT (unknown address); NO_SUCH_DEVICE; DEVICE_ERROR. */
+  devalloc_status (*deallocate)(devalloc_instance* instance, uint32_t device,
+                                devalloc_device_address address,
+                                devalloc_error* error);
+
+  /* Copies nbytes from host src to device dst. With DEVALLOC_SRC_DURING_CALL
+   * src has been read (or copied by the plugin) when the call returns. With
+   * DEVALLOC_SRC_UNTIL_RELEASED the copy may still be in flight; see
+   * devalloc_release_fn. The bytes are on the device at the latest when
+   * synchronize(device) returns.
+   * OK; INVALID_ARGUMENT (range outside a live allocation, NULL src with
+   * nbytes > 0, unknown src_lifetime); NO_SUCH_DEVICE; DEVICE_ERROR. */
+  devalloc_status (*copy_host_to_device)(devalloc_instance* instance,
+                                         const devalloc_copy_to_device_args* args,
+                                         devalloc_error* error);
+
+  /* Copies nbytes from device src to host dst; dst is written when the call
+   * returns. Orders after every copy to the device issued before it on the
+   * calling thread.
+   * OK; INVALID_ARGUMENT; NO_SUCH_DEVICE; DEVICE_ERROR. */
+  devalloc_status (*copy_device_to_host)(devalloc_instance* instance,
+                                         const devalloc_copy_to_host_args* args,
+                                         devalloc_error* error);
+
+  /* When it returns, every copy to device issued before the call, from any
+   * thread, has landed and its on_release (if any) has been called. Correct
+   * whatever device or context is current on the calling thread.
+   * OK; NO_SUCH_DEVICE; DEVICE_ERROR (an earlier asynchronous copy failed). */
+  devalloc_status (*synchronize)(devalloc_instance* instance, uint32_t device,
+                                 devalloc_error* error);
+
+  /* [optional] DMA-friendly host memory for staging; present only with
+   * DEVALLOC_CAPABILITY_HOST_STAGING. nbytes == 0 gives *host == NULL.
+   * OK; INVALID_ARGUMENT; OUT_OF_HOST_MEMORY; DEVICE_ERROR. */
+  devalloc_status (*allocate_host)(devalloc_instance* instance, uint64_t nbytes,
+                                   void** host, devalloc_error* error);
+  /* [optional] Frees memory from allocate_host(); NULL is a no-op. The
+   * caller has waited for the release of every copy that reads it.
+   * OK; INVALID_ARGUMENT (unknown pointer). */
+  devalloc_status (*free_host)(devalloc_instance* instance, void* host,
+                               devalloc_error* error);
+} devalloc_plugin_api_v1;
+
+/* What a host requires of a version-1.0 table. */
+#define DEVALLOC_PLUGIN_API_V1_MIN_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, free_host)
+
+/* ------------------------------------------------------------------------ */
+/* Negotiation: the plugin's one exported symbol                             */
+/* ------------------------------------------------------------------------ */
+
+/* The layout of this struct is frozen across major versions. */
+typedef struct devalloc_negotiation {
+  size_t struct_size;        /* [in] */
+  uint32_t host_min_major;   /* [in] lowest major the host speaks */
+  uint32_t host_max_major;   /* [in] highest major the host speaks */
+  uint32_t host_max_minor;   /* [in] the host's minor for host_max_major */
+  /* [out] On OK: the agreed major, in [host_min_major, host_max_major].
+   * On refusal: the highest major the plugin speaks. */
+  uint32_t plugin_major;
+  uint32_t plugin_minor;     /* [out] the plugin's minor for plugin_major */
+  uint32_t plugin_min_major; /* [out] the lowest major the plugin speaks */
+  /* [out] On OK: the function table of the agreed major
+   * (const devalloc_plugin_api_v1* for major 1), static, valid while the
+   * library is loaded. NULL on refusal. */
+  const void* api;
+} devalloc_negotiation;
+
+/* The plugin picks the highest major it shares with the host.
+ * OK; UNSUPPORTED (no common major: the out fields say what the plugin
+ * speaks); INVALID_ARGUMENT (NULL, struct_size too small). */
+typedef devalloc_status (*devalloc_plugin_negotiate_fn)(
+    devalloc_negotiation* negotiation, devalloc_error* error);
+
+/* Plugins define this with DEVALLOC_PLUGIN_EXPORT; hosts never call it by
+ * name but look it up with dlsym(DEVALLOC_PLUGIN_ENTRY_POINT_NAME). */
+DEVALLOC_PLUGIN_EXPORT devalloc_status devalloc_plugin_negotiate(
+    devalloc_negotiation* negotiation, devalloc_error* error);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DEVALLOC_PLUGIN_ABI_H */

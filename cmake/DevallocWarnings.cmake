@@ -1,0 +1,12 @@
+# One INTERFACE target carries the project's warnings; every target links it.
+add_library(devalloc_warnings INTERFACE)
+target_compile_options(devalloc_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
+  -Wimplicit-fallthrough $<$<BOOL:${DEVALLOC_WERROR}>:-Werror>)
+option(DEVALLOC_WERROR "Treat warnings as errors" ON)
+
+if(DEVALLOC_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()

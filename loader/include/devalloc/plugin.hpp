@@ -1,0 +1,157 @@
+// C++ handles over a plugin: the open library (PluginLibrary) and a created
+// instance (Plugin). Every call returns a Status; nothing throws.
+//
+// Lifetime: a Plugin holds its PluginLibrary; the library is closed only when
+// the last Plugin made from it and the last PluginLibrary handle are gone, and
+// always after the instance was destroyed.
+#pragma once
+
+#include <devalloc/plugin_abi.h>
+#include <devalloc/status.hpp>
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace devalloc {
+
+// Why a plugin file was refused. `loaded` means it was accepted.
+enum class PluginOutcome {
+  loaded,
+  not_found,           // no such file, or no file of that name on the path
+  open_failed,         // dlopen failed (dlerror text in the message)
+  no_entry_point,      // devalloc_plugin_negotiate is not exported
+  negotiation_failed,  // the entry point refused or returned garbage
+  version_mismatch,    // no ABI major in common
+  table_too_small,     // struct_size of the function table is too small
+  create_failed,       // create() returned an error
+  shadowed,            // a plugin of the same name was found earlier on the path
+};
+const char* to_string(PluginOutcome outcome);
+
+class PluginLibrary;
+
+// The failure of opening or creating a plugin: its outcome and a message that
+// names the file and the precise reason.
+struct PluginError {
+  PluginOutcome outcome = PluginOutcome::not_found;
+  Status status;
+};
+
+struct DeviceInfo {
+  uint32_t index = 0;
+  std::string name;
+  uint64_t total_memory_bytes = 0;
+  std::array<uint8_t, 16> uuid{};
+  std::string pci_bus_id;  // "" when none
+  int32_t dlpack_device_type = 0;
+  int32_t dlpack_device_id = 0;
+
+  bool has_uuid() const;
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" style, lower-case hex,
+  // without prefix: "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+  std::string uuid_string() const;
+};
+
+struct Capabilities {
+  bool async_copy = false;
+  bool host_staging = false;
+  uint64_t max_alignment = 0;
+};
+
+using PluginOptions = std::vector<std::pair<std::string, std::string>>;
+
+// A created plugin instance. Not copyable; share it with shared_ptr.
+class Plugin {
+ public:
+  ~Plugin();  // destroy(instance), then drop the library reference
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  // Creates an instance of an open library with the given options.
+  static std::pair<std::shared_ptr<Plugin>, PluginError> create(
+      std::shared_ptr<const PluginLibrary> library,
+      const PluginOptions& options);
+
+  const std::string& name() const;  // plugin_name from the table
+  const std::string& version() const;
+  const std::filesystem::path& path() const;
+  uint32_t abi_major() const;
+  uint32_t abi_minor() const;
+  const PluginLibrary& library() const { return *library_; }
+
+  const Capabilities& capabilities() const { return capabilities_; }
+  const std::vector<DeviceInfo>& devices() const { return devices_; }
+
+  Result<uint64_t> allocate(uint32_t device, uint64_t nbytes,
+                            uint64_t alignment);
+  Status deallocate(uint32_t device, uint64_t address);
+  // src may be reused as soon as the call returns.
+  Status copy_to_device(uint32_t device, uint64_t dst, const void* src,
+                        uint64_t nbytes);
+  // src stays readable until on_release(user_data) ran (exactly once, also
+  // when this returns an error).
+  Status copy_to_device_until_released(uint32_t device, uint64_t dst,
+                                       const void* src, uint64_t nbytes,
+                                       devalloc_release_fn on_release,
+                                       void* user_data);
+  Status copy_to_host(uint32_t device, void* dst, uint64_t src,
+                      uint64_t nbytes);
+  Status synchronize(uint32_t device);
+  // unsupported when the plugin has no host staging.
+  Result<void*> allocate_host(uint64_t nbytes);
+  Status free_host(void* host);
+
+  // The raw table and instance, for tests and wrappers.
+  const devalloc_plugin_api_v1& api() const;
+  devalloc_instance* instance() const { return instance_; }
+
+ private:
+  Plugin(std::shared_ptr<const PluginLibrary> library,
+         devalloc_instance* instance);
+  // "plugin NAME: " + context + message from the plugin.
+  Status check(devalloc_status status, const devalloc_error& error,
+               const char* call) const;
+
+  std::shared_ptr<const PluginLibrary> library_;
+  devalloc_instance* instance_ = nullptr;
+  Capabilities capabilities_;
+  std::vector<DeviceInfo> devices_;
+};
+
+// An opened and negotiated plugin library.
+class PluginLibrary {
+ public:
+  ~PluginLibrary();
+  PluginLibrary(const PluginLibrary&) = delete;
+  PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+  // Opens path (absolute, resolved by the caller) with RTLD_NOW|RTLD_LOCAL,
+  // negotiates the ABI version and checks the table size.
+  static std::pair<std::shared_ptr<PluginLibrary>, PluginError> open(
+      const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  uint32_t abi_major() const { return abi_major_; }
+  uint32_t abi_minor() const { return abi_minor_; }
+  const devalloc_plugin_api_v1& api() const { return *api_; }
+
+ private:
+  struct Impl;
+  explicit PluginLibrary(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::filesystem::path path_;
+  std::string name_;
+  std::string version_;
+  uint32_t abi_major_ = 0;
+  uint32_t abi_minor_ = 0;
+  const devalloc_plugin_api_v1* api_ = nullptr;
+};
+
+}  // namespace devalloc

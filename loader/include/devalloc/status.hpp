@@ -1,0 +1,71 @@
+// Status and Result<T>: how devalloc's C++ layers report failure without
+// exceptions at module boundaries.
+#pragma once
+
+#include <devalloc/plugin_abi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace devalloc {
+
+// Mirrors the ABI's closed status set.
+enum class StatusCode : int32_t {
+  ok = DEVALLOC_STATUS_OK,
+  invalid_argument = DEVALLOC_STATUS_INVALID_ARGUMENT,
+  out_of_device_memory = DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+  out_of_host_memory = DEVALLOC_STATUS_OUT_OF_HOST_MEMORY,
+  no_such_device = DEVALLOC_STATUS_NO_SUCH_DEVICE,
+  runtime_unavailable = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE,
+  unsupported = DEVALLOC_STATUS_UNSUPPORTED,
+  device_error = DEVALLOC_STATUS_DEVICE_ERROR,
+  internal = DEVALLOC_STATUS_INTERNAL,
+};
+
+// "out_of_device_memory", ...; "unknown" for values outside the set.
+const char* to_string(StatusCode code);
+
+// An ABI status as a StatusCode; unknown values become internal.
+StatusCode status_code_from_abi(devalloc_status status);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // ok
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+
+  bool ok() const { return code_ == StatusCode::ok; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // A copy whose message is "context: message".
+  Status with_context(const std::string& context) const;
+
+ private:
+  StatusCode code_ = StatusCode::ok;
+  std::string message_;
+};
+
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}                    // NOLINT
+  Result(Status status) : v_(std::move(status)) {}             // NOLINT
+
+  bool ok() const { return v_.index() == 0; }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  // The failure; an ok Status when the result holds a value.
+  Status status() const { return ok() ? Status() : std::get<1>(v_); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace devalloc

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything devalloc needs to build and test on Debian 12.
+# Idempotent: packages already present are left alone. Run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config python3 python3-pip python3-venv
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libboost1.81-dev
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdlpack-dev
+  libze-dev libze1 libamdhip64-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  # libboost1.81-dev conflicts with the default 1.74 dev packages; apt removes them.
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Reference safetensors writer for the tests, in a venv local to the checkout.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors, numpy' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q safetensors numpy
+fi
