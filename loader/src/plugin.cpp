@@ -1,1 +1,231 @@
-// in progress
+#include <devalloc/plugin.hpp>
+
+#include <cstring>
+
+namespace devalloc {
+
+namespace {
+
+devalloc_error make_error() {
+  devalloc_error error{};
+  error.struct_size = sizeof error;
+  return error;
+}
+
+std::string text_of(const char* chars, size_t capacity) {
+  return std::string(chars, strnlen(chars, capacity));
+}
+
+}  // namespace
+
+Plugin::Plugin(std::shared_ptr<const PluginLibrary> library,
+               devalloc_instance* instance)
+    : library_(std::move(library)), instance_(instance) {}
+
+Plugin::~Plugin() {
+  // Destroy before the library reference goes: the instance's code lives in
+  // the library.
+  if (instance_ != nullptr) library_->api().destroy(instance_);
+}
+
+const std::string& Plugin::name() const { return library_->name(); }
+const std::string& Plugin::version() const { return library_->version(); }
+const std::filesystem::path& Plugin::path() const { return library_->path(); }
+uint32_t Plugin::abi_major() const { return library_->abi_major(); }
+uint32_t Plugin::abi_minor() const { return library_->abi_minor(); }
+const devalloc_plugin_api_v1& Plugin::api() const { return library_->api(); }
+
+Status Plugin::check(devalloc_status status, const devalloc_error& error,
+                     const char* call) const {
+  if (status == DEVALLOC_STATUS_OK) return Status();
+  std::string message = text_of(error.message, sizeof error.message);
+  if (message.empty()) {
+    // PLUGIN rule: every failure carries a message. Say who broke it.
+    message = std::string(call) + " failed with " +
+              to_string(status_code_from_abi(status)) +
+              " and gave no message";
+  }
+  return Status(status_code_from_abi(status),
+                "plugin " + name() + ": " + message);
+}
+
+std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
+    std::shared_ptr<const PluginLibrary> library,
+    const PluginOptions& options) {
+  const auto& api = library->api();
+  std::vector<const char*> keys, values;
+  keys.reserve(options.size());
+  values.reserve(options.size());
+  for (const auto& [k, v] : options) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  devalloc_create_args args{};
+  args.struct_size = sizeof args;
+  args.option_keys = keys.data();
+  args.option_values = values.data();
+  args.option_count = options.size();
+  devalloc_error error = make_error();
+  const devalloc_status status = api.create(&args, &error);
+
+  const std::string who = "plugin " + library->name() + " (" +
+                          library->path().string() + ")";
+  if (status != DEVALLOC_STATUS_OK || args.instance == nullptr) {
+    std::string message = text_of(error.message, sizeof error.message);
+    if (status == DEVALLOC_STATUS_OK) message = "create returned no instance";
+    if (message.empty()) message = "(no message)";
+    return {nullptr,
+            {PluginOutcome::create_failed,
+             Status(status == DEVALLOC_STATUS_OK ? StatusCode::internal
+                                                 : status_code_from_abi(status),
+                    who + ": create failed: " + message)}};
+  }
+  std::shared_ptr<Plugin> plugin(new Plugin(std::move(library), args.instance));
+
+  auto create_failed = [&](const Status& s) {
+    return std::pair<std::shared_ptr<Plugin>, PluginError>{
+        nullptr, {PluginOutcome::create_failed, s.with_context(who)}};
+  };
+
+  devalloc_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  error = make_error();
+  if (Status s = plugin->check(api.get_capabilities(plugin->instance_, &caps,
+                                                    &error),
+                               error, "get_capabilities");
+      !s.ok()) {
+    return create_failed(s);
+  }
+  plugin->capabilities_.async_copy =
+      (caps.flags & DEVALLOC_CAPABILITY_ASYNC_COPY) != 0;
+  plugin->capabilities_.host_staging =
+      (caps.flags & DEVALLOC_CAPABILITY_HOST_STAGING) != 0 &&
+      api.struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1,
+                                              free_host) &&
+      api.allocate_host != nullptr && api.free_host != nullptr;
+  plugin->capabilities_.max_alignment = caps.max_alignment;
+
+  uint32_t count = 0;
+  error = make_error();
+  if (Status s = plugin->check(
+          api.get_device_count(plugin->instance_, &count, &error), error,
+          "get_device_count");
+      !s.ok()) {
+    return create_failed(s);
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    devalloc_device_properties p{};
+    p.struct_size = sizeof p;
+    error = make_error();
+    if (Status s = plugin->check(
+            api.get_device_properties(plugin->instance_, i, &p, &error), error,
+            "get_device_properties");
+        !s.ok()) {
+      return create_failed(s);
+    }
+    DeviceInfo info;
+    info.index = i;
+    info.name = text_of(p.name, sizeof p.name);
+    info.total_memory_bytes = p.total_memory_bytes;
+    std::memcpy(info.uuid.data(), p.uuid, sizeof p.uuid);
+    info.pci_bus_id = text_of(p.pci_bus_id, sizeof p.pci_bus_id);
+    info.dlpack_device_type = p.dlpack_device_type;
+    info.dlpack_device_id = p.dlpack_device_id;
+    plugin->devices_.push_back(std::move(info));
+  }
+  return {std::move(plugin), {PluginOutcome::loaded, Status()}};
+}
+
+Result<uint64_t> Plugin::allocate(uint32_t device, uint64_t nbytes,
+                                  uint64_t alignment) {
+  devalloc_allocate_args args{};
+  args.struct_size = sizeof args;
+  args.device = device;
+  args.nbytes = nbytes;
+  args.alignment = alignment;
+  devalloc_error error = make_error();
+  Status s = check(api().allocate(instance_, &args, &error), error, "allocate");
+  if (!s.ok()) return s;
+  return args.address;
+}
+
+Status Plugin::deallocate(uint32_t device, uint64_t address) {
+  devalloc_error error = make_error();
+  return check(api().deallocate(instance_, device, address, &error), error,
+               "deallocate");
+}
+
+Status Plugin::copy_to_device(uint32_t device, uint64_t dst, const void* src,
+                              uint64_t nbytes) {
+  devalloc_copy_to_device_args args{};
+  args.struct_size = sizeof args;
+  args.device = device;
+  args.src_lifetime = DEVALLOC_SRC_DURING_CALL;
+  args.dst = dst;
+  args.src = src;
+  args.nbytes = nbytes;
+  devalloc_error error = make_error();
+  return check(api().copy_host_to_device(instance_, &args, &error), error,
+               "copy_host_to_device");
+}
+
+Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst,
+                                             const void* src, uint64_t nbytes,
+                                             devalloc_release_fn on_release,
+                                             void* user_data) {
+  devalloc_copy_to_device_args args{};
+  args.struct_size = sizeof args;
+  args.device = device;
+  args.src_lifetime = DEVALLOC_SRC_UNTIL_RELEASED;
+  args.dst = dst;
+  args.src = src;
+  args.nbytes = nbytes;
+  args.on_release = on_release;
+  args.user_data = user_data;
+  devalloc_error error = make_error();
+  return check(api().copy_host_to_device(instance_, &args, &error), error,
+               "copy_host_to_device");
+}
+
+Status Plugin::copy_to_host(uint32_t device, void* dst, uint64_t src,
+                            uint64_t nbytes) {
+  devalloc_copy_to_host_args args{};
+  args.struct_size = sizeof args;
+  args.device = device;
+  args.src = src;
+  args.dst = dst;
+  args.nbytes = nbytes;
+  devalloc_error error = make_error();
+  return check(api().copy_device_to_host(instance_, &args, &error), error,
+               "copy_device_to_host");
+}
+
+Status Plugin::synchronize(uint32_t device) {
+  devalloc_error error = make_error();
+  return check(api().synchronize(instance_, device, &error), error,
+               "synchronize");
+}
+
+Result<void*> Plugin::allocate_host(uint64_t nbytes) {
+  if (!capabilities_.host_staging) {
+    return Status(StatusCode::unsupported,
+                  "plugin " + name() + " has no host staging memory");
+  }
+  void* host = nullptr;
+  devalloc_error error = make_error();
+  Status s = check(api().allocate_host(instance_, nbytes, &host, &error), error,
+                   "allocate_host");
+  if (!s.ok()) return s;
+  return host;
+}
+
+Status Plugin::free_host(void* host) {
+  if (!capabilities_.host_staging) {
+    return Status(StatusCode::unsupported,
+                  "plugin " + name() + " has no host staging memory");
+  }
+  devalloc_error error = make_error();
+  return check(api().free_host(instance_, host, &error), error, "free_host");
+}
+
+}  // namespace devalloc
