@@ -30,7 +30,8 @@ install(FILES "${PROJECT_SOURCE_DIR}/cmake/plugin_exports.map"
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/devallocConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/devallocConfig.cmake"
-  INSTALL_DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc")
+  INSTALL_DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc"
+  PATH_VARS DEVALLOC_PLUGIN_INSTALL_DIR)
 write_basic_package_version_file(
   "${PROJECT_BINARY_DIR}/devallocConfigVersion.cmake"
   COMPATIBILITY SameMajorVersion)

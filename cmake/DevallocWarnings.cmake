@@ -1,7 +1,7 @@
 # One INTERFACE target carries the project's warnings; every target links it.
 add_library(devalloc_warnings INTERFACE)
 target_compile_options(devalloc_warnings INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
+  -Wall -Wextra -Wpedantic -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align
   -Wimplicit-fallthrough $<$<BOOL:${DEVALLOC_WERROR}>:-Werror>)
 option(DEVALLOC_WERROR "Treat warnings as errors" ON)
 

@@ -1,0 +1,67 @@
+// The host plugin's "vendor side": device memory is aligned host memory, a
+// copy is a memcpy, and in async mode copies whose source outlives the call
+// run on a worker. Knows nothing of the ABI structs; fails by throwing
+// plugin::Failure with the reason alone (the caller names the call).
+#pragma once
+
+#include "copy_queue.hpp"
+
+#include <plugin_support.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+
+namespace devalloc::host {
+
+class HostDevice {
+ public:
+  // What alignment 0 means, and the largest alignment honoured.
+  static constexpr uint64_t natural_alignment = 256;
+  static constexpr uint64_t max_alignment = uint64_t{1} << 20;
+
+  explicit HostDevice(bool async);
+  // Lands and releases every queued copy, then frees all memory still live.
+  ~HostDevice();
+  HostDevice(const HostDevice&) = delete;
+  HostDevice& operator=(const HostDevice&) = delete;
+
+  bool async() const { return queue_ != nullptr; }
+  // Physical RAM: what a "device" backed by it could hold at most.
+  uint64_t total_memory() const { return total_memory_; }
+
+  // 0 for nbytes == 0; alignment 0 means natural_alignment.
+  uint64_t allocate(uint64_t nbytes, uint64_t alignment);
+  void deallocate(uint64_t address);
+
+  // Reads src before returning, ordered after every queued copy.
+  void copy_now(uint64_t dst, const void* src, uint64_t nbytes);
+  // May read src after returning (async mode); fires release once src has
+  // been read, or once the copy failed.
+  void copy_later(uint64_t dst, const void* src, uint64_t nbytes,
+                  Release release,
+                  std::chrono::milliseconds read_delay = {});
+  // Waits for the queued copies issued before it, then reads.
+  void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
+  // Throws Failure(DEVICE_ERROR) when a queued copy failed since the last
+  // call.
+  void synchronize();
+
+  void* allocate_host(uint64_t nbytes);
+  void free_host(void* host);
+
+ private:
+  void check_range(uint64_t address, uint64_t nbytes) const;
+  void perform(const CopyJob& job);
+
+  uint64_t total_memory_;
+  plugin::AllocationTable allocations_;
+  plugin::AllocationTable host_buffers_;
+  // Shared by copies, exclusive for deallocate: a copy never writes into
+  // memory freed under it, whichever thread performs it.
+  mutable std::shared_mutex memory_lifetime_;
+  std::unique_ptr<CopyQueue> queue_;
+};
+
+}  // namespace devalloc::host

@@ -1,0 +1,122 @@
+// What differs between the host plugin and its test variants, which
+// tests/plugin_zoo builds from the same sources with one compile definition:
+//   DEVALLOC_HOST_FAULT_INJECTION   "host_faulty": fails or corrupts chosen
+//                                   calls on request, for rollback and
+//                                   verify tests of the core;
+//   DEVALLOC_HOST_BREAK_DURING_CALL "host_late_read": reads a during-call
+//                                   source after the call returned, which
+//                                   the conformance suite must catch.
+#pragma once
+
+#include <plugin_support.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#if defined(DEVALLOC_HOST_FAULT_INJECTION) && defined(DEVALLOC_HOST_BREAK_DURING_CALL)
+#error "build one host plugin variant at a time"
+#endif
+
+namespace devalloc::host {
+
+#if defined(DEVALLOC_HOST_FAULT_INJECTION)
+inline constexpr const char* plugin_name = "host_faulty";
+inline constexpr const char* accepted_options =
+    "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy";
+#elif defined(DEVALLOC_HOST_BREAK_DURING_CALL)
+inline constexpr const char* plugin_name = "host_late_read";
+inline constexpr const char* accepted_options = "none";
+#else
+inline constexpr const char* plugin_name = "host";
+inline constexpr const char* accepted_options = "async";
+#endif
+
+#if defined(DEVALLOC_HOST_BREAK_DURING_CALL)
+// Long enough that a caller reusing src right after the call wins the race
+// every time.
+inline constexpr std::chrono::milliseconds during_call_read_delay{20};
+inline constexpr bool breaks_during_call = true;
+#else
+inline constexpr std::chrono::milliseconds during_call_read_delay{0};
+inline constexpr bool breaks_during_call = false;
+#endif
+
+#if defined(DEVALLOC_HOST_FAULT_INJECTION)
+// Options of host_faulty, each 1-based; 0 turns a fault off:
+//   fail_allocate_at=N   the N-th allocate() on device 0 fails with
+//                        OUT_OF_DEVICE_MEMORY;
+//   fail_copy_at=N       the N-th copy fails with DEVICE_ERROR (its source
+//                        is still released once);
+//   flip_byte_at_copy=N  the N-th copy succeeds but lands its first byte
+//                        inverted: silent corruption for verify tests;
+//   fail_synchronize=true  every synchronize() fails with DEVICE_ERROR after
+//                        waiting for the copies as usual.
+// Copies are counted over copy_host_to_device() calls on device 0 with a
+// known src_lifetime, a non-zero size and a source.
+class FaultPlan {
+ public:
+  struct Settings {
+    uint64_t fail_allocate_at = 0;
+    uint64_t fail_copy_at = 0;
+    uint64_t flip_byte_at_copy = 0;
+    bool fail_synchronize = false;
+  };
+
+  static Settings take_settings(plugin::Options& options) {
+    Settings s;
+    s.fail_allocate_at = options.take_u64("fail_allocate_at", 0);
+    s.fail_copy_at = options.take_u64("fail_copy_at", 0);
+    s.flip_byte_at_copy = options.take_u64("flip_byte_at_copy", 0);
+    s.fail_synchronize = options.take_bool("fail_synchronize", false);
+    return s;
+  }
+
+  explicit FaultPlan(const Settings& settings) : settings_(settings) {}
+
+  void before_allocate() {
+    if (++allocations_ == settings_.fail_allocate_at) {
+      throw plugin::Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+                            "out of device memory (injected by fail_allocate_at = " +
+                                std::to_string(settings_.fail_allocate_at) + ")"};
+    }
+  }
+
+  // True when this copy must flip the first byte it writes.
+  bool before_copy() {
+    const uint64_t n = ++copies_;
+    if (n == settings_.fail_copy_at) {
+      throw plugin::Failure{DEVALLOC_STATUS_DEVICE_ERROR,
+                            "device error (injected by fail_copy_at = " +
+                                std::to_string(n) + ")"};
+    }
+    return n == settings_.flip_byte_at_copy;
+  }
+
+  void after_synchronize() const {
+    if (settings_.fail_synchronize) {
+      throw plugin::Failure{DEVALLOC_STATUS_DEVICE_ERROR,
+                            "device error (injected by fail_synchronize = true)"};
+    }
+  }
+
+ private:
+  const Settings settings_;
+  std::atomic<uint64_t> allocations_{0};
+  std::atomic<uint64_t> copies_{0};
+};
+#else
+// Without fault injection every hook is empty and inlines away.
+class FaultPlan {
+ public:
+  struct Settings {};
+  static Settings take_settings(plugin::Options&) { return {}; }
+  explicit FaultPlan(const Settings&) {}
+  void before_allocate() {}
+  bool before_copy() { return false; }
+  void after_synchronize() const {}
+};
+#endif
+
+}  // namespace devalloc::host

@@ -1,0 +1,114 @@
+// The test variants of the host plugin: they must misbehave exactly as
+// asked, or the core and conformance tests that rely on them prove nothing.
+#include "opened_plugin.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace devalloc::zoo_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Instance> open_variant(const std::string& file, const Instance::Options& options) {
+  devalloc_status status = DEVALLOC_STATUS_OK;
+  auto error = empty_error();
+  auto instance = Instance::open(zoo_file(file), options, &status, &error);
+  EXPECT_EQ(status, DEVALLOC_STATUS_OK) << error.message;
+  return instance;
+}
+
+void count_release(void* calls) { ++*static_cast<std::atomic<int>*>(calls); }
+
+TEST(HostFaultyPlugin, GivenFailAllocateAt2_ThenOnlyTheSecondAllocationFails) {
+  auto host = open_variant("libdevalloc_host_faulty.so", {{"fail_allocate_at", "2"}});
+  ASSERT_TRUE(host);
+  EXPECT_STREQ(host->api().plugin_name, "host_faulty");
+  uint64_t a = 0, b = 0, c = 0;
+  EXPECT_EQ(host->allocate(64, 0, &a), DEVALLOC_STATUS_OK);
+  EXPECT_EQ(host->allocate(64, 0, &b), DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY);
+  EXPECT_THAT(host->message(), HasSubstr("fail_allocate_at = 2"));
+  EXPECT_EQ(host->allocate(64, 0, &c), DEVALLOC_STATUS_OK);
+}
+
+TEST(HostFaultyPlugin, GivenFailCopyAt1_ThenFirstCopyFailsWithDeviceErrorAndStillReleases) {
+  for (const char* async : {"false", "true"}) {
+    auto host = open_variant("libdevalloc_host_faulty.so", {{"async", async}, {"fail_copy_at", "1"}});
+    ASSERT_TRUE(host);
+    uint64_t base = 0;
+    ASSERT_EQ(host->allocate(16, 0, &base), DEVALLOC_STATUS_OK);
+    const std::vector<uint8_t> bytes(16, 1);
+    std::atomic<int> released{0};
+    EXPECT_EQ(host->copy(base, bytes.data(), 16, DEVALLOC_SRC_UNTIL_RELEASED, count_release, &released),
+              DEVALLOC_STATUS_DEVICE_ERROR);
+    EXPECT_THAT(host->message(), HasSubstr("fail_copy_at = 1"));
+    EXPECT_EQ(released, 1);
+    EXPECT_EQ(host->copy(base, bytes.data(), 16, DEVALLOC_SRC_UNTIL_RELEASED, count_release, &released),
+              DEVALLOC_STATUS_OK);
+    ASSERT_EQ(host->synchronize(), DEVALLOC_STATUS_OK);
+    EXPECT_EQ(released, 2);
+  }
+}
+
+TEST(HostFaultyPlugin, GivenFailSynchronize_ThenSynchronizeFailsAfterReleasingEverySource) {
+  auto host = open_variant("libdevalloc_host_faulty.so", {{"async", "true"}, {"fail_synchronize", "true"}});
+  ASSERT_TRUE(host);
+  uint64_t base = 0;
+  ASSERT_EQ(host->allocate(16, 0, &base), DEVALLOC_STATUS_OK);
+  const std::vector<uint8_t> bytes(16, 1);
+  std::atomic<int> released{0};
+  ASSERT_EQ(host->copy(base, bytes.data(), 16, DEVALLOC_SRC_UNTIL_RELEASED, count_release, &released),
+            DEVALLOC_STATUS_OK);
+  EXPECT_EQ(host->synchronize(), DEVALLOC_STATUS_DEVICE_ERROR);
+  EXPECT_THAT(host->message(), HasSubstr("fail_synchronize"));
+  EXPECT_EQ(released, 1);
+}
+
+TEST(HostFaultyPlugin, GivenFlipByteAtCopy2_ThenOnlyTheSecondCopyLandsCorruptedAndSucceeds) {
+  auto host = open_variant("libdevalloc_host_faulty.so", {{"async", "true"}, {"flip_byte_at_copy", "2"}});
+  ASSERT_TRUE(host);
+  uint64_t base = 0;
+  ASSERT_EQ(host->allocate(8, 0, &base), DEVALLOC_STATUS_OK);
+  const std::vector<uint8_t> bytes{1, 2, 3, 4};
+  std::atomic<int> released{0};
+  ASSERT_EQ(host->copy(base, bytes.data(), 4, DEVALLOC_SRC_DURING_CALL), DEVALLOC_STATUS_OK);
+  ASSERT_EQ(host->copy(base + 4, bytes.data(), 4, DEVALLOC_SRC_UNTIL_RELEASED, count_release, &released),
+            DEVALLOC_STATUS_OK);
+  ASSERT_EQ(host->synchronize(), DEVALLOC_STATUS_OK);
+  EXPECT_EQ(released, 1);
+  std::vector<uint8_t> actual(8);
+  ASSERT_EQ(host->read(actual.data(), base, 8), DEVALLOC_STATUS_OK);
+  EXPECT_EQ(actual, (std::vector<uint8_t>{1, 2, 3, 4, 1 ^ 0xff, 2, 3, 4}));
+}
+
+TEST(HostFaultyPlugin, GivenUnknownOption_ThenCreateListsTheFaultOptions) {
+  devalloc_status status = DEVALLOC_STATUS_OK;
+  auto error = empty_error();
+  EXPECT_FALSE(Instance::open(zoo_file("libdevalloc_host_faulty.so"), {{"fail_everything", "1"}},
+                              &status, &error));
+  EXPECT_EQ(status, DEVALLOC_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(error.message, HasSubstr("flip_byte_at_copy"));
+}
+
+TEST(HostLateReadPlugin, GivenSourceOverwrittenRightAfterDuringCallCopy_ThenDeviceGetsTheNewBytes) {
+  auto host = open_variant("libdevalloc_host_late_read.so", {});
+  ASSERT_TRUE(host);
+  EXPECT_STREQ(host->api().plugin_name, "host_late_read");
+  uint64_t base = 0;
+  ASSERT_EQ(host->allocate(4, 0, &base), DEVALLOC_STATUS_OK);
+  std::vector<uint8_t> src{1, 2, 3, 4};
+  ASSERT_EQ(host->copy(base, src.data(), 4, DEVALLOC_SRC_DURING_CALL), DEVALLOC_STATUS_OK);
+  src.assign({9, 9, 9, 9});
+  ASSERT_EQ(host->synchronize(), DEVALLOC_STATUS_OK);
+  std::vector<uint8_t> actual(4);
+  ASSERT_EQ(host->read(actual.data(), base, 4), DEVALLOC_STATUS_OK);
+  EXPECT_EQ(actual, src);
+}
+
+}  // namespace
+}  // namespace devalloc::zoo_test
