@@ -1,0 +1,169 @@
+// The runtime config: which plugins to load with which options, which
+// physical device backs each device tag, per-memory-id overrides and load
+// options. Read from TOML (docs/config.md is the reference); every error
+// names file, line and column.
+//
+// Plugin names are not checked against what is installed: a name that is
+// not configured under [plugins] is looked up on the plugin path when the
+// runtime loads it, and a missing one fails there.
+#pragma once
+
+#include <devalloc/plugin.hpp>
+#include <devalloc/status.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace devalloc {
+
+// Where a config value was written. line and column are 1-based; 0 means
+// "not from a file" (default_config, configs built in code).
+struct SourceLocation {
+  std::string file;
+  uint32_t line = 0;
+  uint32_t column = 0;
+
+  // "file:line:column"; only "file" when line is 0.
+  std::string to_string() const;
+  bool operator==(const SourceLocation&) const = default;
+};
+
+// A device tag as plans and configs spell it: "name" or "name:index"
+// ("cuda:0", "host"). name follows is_valid_plugin_name; index is decimal
+// without leading zeros, so that one device has one spelling.
+struct DeviceTag {
+  std::string name;
+  std::optional<uint32_t> index;
+
+  std::string to_string() const;
+  bool operator==(const DeviceTag&) const = default;
+};
+std::optional<DeviceTag> parse_device_tag(std::string_view text);
+
+// A memory id as a [memory] key spells it: decimal, without sign or leading
+// zeros, at most 4294967295.
+std::optional<uint32_t> parse_memory_id(std::string_view text);
+
+// Letters, digits, '_' and '-': the part NAME of libdevalloc_NAME.so.
+bool is_valid_plugin_name(std::string_view name);
+
+// "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" in lower case, from that form or
+// 32 bare hex digits, either with an optional "GPU-" prefix, in any case.
+// nullopt when text is not a UUID.
+std::optional<std::string> normalize_uuid(std::string_view text);
+// "dddd:bb:dd.f" in lower case, from "[domain:]bus:device.function" with a
+// domain of up to 8 hex digits (nvidia-smi prints 8), a bus of up to 2, a
+// device of up to 2 (at most 1f) and a function digit 0-7; a missing domain
+// is 0000. nullopt when text is not a PCI bus id.
+std::optional<std::string> normalize_pci_bus_id(std::string_view text);
+
+// "4096", "4096B", "64KiB", "64 MiB", "1GiB", "2TiB" (powers of 1024) or
+// "64KB", "64MB", "1GB", "2TB" (powers of 1000). Integers only.
+Result<uint64_t> parse_byte_size(std::string_view text);
+
+enum class SelectorKind { index, uuid, pci_bus_id };
+const char* to_string(SelectorKind kind);  // "index", "uuid", "pci_bus_id"
+
+// Which device of a plugin: by its index, or by identity (UUID or PCI bus
+// id), which survives renumbering by CUDA_VISIBLE_DEVICES and the like.
+struct DeviceSelector {
+  SelectorKind kind = SelectorKind::index;
+  uint32_t index = 0;  // used when kind is index
+  std::string id;      // normalized UUID or PCI bus id otherwise
+
+  static DeviceSelector by_index(uint32_t index);
+  // nullopt when text does not normalize (see normalize_uuid).
+  static std::optional<DeviceSelector> by_uuid(std::string_view text);
+  static std::optional<DeviceSelector> by_pci_bus_id(std::string_view text);
+
+  // "index 1", "uuid 0f3c2a1e-...", "pci_bus_id 0000:3b:00.0"
+  std::string to_string() const;
+  bool operator==(const DeviceSelector&) const = default;
+};
+
+// A plugin (by config name) and a device of it.
+struct DeviceBinding {
+  std::string plugin;
+  DeviceSelector selector;
+
+  std::string to_string() const;  // "cuda index 1"
+  bool operator==(const DeviceBinding&) const = default;
+};
+
+// [plugins.NAME]. NAME is what device tags and bindings refer to. Without
+// `library` the file is libdevalloc_NAME.so on the plugin path; with it,
+// NAME is only an alias, so one plugin file can be configured twice with
+// different options.
+struct PluginConfig {
+  std::string name;
+  std::optional<std::filesystem::path> library;  // absolute
+  PluginOptions options;                         // sorted by key
+  SourceLocation where;
+
+  // What PluginLoader::load takes: the library path when set, else name.
+  std::string load_spec() const;
+};
+
+// One entry of a device tag's fallback list: another device tag (expanded
+// with its own binding and fallbacks) or an explicit binding.
+struct DeviceFallback {
+  std::variant<std::string, DeviceBinding> target;
+  SourceLocation where;
+};
+
+// [devices."TAG"].
+struct DeviceTagConfig {
+  std::string tag;
+  DeviceBinding primary;
+  std::vector<DeviceFallback> fallbacks;  // tried in order
+  SourceLocation where;
+};
+
+// [load].
+struct LoadOptions {
+  uint64_t staging_bytes = uint64_t{64} << 20;
+  uint32_t threads = 0;  // 0: one per device
+  bool verify = false;
+};
+
+// Most threads [load] threads accepts; more is a typo, not a machine.
+inline constexpr uint32_t kMaxLoadThreads = 1024;
+
+struct RuntimeConfig {
+  std::filesystem::path source;  // the file or name it was read from; empty
+                                 // for default_config()
+  std::vector<std::filesystem::path> plugin_path;  // absolute, in order
+  std::map<std::string, PluginConfig, std::less<>> plugins;
+  std::map<std::string, DeviceTagConfig, std::less<>> devices;
+  std::map<uint32_t, std::string> memory_overrides;  // memory id -> tag
+  LoadOptions load;
+
+  // The configured entry for a plugin name, or one with only the name (and
+  // so no options) for a plugin found by name on the plugin path.
+  PluginConfig plugin(std::string_view name) const;
+};
+
+// No file: no plugins configured, no device tags, no overrides, default
+// load options. Every tag "X:N" then means plugin X, index N, and "X" means
+// plugin X, index 0 (see candidate_bindings).
+RuntimeConfig default_config();
+
+// Parses TOML text. source_name appears in every error and is the
+// RuntimeConfig's source; relative paths in the text are resolved against
+// the folder of source_name (made absolute against the current directory).
+// Every problem found is reported, one per line, in file order; the status
+// code is invalid_argument.
+Result<RuntimeConfig> parse_config(std::string_view text,
+                                   std::string_view source_name);
+
+// Reads and parses a config file.
+Result<RuntimeConfig> read_config(const std::filesystem::path& path);
+
+}  // namespace devalloc

@@ -1,0 +1,577 @@
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/device_selection.hpp>
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+namespace devalloc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kTagSyntax =
+    "expected \"name\" or \"name:index\" (name of letters, digits, \"_\" and "
+    "\"-\"; index decimal without leading zeros)";
+constexpr std::string_view kPluginNameSyntax =
+    "use letters, digits, \"_\" and \"-\"";
+
+const char* type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::none: return "nothing";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a floating-point number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+  }
+  return "an unknown value";
+}
+
+std::string in_quotes(std::string_view text) {
+  return "\"" + std::string(text) + "\"";
+}
+
+// A key as TOML would need it written inside a [section] header.
+std::string key_text(std::string_view key) {
+  return is_valid_plugin_name(key) ? std::string(key) : in_quotes(key);
+}
+
+struct Located {
+  SourceLocation where;
+  std::string message;
+};
+
+class ConfigReader {
+ public:
+  ConfigReader(std::string_view source_name, fs::path base_dir)
+      : source_name_(source_name), base_dir_(std::move(base_dir)) {}
+
+  Result<RuntimeConfig> read(const toml::table& root);
+
+ private:
+  SourceLocation at(const toml::source_region& region) const {
+    return SourceLocation{source_name_, region.begin.line, region.begin.column};
+  }
+  void error(const toml::source_region& region, std::string message) {
+    errors_.push_back({at(region), std::move(message)});
+  }
+  void type_error(const toml::node& node, const std::string& what,
+                  std::string_view expected) {
+    error(node.source(), what + " must be " + std::string(expected) +
+                             ", found " + type_name(node.type()));
+  }
+  // Reports every key of table not in known (which is sorted, as listed).
+  void check_keys(const toml::table& table, std::string_view section,
+                  std::initializer_list<std::string_view> known);
+  fs::path resolve(std::string_view text) const {
+    const fs::path path(text);
+    return (path.is_absolute() ? path : base_dir_ / path).lexically_normal();
+  }
+
+  void read_plugin_path(const toml::node& node);
+  void read_plugin(const toml::key& key, const toml::node& node);
+  void read_options(const toml::node& node, PluginConfig& plugin,
+                    const std::string& section);
+  void read_device(const toml::key& key, const toml::node& node);
+  std::optional<DeviceBinding> read_use(const toml::node& node,
+                                        const DeviceTag& tag,
+                                        const std::string& section);
+  std::optional<DeviceBinding> read_binding_array(const toml::array& array,
+                                                  const std::string& what);
+  std::optional<DeviceSelector> read_selector(const toml::node& node,
+                                              const std::string& what);
+  void read_fallbacks(const toml::node& node, DeviceTagConfig& device,
+                      const std::string& section);
+  void read_memory(const toml::key& key, const toml::node& node);
+  void read_load(const toml::table& table);
+  Status failure();
+
+  std::string source_name_;
+  fs::path base_dir_;
+  RuntimeConfig config_;
+  std::vector<Located> errors_;
+};
+
+void ConfigReader::check_keys(const toml::table& table,
+                              std::string_view section,
+                              std::initializer_list<std::string_view> known) {
+  for (const auto& [key, node] : table) {
+    if (std::find(known.begin(), known.end(), key.str()) != known.end()) {
+      continue;
+    }
+    std::string list;
+    for (const auto name : known) {
+      if (!list.empty()) list += ", ";
+      list += name;
+    }
+    error(key.source(), "unknown key " + in_quotes(key.str()) + " " +
+                            std::string(section) + " (known: " + list + ")");
+  }
+}
+
+Result<RuntimeConfig> ConfigReader::read(const toml::table& root) {
+  config_.source = fs::path(source_name_);
+  check_keys(root, "at the top level",
+             {"devices", "load", "memory", "plugin_path", "plugins"});
+
+  if (const auto* node = root.get("plugin_path")) read_plugin_path(*node);
+  if (const auto* node = root.get("plugins")) {
+    if (const auto* table = node->as_table()) {
+      for (const auto& [key, plugin] : *table) read_plugin(key, plugin);
+    } else {
+      type_error(*node, "\"plugins\"", "a table");
+    }
+  }
+  if (const auto* node = root.get("devices")) {
+    if (const auto* table = node->as_table()) {
+      for (const auto& [key, device] : *table) read_device(key, device);
+    } else {
+      type_error(*node, "\"devices\"", "a table");
+    }
+  }
+  if (const auto* node = root.get("memory")) {
+    if (const auto* table = node->as_table()) {
+      for (const auto& [key, tag] : *table) read_memory(key, tag);
+    } else {
+      type_error(*node, "\"memory\"", "a table");
+    }
+  }
+  if (const auto* node = root.get("load")) {
+    if (const auto* table = node->as_table()) {
+      read_load(*table);
+    } else {
+      type_error(*node, "\"load\"", "a table");
+    }
+  }
+  if (!errors_.empty()) return failure();
+
+  // Cycles only show once every tag and fallback is known to be well formed.
+  for (const auto& [tag, device] : config_.devices) {
+    auto candidates = candidate_bindings(config_, tag);
+    if (!candidates.ok()) return candidates.status();
+  }
+  return std::move(config_);
+}
+
+Status ConfigReader::failure() {
+  std::stable_sort(errors_.begin(), errors_.end(),
+                   [](const Located& a, const Located& b) {
+                     return std::pair(a.where.line, a.where.column) <
+                            std::pair(b.where.line, b.where.column);
+                   });
+  std::string message;
+  for (const auto& e : errors_) {
+    if (!message.empty()) message += '\n';
+    message += e.where.to_string() + ": " + e.message;
+  }
+  return Status(StatusCode::invalid_argument, std::move(message));
+}
+
+void ConfigReader::read_plugin_path(const toml::node& node) {
+  const auto* array = node.as_array();
+  if (!array) {
+    type_error(node, "\"plugin_path\"", "an array of strings");
+    return;
+  }
+  for (const auto& entry : *array) {
+    const auto* dir = entry.as_string();
+    if (!dir) {
+      type_error(entry, "each \"plugin_path\" entry", "a string");
+    } else if (dir->get().empty()) {
+      error(entry.source(), "a \"plugin_path\" entry is empty");
+    } else {
+      config_.plugin_path.push_back(resolve(dir->get()));
+    }
+  }
+}
+
+void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
+  const std::string name(key.str());
+  if (!is_valid_plugin_name(name)) {
+    error(key.source(), "invalid plugin name " + in_quotes(name) +
+                            " in [plugins]: " + std::string(kPluginNameSyntax));
+    return;
+  }
+  const std::string section = "[plugins." + name + "]";
+  const auto* table = node.as_table();
+  if (!table) {
+    type_error(node, section, "a table");
+    return;
+  }
+  check_keys(*table, "in " + section, {"library", "options"});
+
+  PluginConfig plugin;
+  plugin.name = name;
+  plugin.where = at(key.source());
+  if (const auto* library = table->get("library")) {
+    const auto* text = library->as_string();
+    if (!text) {
+      type_error(*library, "\"library\" in " + section, "a string");
+    } else if (text->get().empty()) {
+      error(library->source(), "\"library\" in " + section + " is empty");
+    } else {
+      plugin.library = resolve(text->get());
+    }
+  }
+  if (const auto* options = table->get("options")) {
+    read_options(*options, plugin, section);
+  }
+  config_.plugins.emplace(name, std::move(plugin));
+}
+
+void ConfigReader::read_options(const toml::node& node, PluginConfig& plugin,
+                                const std::string& section) {
+  const auto* table = node.as_table();
+  if (!table) {
+    type_error(node, "\"options\" in " + section, "a table");
+    return;
+  }
+  for (const auto& [key, value] : *table) {
+    const std::string what =
+        "option " + in_quotes(key.str()) + " of plugin " + in_quotes(plugin.name);
+    if (key.str().empty()) {
+      error(key.source(), "an option of plugin " + in_quotes(plugin.name) +
+                              " has an empty name");
+    } else if (const auto* text = value.as_string()) {
+      plugin.options.emplace_back(key.str(), text->get());
+    } else if (const auto* integer = value.as_integer()) {
+      plugin.options.emplace_back(key.str(), std::to_string(integer->get()));
+    } else if (const auto* boolean = value.as_boolean()) {
+      plugin.options.emplace_back(key.str(), boolean->get() ? "true" : "false");
+    } else {
+      type_error(value, what, "a string, an integer or a boolean");
+    }
+  }
+}
+
+void ConfigReader::read_device(const toml::key& key, const toml::node& node) {
+  const std::string tag_text(key.str());
+  const auto tag = parse_device_tag(tag_text);
+  if (!tag) {
+    error(key.source(), "invalid device tag " + in_quotes(tag_text) +
+                            " in [devices]: " + std::string(kTagSyntax));
+    return;
+  }
+  const std::string section = "[devices." + key_text(tag_text) + "]";
+  const auto* table = node.as_table();
+  if (!table) {
+    type_error(node, section, "a table");
+    return;
+  }
+  check_keys(*table, "in " + section, {"fallback", "use"});
+
+  DeviceTagConfig device;
+  device.tag = tag_text;
+  device.where = at(key.source());
+  device.primary = default_binding(*tag);
+  if (const auto* use = table->get("use")) {
+    if (auto binding = read_use(*use, *tag, section)) {
+      device.primary = std::move(*binding);
+    }
+  }
+  if (const auto* fallback = table->get("fallback")) {
+    read_fallbacks(*fallback, device, section);
+  }
+  config_.devices.emplace(tag_text, std::move(device));
+}
+
+std::optional<DeviceBinding> ConfigReader::read_use(const toml::node& node,
+                                                    const DeviceTag& tag,
+                                                    const std::string& section) {
+  const std::string what = "\"use\" in " + section;
+  if (const auto* array = node.as_array()) {
+    return read_binding_array(*array, what);
+  }
+  const auto* text = node.as_string();
+  if (!text) {
+    type_error(node, what,
+               "a plugin name or [plugin, { index | uuid | pci_bus_id = ... }]");
+    return std::nullopt;
+  }
+  const std::string& plugin = text->get();
+  if (is_valid_plugin_name(plugin)) {
+    return DeviceBinding{plugin,
+                         DeviceSelector::by_index(tag.index.value_or(0))};
+  }
+  // "cuda:1" is a tag, not a plugin; say how to write what was meant.
+  if (const auto as_tag = parse_device_tag(plugin); as_tag && as_tag->index) {
+    error(node.source(), what + " names " + in_quotes(plugin) +
+                             ", which is a device tag, not a plugin; write "
+                             "use = [" + in_quotes(as_tag->name) +
+                             ", { index = " + std::to_string(*as_tag->index) +
+                             " }]");
+  } else {
+    error(node.source(), what + ": invalid plugin name " + in_quotes(plugin) +
+                             ": " + std::string(kPluginNameSyntax));
+  }
+  return std::nullopt;
+}
+
+std::optional<DeviceBinding> ConfigReader::read_binding_array(
+    const toml::array& array, const std::string& what) {
+  if (array.size() != 2) {
+    error(array.source(),
+          what + " must be [plugin, { index | uuid | pci_bus_id = ... }], "
+                 "found an array of " + std::to_string(array.size()) +
+              (array.size() == 1 ? " element" : " elements"));
+    return std::nullopt;
+  }
+  const auto* plugin = array[0].as_string();
+  if (!plugin) {
+    type_error(array[0], "the plugin in " + what, "a string");
+    return std::nullopt;
+  }
+  if (!is_valid_plugin_name(plugin->get())) {
+    error(array[0].source(), what + ": invalid plugin name " +
+                                 in_quotes(plugin->get()) + ": " +
+                                 std::string(kPluginNameSyntax));
+    return std::nullopt;
+  }
+  auto selector = read_selector(array[1], "the selector in " + what);
+  if (!selector) return std::nullopt;
+  return DeviceBinding{plugin->get(), std::move(*selector)};
+}
+
+std::optional<DeviceSelector> ConfigReader::read_selector(
+    const toml::node& node, const std::string& what) {
+  const auto* table = node.as_table();
+  if (!table) {
+    type_error(node, what, "a table such as { index = 0 }");
+    return std::nullopt;
+  }
+  const size_t errors_before = errors_.size();
+  check_keys(*table, "in " + what, {"index", "pci_bus_id", "uuid"});
+
+  std::vector<std::string_view> given;
+  for (const auto name : {"index", "uuid", "pci_bus_id"}) {
+    if (table->contains(name)) given.push_back(name);
+  }
+  if (given.size() != 1) {
+    std::string found = "none";
+    if (given.size() > 1) {
+      found.clear();
+      for (size_t i = 0; i < given.size(); ++i) {
+        if (i > 0) found += i + 1 == given.size() ? " and " : ", ";
+        found += given[i];
+      }
+    }
+    error(table->source(), what +
+                               " needs exactly one of index, uuid, "
+                               "pci_bus_id; found " + found);
+    return std::nullopt;
+  }
+  if (errors_.size() != errors_before) return std::nullopt;
+
+  const toml::node& value = *table->get(given[0]);
+  const std::string value_what = in_quotes(given[0]) + " of " + what;
+  if (given[0] == "index") {
+    const auto* index = value.as_integer();
+    if (!index) {
+      type_error(value, value_what, "an integer");
+      return std::nullopt;
+    }
+    if (index->get() < 0 ||
+        index->get() > std::numeric_limits<uint32_t>::max()) {
+      error(value.source(), value_what + " must be between 0 and " +
+                                std::to_string(
+                                    std::numeric_limits<uint32_t>::max()) +
+                                ", found " + std::to_string(index->get()));
+      return std::nullopt;
+    }
+    return DeviceSelector::by_index(static_cast<uint32_t>(index->get()));
+  }
+  const auto* text = value.as_string();
+  if (!text) {
+    type_error(value, value_what, "a string");
+    return std::nullopt;
+  }
+  if (given[0] == "uuid") {
+    auto selector = DeviceSelector::by_uuid(text->get());
+    if (!selector) {
+      error(value.source(),
+            "invalid uuid " + in_quotes(text->get()) + " in " + what +
+                ": expected 32 hex digits as 8-4-4-4-12, optionally after "
+                "\"GPU-\", such as \"GPU-0f3c2a1e-5b6d-4e7f-8a9b-0c1d2e3f4a5b\"");
+    }
+    return selector;
+  }
+  auto selector = DeviceSelector::by_pci_bus_id(text->get());
+  if (!selector) {
+    error(value.source(), "invalid PCI bus id " + in_quotes(text->get()) +
+                              " in " + what +
+                              ": expected [domain:]bus:device.function "
+                              "in hex, such as \"0000:3b:00.0\"");
+  }
+  return selector;
+}
+
+void ConfigReader::read_fallbacks(const toml::node& node,
+                                  DeviceTagConfig& device,
+                                  const std::string& section) {
+  const std::string what = "\"fallback\" in " + section;
+  const auto* array = node.as_array();
+  if (!array) {
+    type_error(node, what, "an array");
+    return;
+  }
+  for (const auto& entry : *array) {
+    DeviceFallback fallback;
+    fallback.where = at(entry.source());
+    if (const auto* text = entry.as_string()) {
+      if (!parse_device_tag(text->get())) {
+        error(entry.source(), what + " refers to " + in_quotes(text->get()) +
+                                  ", which is not a device tag: " +
+                                  std::string(kTagSyntax));
+        continue;
+      }
+      fallback.target = text->get();
+    } else if (const auto* binding_array = entry.as_array()) {
+      auto binding = read_binding_array(*binding_array, "an entry of " + what);
+      if (!binding) continue;
+      fallback.target = std::move(*binding);
+    } else {
+      type_error(entry, "each entry of " + what,
+                 "a device tag or [plugin, { index | uuid | pci_bus_id = ... "
+                 "}]");
+      continue;
+    }
+    device.fallbacks.push_back(std::move(fallback));
+  }
+}
+
+void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
+  const auto id = parse_memory_id(key.str());
+  if (!id) {
+    error(key.source(), "memory id " + in_quotes(key.str()) +
+                            " in [memory] is not an unsigned 32-bit integer "
+                            "(decimal, without sign or leading zeros)");
+    return;
+  }
+  const std::string what = "memory id " + std::to_string(*id) + " in [memory]";
+  const auto* tag = node.as_string();
+  if (!tag) {
+    type_error(node, what, "a device tag string such as \"host\"");
+    return;
+  }
+  if (!parse_device_tag(tag->get())) {
+    error(node.source(), what + " maps to " + in_quotes(tag->get()) +
+                             ", which is not a device tag: " +
+                             std::string(kTagSyntax));
+    return;
+  }
+  config_.memory_overrides.emplace(*id, tag->get());
+}
+
+void ConfigReader::read_load(const toml::table& table) {
+  check_keys(table, "in [load]", {"staging", "threads", "verify"});
+
+  if (const auto* staging = table.get("staging")) {
+    const std::string what = "\"staging\" in [load]";
+    std::optional<uint64_t> bytes;
+    if (const auto* integer = staging->as_integer()) {
+      if (integer->get() < 0) {
+        error(staging->source(), what + " must not be negative, found " +
+                                     std::to_string(integer->get()));
+      } else {
+        bytes = static_cast<uint64_t>(integer->get());
+      }
+    } else if (const auto* text = staging->as_string()) {
+      auto parsed = parse_byte_size(text->get());
+      if (parsed.ok()) {
+        bytes = *parsed;
+      } else {
+        error(staging->source(), what + ": " + parsed.status().message());
+      }
+    } else {
+      type_error(*staging, what,
+                 "a size such as \"64MiB\" or an integer number of bytes");
+    }
+    if (bytes == uint64_t{0}) {
+      error(staging->source(), what + " must be at least 1 byte");
+    } else if (bytes) {
+      config_.load.staging_bytes = *bytes;
+    }
+  }
+
+  if (const auto* threads = table.get("threads")) {
+    const std::string what = "\"threads\" in [load]";
+    if (const auto* integer = threads->as_integer()) {
+      if (integer->get() < 0 || integer->get() > kMaxLoadThreads) {
+        error(threads->source(),
+              what + " must be between 0 and " +
+                  std::to_string(kMaxLoadThreads) + " (0: one per device), "
+                  "found " + std::to_string(integer->get()));
+      } else {
+        config_.load.threads = static_cast<uint32_t>(integer->get());
+      }
+    } else {
+      type_error(*threads, what, "an integer");
+    }
+  }
+
+  if (const auto* verify = table.get("verify")) {
+    if (const auto* boolean = verify->as_boolean()) {
+      config_.load.verify = boolean->get();
+    } else {
+      type_error(*verify, "\"verify\" in [load]", "a boolean");
+    }
+  }
+}
+
+}  // namespace
+
+Result<RuntimeConfig> parse_config(std::string_view text,
+                                   std::string_view source_name) {
+  std::error_code ec;
+  fs::path base_dir = fs::absolute(fs::path(source_name), ec).parent_path();
+  if (ec) base_dir.clear();
+
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    const SourceLocation where{std::string(source_name), e.source().begin.line,
+                               e.source().begin.column};
+    return Status(StatusCode::invalid_argument,
+                  where.to_string() + ": " + std::string(e.description()));
+  }
+  return ConfigReader(source_name, std::move(base_dir)).read(root);
+}
+
+Result<RuntimeConfig> read_config(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return Status(StatusCode::invalid_argument,
+                  path.string() + ": cannot read config: it is a directory");
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return Status(StatusCode::invalid_argument,
+                  path.string() + ": cannot open config: " +
+                      std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) {
+    return Status(StatusCode::invalid_argument,
+                  path.string() + ": cannot read config: " +
+                      std::strerror(errno));
+  }
+  return parse_config(text.str(), path.string());
+}
+
+}  // namespace devalloc
