@@ -52,7 +52,10 @@ fs::path PluginLoader::installed_plugin_dir() {
   std::error_code ec;
   const fs::path self = boost::dll::this_line_location(ec);
   if (ec || self.empty()) return {};
-  return (self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN).lexically_normal();
+  // The location is as the binary was invoked ("./bin/devalloc"); anchor it
+  // now, before anyone changes directory.
+  return fs::absolute(self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN, ec)
+      .lexically_normal();
 }
 
 std::vector<fs::path> PluginLoader::default_search_path(

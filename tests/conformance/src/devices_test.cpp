@@ -1,0 +1,156 @@
+// PLUGIN-4, PLUGIN-10, PLUGIN-18: devices, their properties and the
+// capabilities, read through the raw table as this host and a newer one would.
+#include "suite.hpp"
+
+#include <array>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <vector>
+
+namespace devalloc::conformance {
+namespace {
+
+using Devices = PluginTest;
+using Capabilities = PluginTest;
+
+constexpr uint8_t kCanary = 0xab;
+// Fields a later minor version appends, which a 1.0 plugin must not touch.
+constexpr size_t kNewerTail = 64;
+constexpr char kUnwritten = 'X';
+
+bool terminated(const char* text, size_t capacity) {
+  return std::memchr(text, '\0', capacity) != nullptr;
+}
+
+TEST_F(Devices, PluginHasAtLeastOneDevice) {
+  EXPECT_GT(device_count(), 0u) << "plugin has no devices to test";
+}
+
+TEST_F(Devices, CountThroughTheTable_MatchesWhatTheLoaderSaw) {
+  uint32_t count = 0;
+  RawError error;
+  ASSERT_EQ(api().get_device_count(instance(), &count, error.get()),
+            DEVALLOC_STATUS_OK)
+      << error.text();
+  EXPECT_EQ(count, device_count());
+  EXPECT_TRUE(error.untouched()) << "success wrote the error message";
+}
+
+TEST_F(Devices, EveryDevice_HasSaneProperties) {
+  static const std::regex kPciBusId("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]");
+  for (uint32_t device = 0; device < device_count(); ++device) {
+    SCOPED_TRACE("device " + std::to_string(device));
+    devalloc_device_properties p;
+    std::memset(&p, kUnwritten, sizeof p);
+    p.struct_size = sizeof p;
+    RawError error;
+    ASSERT_EQ(api().get_device_properties(instance(), device, &p, error.get()),
+              DEVALLOC_STATUS_OK)
+        << error.text();
+    ASSERT_TRUE(terminated(p.name, sizeof p.name)) << "name has no NUL";
+    EXPECT_STRNE(p.name, "");
+    EXPECT_GT(p.total_memory_bytes, 0u);
+    ASSERT_TRUE(terminated(p.pci_bus_id, sizeof p.pci_bus_id))
+        << "pci_bus_id has no NUL";
+    if (p.pci_bus_id[0] != '\0') {
+      EXPECT_TRUE(std::regex_match(p.pci_bus_id, kPciBusId))
+          << "pci_bus_id \"" << p.pci_bus_id
+          << "\" is not dddd:bb:dd.f in lower-case hex";
+    }
+    const std::set<int32_t> dlpack_types = {
+        DEVALLOC_DLPACK_CPU, DEVALLOC_DLPACK_CUDA, DEVALLOC_DLPACK_CUDA_HOST,
+        DEVALLOC_DLPACK_ROCM, DEVALLOC_DLPACK_ONEAPI};
+    EXPECT_TRUE(dlpack_types.contains(p.dlpack_device_type))
+        << "dlpack_device_type " << p.dlpack_device_type;
+    EXPECT_GE(p.dlpack_device_id, 0);
+    const DeviceInfo& seen = plugin().devices()[device];
+    EXPECT_EQ(seen.name, p.name) << "differs from what the loader saw";
+    EXPECT_EQ(seen.total_memory_bytes, p.total_memory_bytes);
+  }
+}
+
+TEST_F(Devices, DevicesWithAUuid_HaveDistinctUuids) {
+  std::set<std::array<uint8_t, 16>> seen;
+  for (const DeviceInfo& device : plugin().devices()) {
+    if (device.has_uuid()) {
+      EXPECT_TRUE(seen.insert(device.uuid).second)
+          << "device " << device.index << " repeats UUID "
+          << device.uuid_string();
+    }
+  }
+}
+
+TEST_F(Devices, PropertiesOfTheDeviceAtTheCount_AreNoSuchDevice) {
+  devalloc_device_properties p{};
+  p.struct_size = sizeof p;
+  RawError error;
+  EXPECT_TRUE(RawFailure(
+      api().get_device_properties(instance(), device_count(), &p, error.get()),
+      DEVALLOC_STATUS_NO_SUCH_DEVICE, error));
+}
+
+TEST_F(Devices, PropertiesStructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
+  if (device_count() == 0) GTEST_SKIP() << "plugin has no devices to test";
+  std::vector<uint8_t> bytes(sizeof(devalloc_device_properties) + kNewerTail,
+                             kCanary);
+  const size_t newer = bytes.size();
+  std::memcpy(bytes.data(), &newer, sizeof newer);
+  RawError error;
+  auto* p = reinterpret_cast<devalloc_device_properties*>(bytes.data());
+  ASSERT_EQ(api().get_device_properties(instance(), kDevice, p, error.get()),
+            DEVALLOC_STATUS_OK)
+      << error.text();
+  EXPECT_EQ(p->total_memory_bytes, plugin().devices()[kDevice].total_memory_bytes);
+  for (size_t i = sizeof *p; i < bytes.size(); ++i) {
+    ASSERT_EQ(bytes[i], kCanary) << "wrote byte " << i << " it does not know";
+  }
+}
+
+TEST_F(Capabilities, MaxAlignment_IsAPowerOfTwoOfAtLeast256) {
+  const uint64_t max_alignment = plugin().capabilities().max_alignment;
+  EXPECT_GE(max_alignment, 256u);
+  EXPECT_EQ(max_alignment & (max_alignment - 1), 0u)
+      << max_alignment << " is not a power of two";
+}
+
+TEST_F(Capabilities, ThroughTheTable_MatchWhatTheLoaderSaw) {
+  devalloc_capabilities c{};
+  c.struct_size = sizeof c;
+  RawError error;
+  ASSERT_EQ(api().get_capabilities(instance(), &c, error.get()),
+            DEVALLOC_STATUS_OK)
+      << error.text();
+  EXPECT_EQ(c.max_alignment, plugin().capabilities().max_alignment);
+  EXPECT_EQ((c.flags & DEVALLOC_CAPABILITY_ASYNC_COPY) != 0,
+            plugin().capabilities().async_copy);
+  EXPECT_EQ((c.flags & DEVALLOC_CAPABILITY_HOST_STAGING) != 0,
+            plugin().capabilities().host_staging);
+}
+
+TEST_F(Capabilities, StructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
+  std::vector<uint8_t> bytes(sizeof(devalloc_capabilities) + kNewerTail, kCanary);
+  const size_t newer = bytes.size();
+  std::memcpy(bytes.data(), &newer, sizeof newer);
+  RawError error;
+  auto* c = reinterpret_cast<devalloc_capabilities*>(bytes.data());
+  ASSERT_EQ(api().get_capabilities(instance(), c, error.get()),
+            DEVALLOC_STATUS_OK)
+      << error.text();
+  EXPECT_EQ(c->max_alignment, plugin().capabilities().max_alignment);
+  for (size_t i = sizeof *c; i < bytes.size(); ++i) {
+    ASSERT_EQ(bytes[i], kCanary) << "wrote byte " << i << " it does not know";
+  }
+}
+
+TEST_F(Capabilities, HostStagingFlag_AgreesWithTheStagingFunctions) {
+  if (plugin().capabilities().host_staging) {
+    EXPECT_NE(api().allocate_host, nullptr);
+    EXPECT_NE(api().free_host, nullptr);
+  } else {
+    EXPECT_STATUS(plugin().allocate_host(4096), StatusCode::unsupported);
+  }
+}
+
+}  // namespace
+}  // namespace devalloc::conformance

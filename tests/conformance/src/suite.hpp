@@ -1,0 +1,136 @@
+// What every conformance test shares: the target under test, a fixture that
+// loads it afresh, status assertions, byte patterns, and probes that stand in
+// for the caller of a copy.
+#pragma once
+
+#include <devalloc/conformance.hpp>
+#include <devalloc/plugin.hpp>
+#include <devalloc/status.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace devalloc::conformance {
+
+// Set by run() before any test starts.
+void set_target(const Target& target);
+const Target& target();
+
+// The device most tests work on; the fixture fails when there is none.
+inline constexpr uint32_t kDevice = 0;
+inline constexpr uint64_t kKiB = 1024;
+inline constexpr uint64_t kMiB = 1024 * kKiB;
+
+// Assertions on the handle's Status. The handle fills in a message when the
+// plugin gives none, so the plugin's own text is checked through the raw
+// table instead (RawFailure).
+::testing::AssertionResult IsOk(const char* expr, const Status& status);
+template <class T>
+::testing::AssertionResult IsOk(const char* expr, const Result<T>& result) {
+  return IsOk(expr, result.status());
+}
+::testing::AssertionResult HasCode(const char* expr, const char* code_expr,
+                                   const Status& status, StatusCode code);
+template <class T>
+::testing::AssertionResult HasCode(const char* expr, const char* code_expr,
+                                   const Result<T>& result, StatusCode code) {
+  return HasCode(expr, code_expr, result.status(), code);
+}
+
+#define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::devalloc::conformance::IsOk, expr)
+#define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::devalloc::conformance::IsOk, expr)
+#define EXPECT_STATUS(expr, code) \
+  EXPECT_PRED_FORMAT2(::devalloc::conformance::HasCode, expr, code)
+
+// Deterministic pseudo-random bytes: the same seed gives the same bytes, and
+// neighbouring seeds share no structure, so a copy landing at the wrong place
+// or from the wrong source is seen.
+void fill_pattern(std::span<uint8_t> bytes, uint64_t seed);
+std::vector<uint8_t> pattern(size_t nbytes, uint64_t seed);
+// Names the first differing offset and how many bytes differ.
+::testing::AssertionResult BytesEqual(std::span<const uint8_t> expected,
+                                      std::span<const uint8_t> actual);
+uint64_t digest(std::span<const uint8_t> bytes);
+
+// A devalloc_error whose message starts without any NUL, so that a plugin
+// that fails without writing a terminated message is caught.
+struct RawError {
+  RawError();
+  devalloc_error* get() { return &error; }
+  bool untouched() const;
+  bool terminated() const;
+  std::string text() const;
+
+  devalloc_error error;
+};
+
+// PLUGIN-6 seen through the raw table: the expected status, and a non-empty
+// NUL-terminated message.
+::testing::AssertionResult RawFailure(devalloc_status got, devalloc_status want,
+                                      const RawError& error);
+
+// Stands for the caller of one until-released copy: counts the releases and
+// checks that src still held the bytes the copy was issued with when its
+// release came.
+struct ReleaseProbe {
+  // Records src as it is now. With reuse_after_release the release callback
+  // overwrites src, as a caller that refills its staging buffer at once does.
+  void arm(std::span<uint8_t> src, bool reuse_after_release = false);
+  static void on_release(void* probe);
+
+  std::span<uint8_t> source;
+  uint64_t source_digest = 0;
+  bool reuse = false;
+  std::atomic<int> releases{0};
+  std::atomic<bool> source_intact{true};
+};
+
+class PluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+
+  Plugin& plugin() { return *plugin_; }
+  const devalloc_plugin_api_v1& api() const { return plugin_->api(); }
+  devalloc_instance* instance() const { return plugin_->instance(); }
+  uint32_t device_count() const {
+    return static_cast<uint32_t>(plugin_->devices().size());
+  }
+  // destroy(): what the loader does when the last handle goes.
+  void destroy_plugin() { plugin_.reset(); }
+
+  // Reads nbytes at a device address back into fresh host memory.
+  Result<std::vector<uint8_t>> read_device(uint32_t device, uint64_t address,
+                                           uint64_t nbytes);
+  // What a caller does before freeing: synchronize, then deallocate.
+  Status release(uint32_t device, uint64_t address);
+
+  // An object that outlives the plugin instance, also when an assertion ends
+  // the test early: copy sources and release probes, so that a plugin that
+  // reads or releases late touches live memory and the test reports it.
+  template <class T, class... Args>
+  T& keep_past_destroy(Args&&... args) {
+    auto object = std::make_shared<T>(std::forward<Args>(args)...);
+    kept_.push_back(object);
+    return *object;
+  }
+
+ private:
+  // Declared before plugin_, so destroyed after it.
+  std::vector<std::shared_ptr<void>> kept_;
+  std::shared_ptr<Plugin> plugin_;
+};
+
+// For tests that need a device to work on.
+class DeviceTest : public PluginTest {
+ protected:
+  void SetUp() override;
+};
+
+}  // namespace devalloc::conformance
