@@ -61,6 +61,8 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   // The failure; an ok Status when the result holds a value.
   Status status() const { return ok() ? Status() : std::get<1>(v_); }
 

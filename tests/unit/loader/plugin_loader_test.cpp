@@ -1,0 +1,169 @@
+// Finding plugins by name and by path, and the lifetime of what was loaded.
+#include <devalloc/plugin_loader.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace devalloc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const fs::path kPlugins = DEVALLOC_PLUGIN_BUILD_DIR;
+const fs::path kHost = kPlugins / "libdevalloc_host.so";
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+class ScopedCwd {
+ public:
+  explicit ScopedCwd(const fs::path& dir) : old_(fs::current_path()) {
+    fs::current_path(dir);
+  }
+  ~ScopedCwd() { fs::current_path(old_); }
+
+ private:
+  fs::path old_;
+};
+
+bool library_is_loaded(const fs::path& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
+TEST(PluginLoader, GivenBinaryInBuildTree_WhenAskingInstalledDir_ThenItIsThePluginOutputDir) {
+  EXPECT_EQ(fs::weakly_canonical(PluginLoader::installed_plugin_dir()),
+            fs::weakly_canonical(kPlugins));
+}
+
+TEST(PluginLoader, GivenName_WhenResolving_ThenFoundInInstalledDir) {
+  ScopedEnv env("DEVALLOC_PLUGIN_PATH", "");
+  PluginLoader loader;
+  auto [path, error] = loader.resolve("host");
+  EXPECT_TRUE(error.status.ok()) << error.status.message();
+  EXPECT_EQ(fs::weakly_canonical(path), fs::weakly_canonical(kHost));
+}
+
+TEST(PluginLoader, GivenEnvPath_WhenBuildingSearchPath_ThenConfigDirsComeFirstThenEnvThenInstalled) {
+  ScopedEnv env("DEVALLOC_PLUGIN_PATH", "/tmp/devalloc-a::/tmp/devalloc-b");
+  auto dirs = PluginLoader::default_search_path({"/tmp/devalloc-config"});
+  ASSERT_EQ(dirs.size(), 4u);
+  EXPECT_EQ(dirs[0], fs::path("/tmp/devalloc-config"));
+  EXPECT_EQ(dirs[1], fs::path("/tmp/devalloc-a"));
+  EXPECT_EQ(dirs[2], fs::path("/tmp/devalloc-b"));
+  EXPECT_EQ(fs::weakly_canonical(dirs[3]), fs::weakly_canonical(kPlugins));
+}
+
+TEST(PluginLoader, GivenPluginOnlyInCurrentDirectory_WhenResolvingByName_ThenNotFound) {
+  ScopedEnv env("DEVALLOC_PLUGIN_PATH", "");
+  const fs::path dir = fs::temp_directory_path() / ("devalloc-cwd-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kHost, dir / "libdevalloc_onlyhere.so", fs::copy_options::overwrite_existing);
+  {
+    ScopedCwd cwd(dir);
+    PluginLoader loader;
+    auto [path, error] = loader.resolve("onlyhere");
+    EXPECT_TRUE(path.empty());
+    EXPECT_EQ(error.outcome, PluginOutcome::not_found);
+    EXPECT_THAT(error.status.message(),
+                AllOf(HasSubstr("\"onlyhere\" not found"),
+                      HasSubstr("libdevalloc_onlyhere.so"),
+                      HasSubstr(kPlugins.lexically_normal().string())));
+  }
+  fs::remove_all(dir);
+}
+
+TEST(PluginLoader, GivenMissingExplicitPath_WhenLoading_ThenNotFoundNamesThePath) {
+  PluginLoader loader;
+  auto [plugin, error] = loader.load("/nonexistent/libdevalloc_x.so");
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::not_found);
+  EXPECT_THAT(error.status.message(), HasSubstr("/nonexistent/libdevalloc_x.so: no such file"));
+}
+
+TEST(PluginLoader, GivenNameWithSlashesOrSpaces_WhenResolving_ThenRejectedAsNeitherNameNorPath) {
+  PluginLoader loader;
+  auto [path, error] = loader.resolve("bad name");
+  EXPECT_TRUE(path.empty());
+  EXPECT_EQ(error.status.code(), StatusCode::invalid_argument);
+}
+
+TEST(PluginLoader, GivenUnknownOption_WhenCreating_ThenCreateFailedWithPluginMessage) {
+  PluginLoader loader;
+  auto [plugin, error] = loader.load(kHost.string(), {{"no_such_option", "1"}});
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::create_failed);
+  EXPECT_EQ(error.status.code(), StatusCode::invalid_argument);
+  EXPECT_THAT(error.status.message(), HasSubstr("no_such_option"));
+}
+
+TEST(PluginLoader, GivenLivePlugin_WhenLibraryHandleDropped_ThenLibraryStaysUntilPluginGoes) {
+  // A private copy, so no other test's handle keeps it loaded.
+  const fs::path copy = fs::temp_directory_path() /
+                        ("libdevalloc_lifetime_" + std::to_string(getpid()) + ".so");
+  fs::copy_file(kHost, copy, fs::copy_options::overwrite_existing);
+  {
+    auto [library, open_error] = PluginLibrary::open(copy);
+    ASSERT_NE(library, nullptr) << open_error.status.message();
+    auto [plugin, create_error] = Plugin::create(library, {});
+    ASSERT_NE(plugin, nullptr) << create_error.status.message();
+    library.reset();
+    EXPECT_TRUE(library_is_loaded(copy));
+    auto address = plugin->allocate(0, 64, 64);
+    ASSERT_TRUE(address.ok());
+    EXPECT_TRUE(plugin->deallocate(0, *address).ok());
+    plugin.reset();
+    EXPECT_FALSE(library_is_loaded(copy));
+  }
+  fs::remove(copy);
+}
+
+TEST(PluginHandle, GivenHostPlugin_WhenCopyingThroughIt_ThenStatusesAndBytesAreRight) {
+  PluginLoader loader;
+  auto [plugin, error] = loader.load(kHost.string(), {{"async", "true"}});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  EXPECT_EQ(plugin->name(), "host");
+  EXPECT_TRUE(plugin->capabilities().async_copy);
+  auto address = plugin->allocate(0, 16, 16);
+  ASSERT_TRUE(address.ok()) << address.status().message();
+  const char src[16] = "fifteen chars..";
+  ASSERT_TRUE(plugin->copy_to_device(0, *address, src, sizeof src).ok());
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  char back[16] = {};
+  ASSERT_TRUE(plugin->copy_to_host(0, back, *address, sizeof back).ok());
+  EXPECT_STREQ(back, src);
+
+  Status out_of_range = plugin->copy_to_device(0, *address + 8, src, sizeof src);
+  EXPECT_EQ(out_of_range.code(), StatusCode::invalid_argument);
+  EXPECT_THAT(out_of_range.message(), HasSubstr("plugin host: "));
+  EXPECT_EQ(plugin->allocate(7, 16, 16).status().code(), StatusCode::no_such_device);
+  EXPECT_TRUE(plugin->deallocate(0, *address).ok());
+}
+
+}  // namespace
+}  // namespace devalloc
