@@ -50,12 +50,19 @@ std::string PluginLoader::file_name_for(const std::string& name) {
 
 fs::path PluginLoader::installed_plugin_dir() {
   std::error_code ec;
-  const fs::path self = boost::dll::this_line_location(ec);
+  fs::path self = boost::dll::this_line_location(ec);
   if (ec || self.empty()) return {};
-  // The location is as the binary was invoked ("./bin/devalloc"); anchor it
-  // now, before anyone changes directory.
-  return fs::absolute(self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN, ec)
-      .lexically_normal();
+  if (self.is_relative()) {
+    // The loader is in the main program, located as it was invoked
+    // ("./bin/devalloc"): ask the kernel, which does not depend on the
+    // current directory.
+    std::error_code program_ec;
+    fs::path program = boost::dll::program_location(program_ec);
+    self = !program_ec && program.filename() == self.filename()
+               ? program
+               : fs::absolute(self, ec);
+  }
+  return (self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN).lexically_normal();
 }
 
 std::vector<fs::path> PluginLoader::default_search_path(
