@@ -1,0 +1,51 @@
+// A whole file mapped read-only into memory.
+//
+// Held through shared_ptr: whoever reads the bytes (a copy the plugin has not
+// yet released, a SafetensorsFile) keeps the mapping alive, and the last
+// owner unmaps it.
+#pragma once
+
+#include <devalloc/status.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <utility>
+
+namespace devalloc {
+
+class MappedFile {
+ public:
+  // Opens and maps `path` (a regular file) with PROT_READ and MAP_PRIVATE.
+  // An empty file is not mapped: bytes() is then empty with a null data().
+  // Errors (invalid_argument) read "<path>: cannot open: <errno text>",
+  // "<path>: not a regular file", "<path>: cannot map 123 bytes: <errno text>".
+  //
+  // The mapping reflects the file: if another process truncates it while it is
+  // mapped, reading the lost pages raises SIGBUS. devalloc never writes to the
+  // files it maps; writers replace files by rename (write_safetensors does),
+  // which leaves an existing mapping intact.
+  static Result<std::shared_ptr<const MappedFile>> open(
+      const std::filesystem::path& path);
+
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
+
+ private:
+  MappedFile(std::filesystem::path path, const std::byte* data, uint64_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+
+  std::filesystem::path path_;
+  const std::byte* data_;
+  uint64_t size_;
+};
+
+}  // namespace devalloc

@@ -1,0 +1,161 @@
+// The memory plan: program-level buffers, the tensors placed in them, and the
+// methods that use them. docs/plan-format.md specifies the JSON file.
+//
+// Reading and checking are separate steps: read_plan() checks the structure
+// (types, required and unknown fields, format and version); validate_plan()
+// checks what the plan means (ids, bounds, overlaps, names, sources). Errors
+// of both read "<plan file>: <JSON pointer> ...: <reason>", the pointer being
+// where the offending value is (or would be) written in the file.
+#pragma once
+
+#include <devalloc/core/dtype.hpp>
+#include <devalloc/core/safetensors.hpp>
+#include <devalloc/status.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace devalloc {
+
+inline constexpr std::string_view kPlanFormat = "devalloc-plan";
+// The newest version this build reads and the one write_plan writes; every
+// older version is read too.
+inline constexpr uint32_t kPlanVersion = 1;
+
+// One device allocation, shared by every method that uses its memory id.
+struct PlanBuffer {
+  uint32_t memory_id = 0;
+  std::string device;      // planned device tag: "cuda:0", "hip:1", "host"
+  uint64_t size = 0;       // bytes
+  uint64_t alignment = 1;  // a power of two
+};
+
+// Where a constant's initial bytes come from.
+struct PlanSource {
+  std::string file;  // relative to the plan's folder (Plan::source_path)
+  std::string key;   // tensor name inside that safetensors file
+};
+
+struct PlanTensor {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> shape;
+  uint32_t memory_id = 0;
+  uint64_t offset = 0;  // from the start of the buffer
+  // Set for a constant; nullopt for planned scratch memory, which is only
+  // placed, never filled.
+  std::optional<PlanSource> source;
+
+  bool is_constant() const { return source.has_value(); }
+};
+
+struct PlanMethod {
+  std::string name;
+  std::vector<uint32_t> memory_ids;  // every buffer the method uses
+  std::vector<std::string> tensors;  // names of its tensors
+};
+
+// What a set of methods needs: each memory id and tensor once, however many
+// of the methods share it.
+struct PlanSelection {
+  std::vector<uint32_t> memory_ids;  // ascending
+  std::vector<size_t> tensors;       // indices into Plan::tensors, ascending
+  std::vector<size_t> constants;     // the subset of `tensors` with a source
+};
+
+struct Plan {
+  // The plan file: named in errors, and its folder is where relative source
+  // files are found.
+  std::filesystem::path path;
+  // Lets source files lie outside the plan's folder or be absolute.
+  bool allow_external_files = false;
+  std::vector<PlanBuffer> buffers;
+  std::vector<PlanTensor> tensors;
+  std::vector<PlanMethod> methods;
+
+  // The folder of `path` ("." when `path` has none).
+  std::filesystem::path directory() const;
+
+  // The source file as an absolute path with symlinks resolved
+  // (weakly_canonical). Unless allow_external_files is set, fails
+  // (invalid_argument) for an absolute path and for one that resolves outside
+  // directory(). The file need not exist.
+  Result<std::filesystem::path> source_path(const PlanSource& source) const;
+
+  // The buffers and tensors that `method_names` use, deduplicated. Fails
+  // (invalid_argument) naming the first unknown method or a method entry that
+  // names no buffer or tensor of the plan.
+  Result<PlanSelection> tensors_for_methods(
+      std::span<const std::string> method_names) const;
+};
+
+// Reads and structurally checks a plan file; Plan::path is set to `path`.
+Result<Plan> read_plan(const std::filesystem::path& path);
+
+struct PlanValidationOptions {
+  // Open each constant's safetensors file and compare key, dtype and shape.
+  bool check_sources = true;
+  // Where source files are opened (by their resolved path); a caller that
+  // loads the plan afterwards passes its own to reuse the mappings. When
+  // null, validate_plan uses one of its own.
+  SafetensorsCache* cache = nullptr;
+};
+
+// Checks, reporting the first failure (invalid_argument):
+//   buffers   duplicate memory id; alignment not a power of two; a device
+//             tag that does not parse ("name" or "name:index");
+//   tensors   duplicate name; memory id without a buffer; shape x dtype not a
+//             whole number of bytes or overflowing; ending past the buffer;
+//             two constants overlapping in one buffer (scratch tensors may
+//             overlap anything: their lifetimes are the planner's business);
+//   methods   duplicate name; unknown or repeated memory id or tensor; a
+//             tensor whose memory id the method does not list;
+//   sources   (check_sources) a path outside the plan's folder (see
+//             Plan::source_path); a file that cannot be opened or is not
+//             valid safetensors; a missing key; dtype or shape different
+//             from the source tensor.
+Status validate_plan(const Plan& plan, const PlanValidationOptions& options = {});
+
+// Writes `plan` as JSON (version kPlanVersion), one line per buffer, tensor
+// and method, to a temporary file renamed over `path`. Source files are
+// written as they are: they are relative to the folder of `path`. Does not
+// validate.
+Status write_plan(const Plan& plan, const std::filesystem::path& path);
+
+// "GLOB=DEVICE" from the command line: tensors whose name matches GLOB
+// (fnmatch(3) without flags: '*' also matches '.' and '/') go to DEVICE.
+struct PlacementRule {
+  std::string pattern;
+  std::string device;
+};
+
+// Splits at the last '=' (device tags have none); fails (invalid_argument)
+// for a missing '=', an empty glob, or a device that is not a device tag.
+Result<PlacementRule> parse_placement_rule(std::string_view text);
+
+struct PlanBuildOptions {
+  std::vector<PlacementRule> rules;       // the first match wins
+  std::string default_device = "host";    // for tensors no rule matches
+  uint64_t alignment = 256;               // of each tensor's offset; power of two
+  std::vector<std::string> methods = {"main"};  // each uses every tensor
+};
+
+// A plan for every tensor of `files`: one buffer per device tag (memory ids
+// 0, 1, ... in the order the devices first receive a tensor), tensors packed
+// in file order at offsets aligned to options.alignment, every tensor a
+// constant whose source file is written relative to the folder of
+// `plan_path`. A file outside that folder is written as a relative path with
+// ".." and the plan gets allow_external_files. Fails (invalid_argument) for
+// a tensor name found in two files (naming both), an unreadable file, a bad
+// rule or device, an alignment that is not a power of two, or no methods.
+Result<Plan> build_plan(std::span<const std::filesystem::path> files,
+                        const std::filesystem::path& plan_path,
+                        const PlanBuildOptions& options = {});
+
+}  // namespace devalloc

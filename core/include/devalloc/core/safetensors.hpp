@@ -1,0 +1,102 @@
+// Reading and writing safetensors files: an 8-byte little-endian header
+// length, a JSON header, then the tensor bytes. docs/safetensors.md lists
+// what the reader accepts and rejects.
+#pragma once
+
+#include <devalloc/core/dtype.hpp>
+#include <devalloc/core/mapped_file.hpp>
+#include <devalloc/status.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace devalloc {
+
+// Headers above this are rejected before parsing (the reference
+// implementation's limit is 100 000 000 bytes).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> shape;
+  uint64_t offset = 0;  // of the first byte, from the start of the file
+  uint64_t nbytes = 0;
+};
+
+// An opened, fully validated safetensors file. Immutable; its bytes stay
+// mapped while any shared_ptr to it, or to its mapping(), is alive.
+class SafetensorsFile {
+ public:
+  // Maps the file and validates the whole header; on success every tensor's
+  // bytes lie inside the file. Errors are invalid_argument and read
+  // "<path>: <reason>" or "<path>: tensor \"<name>\": <reason>".
+  static Result<std::shared_ptr<const SafetensorsFile>> open(
+      const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return mapping_->path(); }
+  // In increasing offset order.
+  const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
+  // nullptr when the file has no tensor of that name.
+  const SafetensorsTensor* find(std::string_view name) const;
+  // The tensor's bytes inside the mapping; `tensor` must come from this file.
+  std::span<const std::byte> bytes(const SafetensorsTensor& tensor) const;
+  // The header's "__metadata__" (empty when absent).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Where the data section starts: 8 + header length.
+  uint64_t data_offset() const { return data_offset_; }
+  const std::shared_ptr<const MappedFile>& mapping() const { return mapping_; }
+
+ private:
+  SafetensorsFile() = default;
+
+  std::shared_ptr<const MappedFile> mapping_;
+  std::vector<SafetensorsTensor> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;  // name -> tensors_ index
+  std::map<std::string, std::string> metadata_;
+  uint64_t data_offset_ = 0;
+};
+
+// Opens each file once. Keyed by the path as given; callers that want two
+// spellings of one file to share an entry pass canonical paths. A failure is
+// remembered too, so a missing file is reported the same way every time.
+// Thread-safe.
+class SafetensorsCache {
+ public:
+  Result<std::shared_ptr<const SafetensorsFile>> open(
+      const std::filesystem::path& path);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::filesystem::path, Result<std::shared_ptr<const SafetensorsFile>>>
+      files_;
+};
+
+struct SafetensorsWriteTensor {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> shape;
+  std::span<const std::byte> bytes;  // byte_size(dtype, shape) bytes
+};
+
+// Writes a safetensors file: tensors packed in the given order with no gaps,
+// the header listing "__metadata__" (when not empty) and then the tensors in
+// that order, padded with spaces so the data starts at a multiple of 8.
+// Writes "<path>.tmp-<pid>-<n>" next to `path` and renames it over `path`, so
+// readers see the old file or the new one, never a partial one. Rejects
+// (invalid_argument) a duplicate or reserved ("__metadata__") name and bytes
+// of the wrong size.
+Status write_safetensors(const std::filesystem::path& path,
+                         std::span<const SafetensorsWriteTensor> tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace devalloc

@@ -1,0 +1,117 @@
+#include <devalloc/core/dtype.hpp>
+
+#include <limits>
+
+namespace devalloc {
+
+namespace {
+
+struct DTypeInfo {
+  std::string_view name;
+  uint32_t bits;
+  DLDataType dlpack;
+};
+
+DTypeInfo info(DType dtype) {
+  switch (dtype) {
+    case DType::boolean: return {"BOOL", 8, {kDLPackBoolCode, 8, 1}};
+    case DType::u8: return {"U8", 8, {kDLUInt, 8, 1}};
+    case DType::i8: return {"I8", 8, {kDLInt, 8, 1}};
+    case DType::u16: return {"U16", 16, {kDLUInt, 16, 1}};
+    case DType::i16: return {"I16", 16, {kDLInt, 16, 1}};
+    case DType::u32: return {"U32", 32, {kDLUInt, 32, 1}};
+    case DType::i32: return {"I32", 32, {kDLInt, 32, 1}};
+    case DType::u64: return {"U64", 64, {kDLUInt, 64, 1}};
+    case DType::i64: return {"I64", 64, {kDLInt, 64, 1}};
+    case DType::f16: return {"F16", 16, {kDLFloat, 16, 1}};
+    case DType::bf16: return {"BF16", 16, {kDLBfloat, 16, 1}};
+    case DType::f32: return {"F32", 32, {kDLFloat, 32, 1}};
+    case DType::f64: return {"F64", 64, {kDLFloat, 64, 1}};
+    case DType::c64: return {"C64", 64, {kDLComplex, 64, 1}};
+    case DType::f8_e4m3: return {"F8_E4M3", 8, {kDLPackFloat8E4M3FnCode, 8, 1}};
+    case DType::f8_e5m2: return {"F8_E5M2", 8, {kDLPackFloat8E5M2Code, 8, 1}};
+    case DType::f8_e4m3fnuz:
+      return {"F8_E4M3FNUZ", 8, {kDLPackFloat8E4M3FnuzCode, 8, 1}};
+    case DType::f8_e5m2fnuz:
+      return {"F8_E5M2FNUZ", 8, {kDLPackFloat8E5M2FnuzCode, 8, 1}};
+    case DType::f8_e8m0: return {"F8_E8M0", 8, {kDLPackFloat8E8M0FnuCode, 8, 1}};
+    case DType::f6_e2m3: return {"F6_E2M3", 6, {kDLPackFloat6E2M3FnCode, 6, 1}};
+    case DType::f6_e3m2: return {"F6_E3M2", 6, {kDLPackFloat6E3M2FnCode, 6, 1}};
+    case DType::f4: return {"F4", 4, {kDLPackFloat4E2M1FnCode, 4, 1}};
+  }
+  // Only reachable through a cast of an out-of-range integer.
+  return {"?", 8, {kDLUInt, 8, 1}};
+}
+
+}  // namespace
+
+std::string_view to_string(DType dtype) { return info(dtype).name; }
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (DType dtype : kAllDTypes) {
+    if (info(dtype).name == name) return dtype;
+  }
+  return std::nullopt;
+}
+
+std::string known_dtype_names() {
+  std::string names;
+  for (DType dtype : kAllDTypes) {
+    if (!names.empty()) names += ", ";
+    names += info(dtype).name;
+  }
+  return names;
+}
+
+uint32_t bit_width(DType dtype) { return info(dtype).bits; }
+
+DLDataType to_dlpack(DType dtype) { return info(dtype).dlpack; }
+
+std::string shape_to_string(std::span<const uint64_t> shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i != 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+Result<uint64_t> byte_size(DType dtype, std::span<const uint64_t> shape) {
+  constexpr uint64_t kMaxDimension = std::numeric_limits<int64_t>::max();
+  const auto fail = [&](const std::string& reason) {
+    return Status(StatusCode::invalid_argument,
+                  "shape " + shape_to_string(shape) + " of " +
+                      std::string(to_string(dtype)) + reason);
+  };
+  bool empty = false;
+  for (uint64_t dim : shape) {
+    if (dim > kMaxDimension) {
+      return fail(": dimension " + std::to_string(dim) + " is above 2^63-1");
+    }
+    empty = empty || dim == 0;
+  }
+  if (empty) return uint64_t{0};
+
+  uint64_t elements = 1;
+  for (uint64_t dim : shape) {
+    if (__builtin_mul_overflow(elements, dim, &elements)) {
+      return fail(": size overflows 64 bits");
+    }
+  }
+  // elements * bits / 8 without forming elements * bits, which can overflow
+  // while the byte count still fits.
+  const uint64_t bits = bit_width(dtype);
+  uint64_t bytes = 0;
+  const uint64_t rest_bits = (elements % 8) * bits;
+  if (__builtin_mul_overflow(elements / 8, bits, &bytes) ||
+      __builtin_add_overflow(bytes, rest_bits / 8, &bytes)) {
+    return fail(": size overflows 64 bits");
+  }
+  if (rest_bits % 8 != 0) {
+    return fail(" is " + std::to_string(elements) + " x " + std::to_string(bits) +
+                " bits, not a whole number of bytes");
+  }
+  return bytes;
+}
+
+}  // namespace devalloc

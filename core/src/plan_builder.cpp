@@ -1,0 +1,144 @@
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/plan.hpp>
+
+#include <fnmatch.h>
+
+#include <map>
+#include <set>
+#include <system_error>
+
+namespace devalloc {
+
+namespace {
+
+Status invalid(const std::string& message) {
+  return Status(StatusCode::invalid_argument, message);
+}
+
+std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+Status check_device(std::string_view device, const std::string& context) {
+  if (parse_device_tag(device)) return Status();
+  return invalid(context + ": " + in_quotes(device) +
+                 " is not a device tag (\"name\" or \"name:index\", e.g. \"cuda:0\")");
+}
+
+Status check_options(const PlanBuildOptions& options) {
+  if (options.alignment == 0 || (options.alignment & (options.alignment - 1)) != 0) {
+    return invalid("alignment " + std::to_string(options.alignment) +
+                   " is not a power of two");
+  }
+  if (Status status = check_device(options.default_device, "default device"); !status.ok()) {
+    return status;
+  }
+  for (const PlacementRule& rule : options.rules) {
+    const std::string context = "placement rule " + in_quotes(rule.pattern + "=" + rule.device);
+    if (rule.pattern.empty()) return invalid(context + ": empty glob");
+    if (Status status = check_device(rule.device, context); !status.ok()) return status;
+  }
+  if (options.methods.empty()) return invalid("a plan needs at least one method");
+  std::set<std::string_view> methods;
+  for (const std::string& method : options.methods) {
+    if (method.empty()) return invalid("empty method name");
+    if (!methods.insert(method).second) {
+      return invalid("method " + in_quotes(method) + " given twice");
+    }
+  }
+  return Status();
+}
+
+const std::string& device_for(const std::string& tensor, const PlanBuildOptions& options) {
+  for (const PlacementRule& rule : options.rules) {
+    if (::fnmatch(rule.pattern.c_str(), tensor.c_str(), 0) == 0) return rule.device;
+  }
+  return options.default_device;
+}
+
+Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
+  std::error_code error;
+  std::filesystem::path out = std::filesystem::absolute(path, error);
+  if (!error) out = std::filesystem::weakly_canonical(out, error);
+  if (error) return invalid(path.string() + ": cannot resolve: " + error.message());
+  return out;
+}
+
+}  // namespace
+
+Result<PlacementRule> parse_placement_rule(std::string_view text) {
+  const size_t equals = text.rfind('=');
+  const std::string context = "placement rule " + in_quotes(text);
+  if (equals == std::string_view::npos) {
+    return invalid(context + ": expected GLOB=DEVICE, e.g. 'blk.*=cuda:0'");
+  }
+  PlacementRule rule{std::string(text.substr(0, equals)), std::string(text.substr(equals + 1))};
+  if (rule.pattern.empty()) return invalid(context + ": empty glob");
+  if (Status status = check_device(rule.device, context); !status.ok()) return status;
+  return rule;
+}
+
+Result<Plan> build_plan(std::span<const std::filesystem::path> files,
+                        const std::filesystem::path& plan_path,
+                        const PlanBuildOptions& options) {
+  if (Status status = check_options(options); !status.ok()) return status;
+  Plan plan;
+  plan.path = plan_path;
+  Result<std::filesystem::path> folder = resolved(plan.directory());
+  if (!folder.ok()) return folder.status();
+
+  std::map<std::filesystem::path, size_t> seen_files;     // resolved -> files index
+  std::map<std::string, size_t, std::less<>> owner;       // tensor -> files index
+  std::map<std::string, size_t, std::less<>> buffer_of;   // device -> buffers index
+  for (size_t f = 0; f < files.size(); ++f) {
+    Result<std::filesystem::path> absolute = resolved(files[f]);
+    if (!absolute.ok()) return absolute.status();
+    if (const auto [it, inserted] = seen_files.emplace(*absolute, f); !inserted) {
+      return invalid(files[f].string() + ": given twice (also as " +
+                     files[it->second].string() + ")");
+    }
+    Result<std::shared_ptr<const SafetensorsFile>> file = SafetensorsFile::open(files[f]);
+    if (!file.ok()) return file.status();
+
+    std::filesystem::path relative = absolute->lexically_relative(*folder);
+    if (relative.empty()) relative = *absolute;
+    if (*relative.begin() == "..") plan.allow_external_files = true;
+
+    for (const SafetensorsTensor& tensor : (*file)->tensors()) {
+      if (const auto [it, inserted] = owner.emplace(tensor.name, f); !inserted) {
+        return invalid("tensor " + in_quotes(tensor.name) + " is in both " +
+                       files[it->second].string() + " and " + files[f].string());
+      }
+      const std::string& device = device_for(tensor.name, options);
+      auto [slot, added] = buffer_of.emplace(device, plan.buffers.size());
+      if (added) {
+        plan.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan.buffers.size()), device,
+                                          0, options.alignment});
+      }
+      PlanBuffer& buffer = plan.buffers[slot->second];
+      // Round up to the alignment, then append; both can overflow only for
+      // sizes no machine has, but the plan must not wrap around silently.
+      uint64_t offset = 0;
+      uint64_t end = 0;
+      if (__builtin_add_overflow(buffer.size, options.alignment - 1, &offset) ||
+          __builtin_add_overflow(offset & ~(options.alignment - 1), tensor.nbytes, &end)) {
+        return invalid("buffer for " + in_quotes(device) + " would exceed 2^64 bytes at tensor " +
+                       in_quotes(tensor.name));
+      }
+      offset &= ~(options.alignment - 1);
+      buffer.size = end;
+      plan.tensors.push_back(PlanTensor{tensor.name, tensor.dtype, tensor.shape,
+                                        buffer.memory_id, offset,
+                                        PlanSource{relative.string(), tensor.name}});
+    }
+  }
+
+  for (const std::string& name : options.methods) {
+    PlanMethod method;
+    method.name = name;
+    for (const PlanBuffer& buffer : plan.buffers) method.memory_ids.push_back(buffer.memory_id);
+    for (const PlanTensor& tensor : plan.tensors) method.tensors.push_back(tensor.name);
+    plan.methods.push_back(std::move(method));
+  }
+  return plan;
+}
+
+}  // namespace devalloc

@@ -1,0 +1,110 @@
+#include <devalloc/core/plan.hpp>
+
+#include "plan_errors.hpp"
+
+#include <algorithm>
+#include <set>
+#include <system_error>
+#include <unordered_map>
+
+namespace devalloc {
+
+namespace {
+
+using detail::plan_error;
+
+// True when `path` is `folder` or lies below it; both absolute and normal.
+bool is_within(const std::filesystem::path& path, const std::filesystem::path& folder) {
+  const std::filesystem::path relative = path.lexically_relative(folder);
+  return !relative.empty() && *relative.begin() != "..";
+}
+
+}  // namespace
+
+std::filesystem::path Plan::directory() const {
+  const std::filesystem::path parent = path.parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
+Result<std::filesystem::path> Plan::source_path(const PlanSource& source) const {
+  return detail::resolve_source(*this, source, "");
+}
+
+Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const PlanSource& source,
+                                                     const std::string& place) {
+  const std::string& name = source.file;
+  const std::string quoted = "\"" + name + "\"";
+  if (name.empty()) return plan_error(plan, place, "source file is empty");
+  const std::filesystem::path file(name);
+  if (file.is_absolute() && !plan.allow_external_files) {
+    return plan_error(plan, place,
+                      "source file " + quoted +
+                          " is absolute; source files are relative to the plan's folder "
+                          "unless \"allow_external_files\" is true");
+  }
+  std::error_code error;
+  std::filesystem::path folder = std::filesystem::absolute(plan.directory(), error);
+  if (!error) folder = std::filesystem::weakly_canonical(folder, error);
+  if (error) {
+    return plan_error(plan, place, "cannot resolve the plan's folder: " + error.message());
+  }
+  const std::filesystem::path resolved =
+      std::filesystem::weakly_canonical(file.is_absolute() ? file : folder / file, error);
+  if (error) {
+    return plan_error(plan, place,
+                      "cannot resolve source file " + quoted + ": " + error.message());
+  }
+  if (!plan.allow_external_files && !is_within(resolved, folder)) {
+    return plan_error(plan, place,
+                      "source file " + quoted + " resolves to " + resolved.string() +
+                          ", outside the plan's folder " + folder.string() +
+                          " (set \"allow_external_files\": true to allow this)");
+  }
+  return resolved;
+}
+
+Result<PlanSelection> Plan::tensors_for_methods(
+    std::span<const std::string> method_names) const {
+  std::unordered_map<std::string_view, size_t> tensor_index;
+  for (size_t i = 0; i < tensors.size(); ++i) tensor_index.emplace(tensors[i].name, i);
+  std::set<uint32_t> known_ids;
+  for (const PlanBuffer& buffer : buffers) known_ids.insert(buffer.memory_id);
+
+  std::set<uint32_t> memory_ids;
+  std::set<size_t> selected;
+  for (const std::string& name : method_names) {
+    const auto method = std::find_if(methods.begin(), methods.end(),
+                                     [&](const PlanMethod& m) { return m.name == name; });
+    if (method == methods.end()) {
+      std::string known;
+      for (const PlanMethod& m : methods) known += (known.empty() ? "" : ", ") + m.name;
+      return plan_error(*this, "", "no method \"" + name + "\" (methods: " +
+                                   (known.empty() ? "none" : known) + ")");
+    }
+    for (uint32_t id : method->memory_ids) {
+      if (known_ids.count(id) == 0) {
+        return plan_error(*this, "", "method \"" + name + "\" uses memory id " +
+                                     std::to_string(id) + ", which has no buffer");
+      }
+      memory_ids.insert(id);
+    }
+    for (const std::string& tensor : method->tensors) {
+      const auto it = tensor_index.find(tensor);
+      if (it == tensor_index.end()) {
+        return plan_error(*this, "", "method \"" + name + "\" lists tensor \"" + tensor +
+                                     "\", which is not in the plan");
+      }
+      selected.insert(it->second);
+    }
+  }
+
+  PlanSelection selection;
+  selection.memory_ids.assign(memory_ids.begin(), memory_ids.end());
+  selection.tensors.assign(selected.begin(), selected.end());
+  for (size_t i : selection.tensors) {
+    if (tensors[i].is_constant()) selection.constants.push_back(i);
+  }
+  return selection;
+}
+
+}  // namespace devalloc

@@ -1,0 +1,220 @@
+#include <devalloc/core/mapped_file.hpp>
+#include <devalloc/core/plan.hpp>
+
+#include "json_parse.hpp"
+
+#include <initializer_list>
+#include <limits>
+
+namespace devalloc {
+
+namespace {
+
+using nlohmann::json;
+
+// Thrown inside the reader only, to unwind from any depth to read_plan().
+struct StructureError {
+  std::string pointer;
+  std::string reason;
+};
+
+[[noreturn]] void fail(const std::string& pointer, const std::string& reason) {
+  throw StructureError{pointer, reason};
+}
+
+std::string describe(const json& value) {
+  return std::string(value.type_name()) + " " + value.dump();
+}
+
+void require_object(const json& value, const std::string& pointer) {
+  if (!value.is_object()) fail(pointer, "expected an object, got " + describe(value));
+}
+
+// Every key of `object` is one of `allowed`, and every one of `required` is there.
+void check_keys(const json& object, const std::string& pointer,
+                std::initializer_list<std::string_view> allowed,
+                std::initializer_list<std::string_view> required) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool known = false;
+    for (std::string_view key : allowed) known = known || it.key() == key;
+    if (!known) {
+      std::string expected;
+      for (std::string_view key : allowed) {
+        expected += (expected.empty() ? "" : ", ") + std::string(key);
+      }
+      fail(pointer + "/" + detail::json_pointer_token(it.key()),
+           "unknown key (expected one of: " + expected + ")");
+    }
+  }
+  for (std::string_view key : required) {
+    if (!object.contains(key)) fail(pointer, "missing \"" + std::string(key) + "\"");
+  }
+}
+
+uint64_t read_u64(const json& value, const std::string& pointer) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>();
+  if (value.is_number_integer() && value.get<int64_t>() >= 0) {
+    return static_cast<uint64_t>(value.get<int64_t>());
+  }
+  fail(pointer, "expected a non-negative integer, got " + describe(value));
+}
+
+uint32_t read_u32(const json& value, const std::string& pointer) {
+  const uint64_t number = read_u64(value, pointer);
+  if (number > std::numeric_limits<uint32_t>::max()) {
+    fail(pointer, std::to_string(number) + " is above 4294967295");
+  }
+  return static_cast<uint32_t>(number);
+}
+
+std::string read_string(const json& value, const std::string& pointer) {
+  if (!value.is_string()) fail(pointer, "expected a string, got " + describe(value));
+  return value.get<std::string>();
+}
+
+const json& read_array(const json& value, const std::string& pointer) {
+  if (!value.is_array()) fail(pointer, "expected an array, got " + describe(value));
+  return value;
+}
+
+PlanBuffer read_buffer(const json& value, const std::string& pointer) {
+  require_object(value, pointer);
+  check_keys(value, pointer, {"memory_id", "device", "size", "alignment"},
+             {"memory_id", "device", "size"});
+  PlanBuffer buffer;
+  buffer.memory_id = read_u32(value["memory_id"], pointer + "/memory_id");
+  buffer.device = read_string(value["device"], pointer + "/device");
+  buffer.size = read_u64(value["size"], pointer + "/size");
+  if (value.contains("alignment")) {
+    buffer.alignment = read_u64(value["alignment"], pointer + "/alignment");
+  }
+  return buffer;
+}
+
+PlanTensor read_tensor(const json& value, const std::string& pointer) {
+  require_object(value, pointer);
+  check_keys(value, pointer, {"name", "dtype", "shape", "memory_id", "offset", "source"},
+             {"name", "dtype", "shape", "memory_id", "offset"});
+  PlanTensor tensor;
+  tensor.name = read_string(value["name"], pointer + "/name");
+  const std::string dtype = read_string(value["dtype"], pointer + "/dtype");
+  const std::optional<DType> parsed = parse_dtype(dtype);
+  if (!parsed) {
+    fail(pointer + "/dtype",
+         "unknown dtype \"" + dtype + "\" (known: " + known_dtype_names() + ")");
+  }
+  tensor.dtype = *parsed;
+  const json& shape = read_array(value["shape"], pointer + "/shape");
+  for (size_t i = 0; i < shape.size(); ++i) {
+    tensor.shape.push_back(read_u64(shape[i], pointer + "/shape/" + std::to_string(i)));
+  }
+  tensor.memory_id = read_u32(value["memory_id"], pointer + "/memory_id");
+  tensor.offset = read_u64(value["offset"], pointer + "/offset");
+  if (value.contains("source") && !value["source"].is_null()) {
+    const std::string at = pointer + "/source";
+    const json& source = value["source"];
+    if (!source.is_object()) {
+      fail(at, "expected {\"file\": ..., \"key\": ...} or null, got " + describe(source));
+    }
+    check_keys(source, at, {"file", "key"}, {"file", "key"});
+    tensor.source = PlanSource{read_string(source["file"], at + "/file"),
+                               read_string(source["key"], at + "/key")};
+  }
+  return tensor;
+}
+
+PlanMethod read_method(const json& value, const std::string& pointer) {
+  require_object(value, pointer);
+  check_keys(value, pointer, {"name", "memory_ids", "tensors"},
+             {"name", "memory_ids", "tensors"});
+  PlanMethod method;
+  method.name = read_string(value["name"], pointer + "/name");
+  const json& ids = read_array(value["memory_ids"], pointer + "/memory_ids");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    method.memory_ids.push_back(read_u32(ids[i], pointer + "/memory_ids/" + std::to_string(i)));
+  }
+  const json& tensors = read_array(value["tensors"], pointer + "/tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    method.tensors.push_back(read_string(tensors[i], pointer + "/tensors/" + std::to_string(i)));
+  }
+  return method;
+}
+
+void read_root(const json& root, Plan& plan) {
+  if (!root.is_object()) fail("", "expected a JSON object, got " + describe(root));
+  // format and version first: a file that is not a plan, or a newer plan,
+  // should say so rather than report its first unexpected key.
+  if (!root.contains("format") || !root["format"].is_string() ||
+      root["format"].get<std::string>() != kPlanFormat) {
+    fail("/format", "expected \"" + std::string(kPlanFormat) + "\", got " +
+                        (root.contains("format") ? describe(root["format"]) : "nothing") +
+                        ": not a devalloc plan");
+  }
+  if (!root.contains("version")) fail("", "missing \"version\"");
+  const uint64_t version = read_u64(root["version"], "/version");
+  if (version == 0) fail("/version", "versions start at 1");
+  if (version > kPlanVersion) {
+    fail("/version", "version " + std::to_string(version) +
+                         " is newer than this devalloc reads (" +
+                         std::to_string(kPlanVersion) + ")");
+  }
+  check_keys(root, "",
+             {"format", "version", "allow_external_files", "buffers", "tensors", "methods"},
+             {"buffers", "tensors", "methods"});
+  if (root.contains("allow_external_files")) {
+    const json& allow = root["allow_external_files"];
+    if (!allow.is_boolean()) {
+      fail("/allow_external_files", "expected true or false, got " + describe(allow));
+    }
+    plan.allow_external_files = allow.get<bool>();
+  }
+  const json& buffers = read_array(root["buffers"], "/buffers");
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    plan.buffers.push_back(read_buffer(buffers[i], "/buffers/" + std::to_string(i)));
+  }
+  const json& tensors = read_array(root["tensors"], "/tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    plan.tensors.push_back(read_tensor(tensors[i], "/tensors/" + std::to_string(i)));
+  }
+  const json& methods = read_array(root["methods"], "/methods");
+  for (size_t i = 0; i < methods.size(); ++i) {
+    plan.methods.push_back(read_method(methods[i], "/methods/" + std::to_string(i)));
+  }
+}
+
+// "/tensors/3: ", or nothing for the top level.
+std::string place(const std::string& pointer) {
+  return pointer.empty() ? std::string() : pointer + ": ";
+}
+
+}  // namespace
+
+Result<Plan> read_plan(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path);
+  if (!mapped.ok()) return mapped.status();
+  const std::span<const std::byte> bytes = (*mapped)->bytes();
+  auto parsed = detail::parse_json(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  if (const auto* error = std::get_if<detail::JsonSyntaxError>(&parsed)) {
+    return Status(StatusCode::invalid_argument,
+                  file + ": invalid JSON at " + error->position + ": " + error->reason);
+  }
+  const auto& [root, duplicate] = std::get<detail::ParsedJson>(parsed);
+  if (duplicate) {
+    return Status(StatusCode::invalid_argument,
+                  file + ": " + place(duplicate->object_pointer) + "duplicate key \"" +
+                      duplicate->key + "\"");
+  }
+  Plan plan;
+  plan.path = path;
+  try {
+    read_root(root, plan);
+  } catch (const StructureError& error) {
+    return Status(StatusCode::invalid_argument,
+                  file + ": " + place(error.pointer) + error.reason);
+  }
+  return plan;
+}
+
+}  // namespace devalloc

@@ -1,0 +1,234 @@
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/plan.hpp>
+
+#include "plan_errors.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+namespace devalloc {
+
+namespace {
+
+using detail::named_place;
+
+std::string at_index(const char* section, size_t index) {
+  return "/" + std::string(section) + "/" + std::to_string(index);
+}
+
+std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
+
+bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
+
+// A constant's bytes inside its buffer, for the overlap check.
+struct Extent {
+  uint32_t memory_id;
+  uint64_t begin;
+  uint64_t end;
+  size_t tensor;
+};
+
+class Validator {
+ public:
+  Validator(const Plan& plan, const PlanValidationOptions& options)
+      : plan_(plan), options_(options) {}
+
+  Status run() {
+    for (auto step : {&Validator::check_buffers, &Validator::check_tensors,
+                       &Validator::check_overlaps, &Validator::check_methods}) {
+      if (Status status = (this->*step)(); !status.ok()) return status;
+    }
+    return options_.check_sources ? check_sources() : Status();
+  }
+
+ private:
+  Status error(const std::string& place, const std::string& reason) const {
+    return detail::plan_error(plan_, place, reason);
+  }
+  std::string tensor_place(size_t i) const {
+    return named_place("tensors", i, plan_.tensors[i].name);
+  }
+
+  std::string known_memory_ids() const {
+    std::string ids;
+    for (const auto& [id, unused] : buffer_index_) {
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    }
+    return ids.empty() ? "none" : ids;
+  }
+
+  Status check_buffers() {
+    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+      const PlanBuffer& buffer = plan_.buffers[i];
+      const std::string place = at_index("buffers", i);
+      const std::string id = std::to_string(buffer.memory_id);
+      const auto [it, inserted] = buffer_index_.emplace(buffer.memory_id, i);
+      if (!inserted) {
+        return error(place, "memory id " + id + " is also used by " +
+                                at_index("buffers", it->second));
+      }
+      if (!is_power_of_two(buffer.alignment)) {
+        return error(place, "alignment " + std::to_string(buffer.alignment) +
+                                " of memory id " + id + " is not a power of two");
+      }
+      if (!parse_device_tag(buffer.device)) {
+        return error(place, "device " + in_quotes(buffer.device) + " of memory id " + id +
+                                " is not a device tag (\"name\" or \"name:index\", "
+                                "e.g. \"cuda:0\" or \"host\")");
+      }
+    }
+    return Status();
+  }
+
+  Status check_tensors() {
+    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+      const PlanTensor& tensor = plan_.tensors[i];
+      const std::string place = tensor_place(i);
+      const auto [it, inserted] = tensor_index_.emplace(tensor.name, i);
+      if (!inserted) {
+        return error(place, "name also used by " + at_index("tensors", it->second));
+      }
+      Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
+      if (!nbytes.ok()) return error(place, nbytes.status().message());
+      const auto buffer = buffer_index_.find(tensor.memory_id);
+      if (buffer == buffer_index_.end()) {
+        return error(place, "memory id " + std::to_string(tensor.memory_id) +
+                                " has no buffer (memory ids: " + known_memory_ids() + ")");
+      }
+      const PlanBuffer& target = plan_.buffers[buffer->second];
+      uint64_t end = 0;
+      if (__builtin_add_overflow(tensor.offset, *nbytes, &end)) {
+        return error(place, "offset " + std::to_string(tensor.offset) + " + " +
+                                std::to_string(*nbytes) + " bytes overflows 64 bits");
+      }
+      if (end > target.size) {
+        return error(place, "ends at byte " + std::to_string(end) + " of buffer " +
+                                std::to_string(target.memory_id) + ", which has " +
+                                std::to_string(target.size) + " bytes");
+      }
+      if (tensor.is_constant() && *nbytes != 0) {
+        constants_.push_back(Extent{tensor.memory_id, tensor.offset, end, i});
+      }
+    }
+    return Status();
+  }
+
+  Status check_overlaps() {
+    std::sort(constants_.begin(), constants_.end(), [](const Extent& a, const Extent& b) {
+      return std::tie(a.memory_id, a.begin, a.tensor) < std::tie(b.memory_id, b.begin, b.tensor);
+    });
+    // Sorted by start and without an overlap so far, each extent ends before
+    // the next one starts: comparing neighbours finds the first overlap.
+    for (size_t k = 1; k < constants_.size(); ++k) {
+      const Extent& before = constants_[k - 1];
+      const Extent& extent = constants_[k];
+      if (before.memory_id == extent.memory_id && extent.begin < before.end) {
+        const auto range = [](const Extent& e) {
+          return "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+        };
+        return error(tensor_place(extent.tensor),
+                     "bytes " + range(extent) + " of buffer " +
+                         std::to_string(extent.memory_id) + " overlap " +
+                         tensor_place(before.tensor) + " at " + range(before));
+      }
+    }
+    return Status();
+  }
+
+  Status check_methods() {
+    std::unordered_map<std::string_view, size_t> method_index;
+    for (size_t m = 0; m < plan_.methods.size(); ++m) {
+      const PlanMethod& method = plan_.methods[m];
+      const std::string place = named_place("methods", m, method.name);
+      const auto [it, inserted] = method_index.emplace(method.name, m);
+      if (!inserted) {
+        return error(place, "name also used by " + at_index("methods", it->second));
+      }
+      const std::string prefix = at_index("methods", m);
+      const std::string who = "method " + in_quotes(method.name);
+      std::set<uint32_t> ids;
+      for (size_t k = 0; k < method.memory_ids.size(); ++k) {
+        const uint32_t id = method.memory_ids[k];
+        const std::string at = prefix + "/memory_ids/" + std::to_string(k);
+        if (buffer_index_.count(id) == 0) {
+          return error(at, who + " uses memory id " + std::to_string(id) +
+                               ", which has no buffer (memory ids: " + known_memory_ids() +
+                               ")");
+        }
+        if (!ids.insert(id).second) {
+          return error(at, who + " lists memory id " + std::to_string(id) + " twice");
+        }
+      }
+      std::set<std::string_view> names;
+      for (size_t k = 0; k < method.tensors.size(); ++k) {
+        const std::string& name = method.tensors[k];
+        const std::string at = prefix + "/tensors/" + std::to_string(k);
+        const auto tensor = tensor_index_.find(name);
+        if (tensor == tensor_index_.end()) {
+          return error(at, who + " lists tensor " + in_quotes(name) +
+                               ", which is not in the plan");
+        }
+        if (!names.insert(name).second) {
+          return error(at, who + " lists tensor " + in_quotes(name) + " twice");
+        }
+        const uint32_t id = plan_.tensors[tensor->second].memory_id;
+        if (ids.count(id) == 0) {
+          return error(at, who + " uses tensor " + in_quotes(name) + " in memory id " +
+                               std::to_string(id) + ", which is not in its memory_ids");
+        }
+      }
+    }
+    return Status();
+  }
+
+  Status check_sources() {
+    SafetensorsCache own_cache;
+    SafetensorsCache& cache = options_.cache != nullptr ? *options_.cache : own_cache;
+    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+      const PlanTensor& tensor = plan_.tensors[i];
+      if (!tensor.is_constant()) continue;
+      Result<std::filesystem::path> path =
+          detail::resolve_source(plan_, *tensor.source, tensor_place(i));
+      if (!path.ok()) return path.status();
+      Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(*path);
+      if (!file.ok()) {
+        return error(tensor_place(i), "source file: " + file.status().message());
+      }
+      const std::string in_file = " in " + tensor.source->file;
+      const SafetensorsTensor* source = (*file)->find(tensor.source->key);
+      if (source == nullptr) {
+        return error(tensor_place(i), "source key " + in_quotes(tensor.source->key) +
+                                          " is not" + in_file);
+      }
+      const std::string of_source = " of " + in_quotes(source->name) + in_file;
+      if (source->dtype != tensor.dtype) {
+        return error(tensor_place(i), "dtype " + std::string(to_string(tensor.dtype)) +
+                                          " differs from " +
+                                          std::string(to_string(source->dtype)) + of_source);
+      }
+      if (source->shape != tensor.shape) {
+        return error(tensor_place(i), "shape " + shape_to_string(tensor.shape) +
+                                          " differs from " + shape_to_string(source->shape) +
+                                          of_source);
+      }
+    }
+    return Status();
+  }
+
+  const Plan& plan_;
+  const PlanValidationOptions& options_;
+  std::map<uint32_t, size_t> buffer_index_;                  // memory id -> buffers index
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> tensors index
+  std::vector<Extent> constants_;
+};
+
+}  // namespace
+
+Status validate_plan(const Plan& plan, const PlanValidationOptions& options) {
+  return Validator(plan, options).run();
+}
+
+}  // namespace devalloc

@@ -1,0 +1,257 @@
+#include <devalloc/core/safetensors.hpp>
+
+#include "json_parse.hpp"
+
+#include <algorithm>
+#include <optional>
+
+namespace devalloc {
+
+namespace {
+
+using nlohmann::json;
+
+std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+// "-3", "2.5", "\"x\"": a JSON value as it appears in the file, for messages.
+std::string shown(const json& value) { return value.dump(); }
+
+// A non-negative integer as written in JSON; 1.0 and -0 are not integers here.
+std::optional<uint64_t> as_unsigned(const json& value) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>();
+  if (value.is_number_integer() && value.get<int64_t>() >= 0) {
+    return static_cast<uint64_t>(value.get<int64_t>());
+  }
+  return std::nullopt;
+}
+
+class HeaderReader {
+ public:
+  HeaderReader(std::string file, uint64_t data_size)
+      : file_(std::move(file)), data_size_(data_size) {}
+
+  Status fail(const std::string& reason) const {
+    return Status(StatusCode::invalid_argument, file_ + ": " + reason);
+  }
+  Status fail(std::string_view tensor, const std::string& reason) const {
+    return fail("tensor " + in_quotes(tensor) + ": " + reason);
+  }
+
+  Status read_metadata(const json& value, std::map<std::string, std::string>& out) const {
+    if (!value.is_object()) {
+      return fail("__metadata__ is " + shown(value) +
+                  ", expected an object of strings");
+    }
+    for (const auto& [key, item] : value.items()) {
+      if (!item.is_string()) {
+        return fail("__metadata__ " + in_quotes(key) + " is " + shown(item) +
+                    ", expected a string");
+      }
+      out.emplace(key, item.get<std::string>());
+    }
+    return Status();
+  }
+
+  // Everything about one entry that does not involve other entries.
+  Status read_tensor(const std::string& name, const json& entry, uint64_t data_offset,
+                     SafetensorsTensor& out, uint64_t& begin) const {
+    if (!entry.is_object()) {
+      return fail(name, "entry is " + shown(entry) + ", expected an object");
+    }
+    for (auto it = entry.begin(); it != entry.end(); ++it) {
+      if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets") {
+        return fail(name, "unknown field " + in_quotes(it.key()) +
+                              " (expected dtype, shape, data_offsets)");
+      }
+    }
+    for (const char* key : {"dtype", "shape", "data_offsets"}) {
+      if (!entry.contains(key)) return fail(name, std::string("no ") + key);
+    }
+
+    const json& dtype = entry["dtype"];
+    if (!dtype.is_string()) {
+      return fail(name, "dtype is " + shown(dtype) + ", expected a string");
+    }
+    const std::optional<DType> parsed = parse_dtype(dtype.get<std::string>());
+    if (!parsed) {
+      return fail(name, "unknown dtype " + shown(dtype) + " (known: " +
+                            known_dtype_names() + ")");
+    }
+
+    const json& shape = entry["shape"];
+    if (!shape.is_array()) {
+      return fail(name, "shape is " + shown(shape) + ", expected an array");
+    }
+    std::vector<uint64_t> dims;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const std::optional<uint64_t> dim = as_unsigned(shape[i]);
+      if (!dim) {
+        return fail(name, "shape[" + std::to_string(i) + "] is " + shown(shape[i]) +
+                              ", expected a non-negative integer");
+      }
+      dims.push_back(*dim);
+    }
+
+    const json& offsets = entry["data_offsets"];
+    std::optional<uint64_t> first;
+    std::optional<uint64_t> last;
+    if (offsets.is_array() && offsets.size() == 2) {
+      first = as_unsigned(offsets[0]);
+      last = as_unsigned(offsets[1]);
+    }
+    if (!first || !last) {
+      return fail(name, "data_offsets is " + shown(offsets) +
+                            ", expected [begin, end] with non-negative integers");
+    }
+    if (*first > *last) {
+      return fail(name, "data_offsets " + shown(offsets) + " end before they begin");
+    }
+    if (*last > data_size_) {
+      // Both in file bytes; data_offset + data_size_ is the file size, so no
+      // overflow is possible on the right, and on the left only for an end
+      // that is past the file anyway.
+      uint64_t end_in_file = 0;
+      const std::string end_text =
+          __builtin_add_overflow(data_offset, *last, &end_in_file)
+              ? "data offset " + std::to_string(*last)
+              : "byte " + std::to_string(end_in_file);
+      return fail(name, "ends at " + end_text + ", file has " +
+                            std::to_string(data_offset + data_size_) + " bytes");
+    }
+
+    Result<uint64_t> nbytes = byte_size(*parsed, dims);
+    if (!nbytes.ok()) return fail(name, nbytes.status().message());
+    if (*nbytes != *last - *first) {
+      return fail(name, "shape " + shape_to_string(dims) + " of " +
+                            std::string(to_string(*parsed)) + " needs " +
+                            std::to_string(*nbytes) + " bytes, data_offsets " +
+                            shown(offsets) + " hold " +
+                            std::to_string(*last - *first));
+    }
+
+    out.name = name;
+    out.dtype = *parsed;
+    out.shape = std::move(dims);
+    out.offset = data_offset + *first;
+    out.nbytes = *nbytes;
+    begin = *first;
+    return Status();
+  }
+
+ private:
+  std::string file_;
+  uint64_t data_size_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
+    const std::filesystem::path& path) {
+  Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path);
+  if (!mapped.ok()) return mapped.status();
+  const std::string file = path.string();
+  const auto fail = [&](const std::string& reason) {
+    return Status(StatusCode::invalid_argument, file + ": " + reason);
+  };
+
+  const std::span<const std::byte> bytes = (*mapped)->bytes();
+  if (bytes.size() < 8) {
+    return fail("file has " + std::to_string(bytes.size()) +
+                " bytes, too short for the 8-byte header length");
+  }
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) {
+    header_size = (header_size << 8) | std::to_integer<uint64_t>(bytes[static_cast<size_t>(i)]);
+  }
+  if (header_size > kMaxSafetensorsHeaderBytes) {
+    return fail("header length " + std::to_string(header_size) + " is above the limit of " +
+                std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
+  }
+  if (header_size > bytes.size() - 8) {
+    return fail("header length " + std::to_string(header_size) + " ends at byte " +
+                std::to_string(8 + header_size) + ", file has " +
+                std::to_string(bytes.size()) + " bytes");
+  }
+  const uint64_t data_offset = 8 + header_size;
+  const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8,
+                                static_cast<size_t>(header_size));
+
+  auto parsed = detail::parse_json(header);
+  if (const auto* error = std::get_if<detail::JsonSyntaxError>(&parsed)) {
+    return fail("header is not valid JSON at byte " + std::to_string(8 + error->byte - 1) +
+                " of the file: " + error->reason);
+  }
+  auto& [root, duplicate] = std::get<detail::ParsedJson>(parsed);
+  if (!root.is_object()) {
+    return fail("header is " + std::string(root.type_name()) + ", expected a JSON object");
+  }
+  if (duplicate) {
+    // Top-level keys are tensor names; deeper ones are fields of an entry.
+    if (duplicate->object_pointer.empty()) {
+      return fail("tensor " + in_quotes(duplicate->key) + " appears twice in the header");
+    }
+    return fail("duplicate key " + in_quotes(duplicate->key) + " in the header at " +
+                duplicate->object_pointer);
+  }
+
+  std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
+  HeaderReader reader(file, bytes.size() - data_offset);
+  std::vector<std::pair<uint64_t, SafetensorsTensor>> tensors;  // begin, tensor
+  for (const auto& [name, entry] : root.items()) {
+    if (name == "__metadata__") {
+      if (Status status = reader.read_metadata(entry, result->metadata_); !status.ok()) {
+        return status;
+      }
+      continue;
+    }
+    SafetensorsTensor tensor;
+    uint64_t begin = 0;
+    if (Status status = reader.read_tensor(name, entry, data_offset, tensor, begin);
+        !status.ok()) {
+      return status;
+    }
+    tensors.emplace_back(begin, std::move(tensor));
+  }
+
+  // Empty tensors go first among equal offsets so that they never look like
+  // they overlap the tensor that starts where they are.
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.first, a.second.nbytes) < std::pair(b.first, b.second.nbytes);
+  });
+  const std::pair<uint64_t, SafetensorsTensor>* previous = nullptr;
+  for (const auto& entry : tensors) {
+    if (entry.second.nbytes == 0) continue;
+    if (previous != nullptr && entry.first < previous->first + previous->second.nbytes) {
+      const auto range = [](const std::pair<uint64_t, SafetensorsTensor>& t) {
+        return "[" + std::to_string(t.first) + ", " +
+               std::to_string(t.first + t.second.nbytes) + "]";
+      };
+      return reader.fail(entry.second.name, "data_offsets " + range(entry) +
+                                                " overlap tensor " +
+                                                in_quotes(previous->second.name) + " at " +
+                                                range(*previous));
+    }
+    previous = &entry;
+  }
+
+  result->mapping_ = std::move(*mapped);
+  result->data_offset_ = data_offset;
+  result->tensors_.reserve(tensors.size());
+  for (auto& entry : tensors) {
+    result->index_.emplace(entry.second.name, result->tensors_.size());
+    result->tensors_.push_back(std::move(entry.second));
+  }
+  return std::shared_ptr<const SafetensorsFile>(std::move(result));
+}
+
+const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsTensor& tensor) const {
+  return mapping_->bytes().subspan(static_cast<size_t>(tensor.offset),
+                                   static_cast<size_t>(tensor.nbytes));
+}
+
+}  // namespace devalloc

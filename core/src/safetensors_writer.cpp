@@ -1,0 +1,66 @@
+#include <devalloc/core/safetensors.hpp>
+
+#include "atomic_write.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+namespace devalloc {
+
+Status write_safetensors(const std::filesystem::path& path,
+                         std::span<const SafetensorsWriteTensor> tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  const auto fail = [&](const std::string& reason) {
+    return Status(StatusCode::invalid_argument, path.string() + ": " + reason);
+  };
+  // ordered_json keeps the header in data order, which is how people read it.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+
+  std::set<std::string_view> names;
+  uint64_t offset = 0;
+  for (const SafetensorsWriteTensor& tensor : tensors) {
+    const std::string name = "tensor \"" + tensor.name + "\": ";
+    if (tensor.name == "__metadata__") return fail(name + "the name is reserved");
+    if (!names.insert(tensor.name).second) return fail(name + "given twice");
+    Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
+    if (!nbytes.ok()) return fail(name + nbytes.status().message());
+    if (*nbytes != tensor.bytes.size()) {
+      return fail(name + "shape " + shape_to_string(tensor.shape) + " of " +
+                  std::string(to_string(tensor.dtype)) + " needs " +
+                  std::to_string(*nbytes) + " bytes, " +
+                  std::to_string(tensor.bytes.size()) + " given");
+    }
+    header[tensor.name] = {{"dtype", to_string(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + *nbytes}}};
+    offset += *nbytes;
+  }
+
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::type_error& error) {
+    return fail(std::string("a name or metadata string is not valid UTF-8: ") + error.what());
+  }
+  // Spaces are JSON whitespace: the data then starts 8-byte aligned.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  if (text.size() > kMaxSafetensorsHeaderBytes) {
+    return fail("header of " + std::to_string(text.size()) + " bytes is above the limit of " +
+                std::to_string(kMaxSafetensorsHeaderBytes));
+  }
+
+  std::byte length[8];
+  for (size_t i = 0; i < 8; ++i) {
+    length[i] = static_cast<std::byte>((text.size() >> (8 * i)) & 0xff);
+  }
+  std::vector<std::span<const std::byte>> parts;
+  parts.reserve(tensors.size() + 2);
+  parts.emplace_back(length, sizeof length);
+  parts.push_back(std::as_bytes(std::span(text)));
+  for (const SafetensorsWriteTensor& tensor : tensors) parts.push_back(tensor.bytes);
+  return detail::write_file_atomically(path, parts);
+}
+
+}  // namespace devalloc

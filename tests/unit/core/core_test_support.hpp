@@ -1,0 +1,78 @@
+// Helpers shared by the core unit tests: scratch folders and raw files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+
+#include <sys/wait.h>
+
+namespace devalloc::test {
+
+// A fresh folder under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "devalloc-core-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp failed for " << pattern;
+    }
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::filesystem::path& name) const {
+    return path_ / name;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A safetensors file made by hand: the length of `header`, `header`, then
+// `data_bytes` bytes counting up from 0.
+inline std::string safetensors_bytes(std::string_view header, size_t data_bytes) {
+  std::string out;
+  const uint64_t length = header.size();
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((length >> (8 * i)) & 0xff);
+  out += header;
+  for (size_t i = 0; i < data_bytes; ++i) out += static_cast<char>(i & 0xff);
+  return out;
+}
+
+// Runs tests/unit/core/write_reference.py with the reference safetensors
+// package; returns its exit status (0 on success).
+inline int run_reference_script(const std::string& arguments) {
+  const std::string command = std::string("'") + DEVALLOC_TEST_PYTHON + "' '" +
+                              DEVALLOC_SOURCE_DIR +
+                              "/tests/unit/core/write_reference.py' " + arguments;
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace devalloc::test

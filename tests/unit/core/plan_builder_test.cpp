@@ -1,0 +1,252 @@
+#include <devalloc/core/plan.hpp>
+
+#include "core_test_support.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace devalloc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using test::TempDir;
+
+void write_model(const fs::path& path, const std::vector<SafetensorsWriteTensor>& tensors) {
+  fs::create_directories(path.parent_path());
+  const Status status = write_safetensors(path, tensors);
+  ASSERT_TRUE(status.ok()) << status.message();
+}
+
+std::vector<std::string> names(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const PlanTensor& tensor : plan.tensors) out.push_back(tensor.name);
+  return out;
+}
+
+class PlanBuilder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // a: 64 + 6 + 5 bytes; b: 8 bytes.
+    write_model(dir_ / "a.safetensors", {{"tok.weight", DType::f32, {4, 4}, span(64)},
+                                         {"blk.0.attn.weight", DType::f16, {3}, span(6)},
+                                         {"blk.0.norm", DType::u8, {5}, span(5)}});
+    write_model(dir_ / "b.safetensors", {{"lm_head.weight", DType::bf16, {2, 2}, span(8)}});
+  }
+
+  static std::span<const std::byte> span(size_t n) {
+    static const std::vector<std::byte> bytes(1024, std::byte{7});
+    return std::span(bytes).first(n);
+  }
+
+  Result<Plan> build(const PlanBuildOptions& options, const fs::path& plan = {}) {
+    const std::vector<fs::path> files = {dir_ / "a.safetensors", dir_ / "b.safetensors"};
+    return build_plan(files, plan.empty() ? dir_ / "plan.json" : plan, options);
+  }
+
+  static std::string error(const Result<Plan>& plan) {
+    EXPECT_FALSE(plan.ok());
+    if (plan.ok()) return {};
+    EXPECT_EQ(plan.status().code(), StatusCode::invalid_argument);
+    return plan.status().message();
+  }
+
+  TempDir dir_;
+};
+
+TEST(PlacementRule, GivenGlobAndDevice_ThenParsed) {
+  Result<PlacementRule> rule = parse_placement_rule("blk.*=cuda:0");
+  ASSERT_TRUE(rule.ok()) << rule.status().message();
+  EXPECT_EQ(rule->pattern, "blk.*");
+  EXPECT_EQ(rule->device, "cuda:0");
+}
+
+TEST(PlacementRule, GivenEqualsInTheGlob_ThenTheLastOneSplits) {
+  Result<PlacementRule> rule = parse_placement_rule("a=b*=host");
+  ASSERT_TRUE(rule.ok()) << rule.status().message();
+  EXPECT_EQ(rule->pattern, "a=b*");
+  EXPECT_EQ(rule->device, "host");
+}
+
+TEST(PlacementRule, GivenMalformedRule_ThenErrorQuotesIt) {
+  EXPECT_EQ(parse_placement_rule("blk.*").status().message(),
+            "placement rule \"blk.*\": expected GLOB=DEVICE, e.g. 'blk.*=cuda:0'");
+  EXPECT_EQ(parse_placement_rule("=cuda:0").status().message(),
+            "placement rule \"=cuda:0\": empty glob");
+  EXPECT_EQ(parse_placement_rule("blk.*=cuda:x").status().message(),
+            "placement rule \"blk.*=cuda:x\": \"cuda:x\" is not a device tag (\"name\" or "
+            "\"name:index\", e.g. \"cuda:0\")");
+}
+
+TEST_F(PlanBuilder, GivenRules_ThenOneBufferPerDeviceWithAlignedPacking) {
+  PlanBuildOptions options;
+  options.rules = {{"blk.*", "cuda:0"}, {"lm_head.*", "hip:1"}, {"blk.0.norm", "host"}};
+  Result<Plan> plan = build(options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+
+  // Devices in the order they first receive a tensor; the first rule that
+  // matches wins (blk.0.norm goes to cuda:0, not host).
+  ASSERT_EQ(plan->buffers.size(), 3u);
+  EXPECT_EQ(plan->buffers[0].device, "host");
+  EXPECT_EQ(plan->buffers[1].device, "cuda:0");
+  EXPECT_EQ(plan->buffers[2].device, "hip:1");
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(plan->buffers[i].memory_id, i);
+    EXPECT_EQ(plan->buffers[i].alignment, 256u);
+  }
+  EXPECT_EQ(plan->buffers[0].size, 64u);
+  EXPECT_EQ(plan->buffers[1].size, 256u + 5u);  // attn at 0, norm at 256
+  EXPECT_EQ(plan->buffers[2].size, 8u);
+
+  EXPECT_THAT(names(*plan),
+              ElementsAre("tok.weight", "blk.0.attn.weight", "blk.0.norm", "lm_head.weight"));
+  const PlanTensor& norm = plan->tensors[2];
+  EXPECT_EQ(norm.memory_id, 1u);
+  EXPECT_EQ(norm.offset, 256u);
+  EXPECT_EQ(norm.dtype, DType::u8);
+  EXPECT_THAT(norm.shape, ElementsAre(5));
+  ASSERT_TRUE(norm.source.has_value());
+  EXPECT_EQ(norm.source->file, "a.safetensors");
+  EXPECT_EQ(norm.source->key, "blk.0.norm");
+  EXPECT_EQ(plan->tensors[3].source->file, "b.safetensors");
+  EXPECT_FALSE(plan->allow_external_files);
+
+  ASSERT_EQ(plan->methods.size(), 1u);
+  EXPECT_EQ(plan->methods[0].name, "main");
+  EXPECT_THAT(plan->methods[0].memory_ids, ElementsAre(0, 1, 2));
+  EXPECT_EQ(plan->methods[0].tensors, names(*plan));
+}
+
+TEST_F(PlanBuilder, GivenNoRules_ThenEverythingOnTheDefaultDevice) {
+  PlanBuildOptions options;
+  options.default_device = "cuda:1";
+  options.alignment = 64;
+  Result<Plan> plan = build(options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->buffers.size(), 1u);
+  EXPECT_EQ(plan->buffers[0].device, "cuda:1");
+  std::vector<uint64_t> offsets;
+  for (const PlanTensor& tensor : plan->tensors) offsets.push_back(tensor.offset);
+  EXPECT_THAT(offsets, ElementsAre(0, 64, 128, 192));
+  EXPECT_EQ(plan->buffers[0].size, 200u);
+}
+
+TEST_F(PlanBuilder, GivenBuiltPlan_WhenWrittenReadAndValidated_ThenValid) {
+  PlanBuildOptions options;
+  options.rules = {{"*.weight", "cuda:0"}};
+  options.methods = {"prefill", "decode"};
+  Result<Plan> plan = build(options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_TRUE(write_plan(*plan, dir_ / "plan.json").ok());
+  Result<Plan> read = read_plan(dir_ / "plan.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  const Status status = validate_plan(*read);
+  EXPECT_TRUE(status.ok()) << status.message();
+  ASSERT_EQ(read->methods.size(), 2u);
+  EXPECT_EQ(read->methods[1].name, "decode");
+  EXPECT_EQ(read->methods[1].tensors, names(*read));
+}
+
+TEST_F(PlanBuilder, GivenPlanInAnotherFolder_ThenSourcesAreRelativeToIt) {
+  const fs::path plan_path = dir_ / "plans" / "v1" / "plan.json";
+  fs::create_directories(plan_path.parent_path());
+  Result<Plan> plan = build({}, plan_path);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->tensors[0].source->file, "../../a.safetensors");
+  EXPECT_TRUE(plan->allow_external_files);
+  ASSERT_TRUE(write_plan(*plan, plan_path).ok());
+  Result<Plan> read = read_plan(plan_path);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  const Status status = validate_plan(*read);
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanBuilder, GivenDataInASubfolder_ThenNoExternalFiles) {
+  write_model(dir_ / "weights" / "c.safetensors", {{"c", DType::u8, {1}, span(1)}});
+  const std::vector<fs::path> files = {dir_ / "weights" / "c.safetensors"};
+  Result<Plan> plan = build_plan(files, dir_ / "plan.json");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->tensors[0].source->file, "weights/c.safetensors");
+  EXPECT_FALSE(plan->allow_external_files);
+}
+
+TEST_F(PlanBuilder, GivenSameTensorNameInTwoFiles_ThenErrorNamesBoth) {
+  write_model(dir_ / "c.safetensors", {{"blk.0.norm", DType::u8, {5}, span(5)}});
+  const std::vector<fs::path> files = {dir_ / "a.safetensors", dir_ / "c.safetensors"};
+  EXPECT_EQ(error(build_plan(files, dir_ / "plan.json")),
+            "tensor \"blk.0.norm\" is in both " + (dir_ / "a.safetensors").string() + " and " +
+                (dir_ / "c.safetensors").string());
+}
+
+TEST_F(PlanBuilder, GivenSameFileTwice_ThenSaysSo) {
+  const std::vector<fs::path> files = {dir_ / "a.safetensors",
+                                       dir_ / "sub" / ".." / "a.safetensors"};
+  fs::create_directory(dir_ / "sub");
+  EXPECT_EQ(error(build_plan(files, dir_ / "plan.json")),
+            (dir_ / "sub" / ".." / "a.safetensors").string() + ": given twice (also as " +
+                (dir_ / "a.safetensors").string() + ")");
+}
+
+TEST_F(PlanBuilder, GivenBadOptions_ThenRejected) {
+  PlanBuildOptions options;
+  options.alignment = 96;
+  EXPECT_EQ(error(build(options)), "alignment 96 is not a power of two");
+  options = {};
+  options.default_device = "gpu 0";
+  EXPECT_THAT(error(build(options)), HasSubstr("default device: \"gpu 0\" is not a device tag"));
+  options = {};
+  options.rules = {{"blk.*", "cuda:zero"}};
+  EXPECT_THAT(error(build(options)),
+              HasSubstr("placement rule \"blk.*=cuda:zero\": \"cuda:zero\" is not a device tag"));
+  options = {};
+  options.methods = {};
+  EXPECT_EQ(error(build(options)), "a plan needs at least one method");
+  options.methods = {"main", "main"};
+  EXPECT_EQ(error(build(options)), "method \"main\" given twice");
+}
+
+TEST_F(PlanBuilder, GivenUnreadableFile_ThenItsError) {
+  const std::vector<fs::path> files = {dir_ / "missing.safetensors"};
+  EXPECT_THAT(error(build_plan(files, dir_ / "plan.json")),
+              HasSubstr("missing.safetensors: cannot open: No such file or directory"));
+}
+
+TEST_F(PlanBuilder, GivenReferenceFile_WhenPlannedAndValidated_ThenSourcesResolveToItsBytes) {
+  ASSERT_EQ(test::run_reference_script("write '" + dir_.path().string() + "'"), 0);
+  const std::vector<fs::path> files = {dir_ / "numpy.safetensors", dir_ / "raw.safetensors"};
+  PlanBuildOptions options;
+  options.rules = {{"blk.*", "cuda:0"}, {"fp8.*", "hip:0"}};
+  Result<Plan> plan = build_plan(files, dir_ / "plan.json", options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_TRUE(write_plan(*plan, dir_ / "plan.json").ok());
+  Result<Plan> read = read_plan(dir_ / "plan.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  SafetensorsCache cache;
+  PlanValidationOptions validation;
+  validation.cache = &cache;
+  const Status status = validate_plan(*read, validation);
+  ASSERT_TRUE(status.ok()) << status.message();
+
+  // Every constant's source is the reference tensor of the same name.
+  size_t checked = 0;
+  for (const PlanTensor& tensor : read->tensors) {
+    Result<fs::path> path = read->source_path(*tensor.source);
+    ASSERT_TRUE(path.ok()) << path.status().message();
+    auto file = cache.open(*path);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    const SafetensorsTensor* source = (*file)->find(tensor.source->key);
+    ASSERT_NE(source, nullptr) << tensor.name;
+    EXPECT_EQ(source->dtype, tensor.dtype);
+    EXPECT_EQ(source->shape, tensor.shape);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 14u + 8u);
+  EXPECT_EQ(read->buffers.size(), 3u);
+}
+
+}  // namespace
+}  // namespace devalloc

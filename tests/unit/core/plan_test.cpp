@@ -1,0 +1,605 @@
+#include <devalloc/core/plan.hpp>
+
+#include "core_test_support.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace devalloc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using test::TempDir;
+using nlohmann::json;
+
+// A model file, and a valid plan for it: two methods sharing weights, a
+// scratch tensor overlapping a constant (allowed), two buffers.
+constexpr std::string_view kValidPlan = R"({
+  "format": "devalloc-plan",
+  "version": 1,
+  "buffers": [
+    {"memory_id": 0, "device": "cuda:0", "size": 4096, "alignment": 256},
+    {"memory_id": 2, "device": "host", "size": 1024, "alignment": 64}
+  ],
+  "tensors": [
+    {"name": "tok.weight", "dtype": "F32", "shape": [4, 4], "memory_id": 0, "offset": 0,
+     "source": {"file": "model.safetensors", "key": "tok.weight"}},
+    {"name": "blk.0.attn.weight", "dtype": "F16", "shape": [8, 8], "memory_id": 0, "offset": 256,
+     "source": {"file": "model.safetensors", "key": "blk.0.attn.weight"}},
+    {"name": "blk.0.norm", "dtype": "BF16", "shape": [8], "memory_id": 2, "offset": 0,
+     "source": {"file": "model.safetensors", "key": "blk.0.norm"}},
+    {"name": "scratch", "dtype": "F32", "shape": [16], "memory_id": 0, "offset": 0,
+     "source": null}
+  ],
+  "methods": [
+    {"name": "prefill", "memory_ids": [0, 2],
+     "tensors": ["tok.weight", "blk.0.attn.weight", "blk.0.norm", "scratch"]},
+    {"name": "decode", "memory_ids": [0], "tensors": ["tok.weight", "blk.0.attn.weight"]}
+  ]
+})";
+
+class PlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_model(dir_ / "model.safetensors");
+    plan_ = json::parse(kValidPlan);
+  }
+
+  static void write_model(const fs::path& path) {
+    static const std::vector<std::byte> bytes(128, std::byte{0x5a});
+    const std::span<const std::byte> all(bytes);
+    const std::vector<SafetensorsWriteTensor> tensors = {
+        {"tok.weight", DType::f32, {4, 4}, all.first(64)},
+        {"blk.0.attn.weight", DType::f16, {8, 8}, all},
+        {"blk.0.norm", DType::bf16, {8}, all.first(16)}};
+    ASSERT_TRUE(write_safetensors(path, tensors).ok());
+  }
+
+  fs::path plan_path() const { return dir_ / "plan.json"; }
+
+  // Writes plan_ (or `text`) and reads it back.
+  Result<Plan> read(const std::string& text) {
+    test::write_file(plan_path(), text);
+    return read_plan(plan_path());
+  }
+  Result<Plan> read() { return read(plan_.dump(2)); }
+
+  // The message after "<plan path>: ".
+  std::string without_file(const Status& status) {
+    EXPECT_FALSE(status.ok());
+    EXPECT_EQ(status.code(), StatusCode::invalid_argument);
+    const std::string prefix = plan_path().string() + ": ";
+    const std::string message = status.message();
+    EXPECT_THAT(message, StartsWith(prefix));
+    return message.substr(std::min(prefix.size(), message.size()));
+  }
+  std::string read_error(const std::string& text) { return without_file(read(text).status()); }
+  std::string read_error() { return read_error(plan_.dump(2)); }
+
+  // Reads plan_ (which must read) and validates it.
+  Status validate(const PlanValidationOptions& options = {}) {
+    Result<Plan> plan = read();
+    EXPECT_TRUE(plan.ok()) << plan.status().message();
+    if (!plan.ok()) return plan.status();
+    return validate_plan(*plan, options);
+  }
+  std::string validation_error() { return without_file(validate()); }
+
+  TempDir dir_;
+  json plan_;
+};
+
+// ---------------------------------------------------------------------------
+// Reading.
+
+TEST_F(PlanTest, GivenValidPlan_WhenRead_ThenEveryFieldIsThere) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->path, plan_path());
+  EXPECT_FALSE(plan->allow_external_files);
+  ASSERT_EQ(plan->buffers.size(), 2u);
+  EXPECT_EQ(plan->buffers[1].memory_id, 2u);
+  EXPECT_EQ(plan->buffers[1].device, "host");
+  EXPECT_EQ(plan->buffers[1].size, 1024u);
+  EXPECT_EQ(plan->buffers[1].alignment, 64u);
+  ASSERT_EQ(plan->tensors.size(), 4u);
+  const PlanTensor& attn = plan->tensors[1];
+  EXPECT_EQ(attn.name, "blk.0.attn.weight");
+  EXPECT_EQ(attn.dtype, DType::f16);
+  EXPECT_THAT(attn.shape, ElementsAre(8, 8));
+  EXPECT_EQ(attn.memory_id, 0u);
+  EXPECT_EQ(attn.offset, 256u);
+  ASSERT_TRUE(attn.source.has_value());
+  EXPECT_EQ(attn.source->file, "model.safetensors");
+  EXPECT_EQ(attn.source->key, "blk.0.attn.weight");
+  EXPECT_FALSE(plan->tensors[3].is_constant());
+  ASSERT_EQ(plan->methods.size(), 2u);
+  EXPECT_EQ(plan->methods[1].name, "decode");
+  EXPECT_THAT(plan->methods[1].memory_ids, ElementsAre(0));
+  EXPECT_THAT(plan->methods[1].tensors, ElementsAre("tok.weight", "blk.0.attn.weight"));
+}
+
+TEST_F(PlanTest, GivenOptionalFieldsLeftOut_ThenDefaults) {
+  plan_["buffers"][0].erase("alignment");
+  plan_["tensors"][3].erase("source");
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->buffers[0].alignment, 1u);
+  EXPECT_FALSE(plan->tensors[3].source.has_value());
+}
+
+TEST_F(PlanTest, GivenMissingFile_ThenCannotOpen) {
+  EXPECT_EQ(without_file(read_plan(plan_path()).status()),
+            "cannot open: No such file or directory");
+}
+
+TEST_F(PlanTest, GivenInvalidJson_ThenLineAndColumn) {
+  const std::string message = read_error("{\n  \"format\": \"devalloc-plan\",\n  \"version\": 1,,\n}");
+  EXPECT_THAT(message, StartsWith("invalid JSON at line 3, column 16: syntax error"));
+}
+
+TEST_F(PlanTest, GivenOtherJson_ThenNotAPlan) {
+  EXPECT_EQ(read_error(R"({"buffers": []})"),
+            "/format: expected \"devalloc-plan\", got nothing: not a devalloc plan");
+  EXPECT_EQ(read_error(R"({"format": "onnx"})"),
+            "/format: expected \"devalloc-plan\", got string \"onnx\": not a devalloc plan");
+  EXPECT_EQ(read_error("[1]"), "expected a JSON object, got array [1]");
+}
+
+TEST_F(PlanTest, GivenNewerVersion_ThenRejectedWithBothVersions) {
+  plan_["version"] = 2;
+  plan_["something_new"] = true;  // a newer plan may have fields this one lacks
+  EXPECT_EQ(read_error(), "/version: version 2 is newer than this devalloc reads (1)");
+}
+
+TEST_F(PlanTest, GivenVersionZeroOrMissing_ThenRejected) {
+  plan_["version"] = 0;
+  EXPECT_EQ(read_error(), "/version: versions start at 1");
+  plan_.erase("version");
+  EXPECT_EQ(read_error(), "missing \"version\"");
+}
+
+TEST_F(PlanTest, GivenUnknownKey_ThenRejectedWithItsPointer) {
+  plan_["tensors"][2]["ofset"] = 4;
+  EXPECT_EQ(read_error(),
+            "/tensors/2/ofset: unknown key (expected one of: name, dtype, shape, memory_id, "
+            "offset, source)");
+  plan_["tensors"][2].erase("ofset");
+  plan_["allow_external"] = true;
+  EXPECT_THAT(read_error(), StartsWith("/allow_external: unknown key"));
+}
+
+TEST_F(PlanTest, GivenMissingField_ThenRejected) {
+  plan_["tensors"][1].erase("offset");
+  EXPECT_EQ(read_error(), "/tensors/1: missing \"offset\"");
+}
+
+TEST_F(PlanTest, GivenWrongTypes_ThenRejectedWithPointerAndValue) {
+  plan_["tensors"][3]["offset"] = "12";
+  EXPECT_EQ(read_error(), "/tensors/3/offset: expected a non-negative integer, got string \"12\"");
+  plan_["tensors"][3]["offset"] = 12;
+  plan_["tensors"][0]["shape"][1] = -4;
+  EXPECT_EQ(read_error(), "/tensors/0/shape/1: expected a non-negative integer, got number -4");
+  plan_["tensors"][0]["shape"] = "4x4";
+  EXPECT_EQ(read_error(), "/tensors/0/shape: expected an array, got string \"4x4\"");
+  plan_["tensors"][0]["shape"] = {4, 4};
+  plan_["methods"][0]["tensors"][1] = 7;
+  EXPECT_EQ(read_error(), "/methods/0/tensors/1: expected a string, got number 7");
+  plan_["methods"][0]["tensors"][1] = "blk.0.attn.weight";
+  plan_["allow_external_files"] = "yes";
+  EXPECT_EQ(read_error(), "/allow_external_files: expected true or false, got string \"yes\"");
+}
+
+TEST_F(PlanTest, GivenMemoryIdAbove32Bits_ThenRejected) {
+  plan_["buffers"][0]["memory_id"] = 4294967296ull;
+  EXPECT_EQ(read_error(), "/buffers/0/memory_id: 4294967296 is above 4294967295");
+}
+
+TEST_F(PlanTest, GivenUnknownDType_ThenRejected) {
+  plan_["tensors"][0]["dtype"] = "FP32";
+  EXPECT_THAT(read_error(), StartsWith("/tensors/0/dtype: unknown dtype \"FP32\" (known: BOOL, "));
+}
+
+TEST_F(PlanTest, GivenMalformedSource_ThenRejected) {
+  plan_["tensors"][0]["source"] = "model.safetensors";
+  EXPECT_EQ(read_error(), "/tensors/0/source: expected {\"file\": ..., \"key\": ...} or null, "
+                          "got string \"model.safetensors\"");
+  plan_["tensors"][0]["source"] = {{"file", "model.safetensors"}};
+  EXPECT_EQ(read_error(), "/tensors/0/source: missing \"key\"");
+}
+
+TEST_F(PlanTest, GivenDuplicateKey_ThenRejected) {
+  EXPECT_EQ(read_error(R"({"format": "devalloc-plan", "version": 1, "buffers": [],)"
+                       R"( "tensors": [{"name": "a", "offset": 0, "offset": 8}], "methods": []})"),
+            "/tensors/0: duplicate key \"offset\"");
+}
+
+// ---------------------------------------------------------------------------
+// Validation: buffers.
+
+TEST_F(PlanTest, GivenValidPlan_WhenValidated_ThenOk) {
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenDuplicateMemoryId_ThenRejected) {
+  plan_["buffers"][1]["memory_id"] = 0;
+  EXPECT_EQ(validation_error(), "/buffers/1: memory id 0 is also used by /buffers/0");
+}
+
+TEST_F(PlanTest, GivenAlignmentNotPowerOfTwo_ThenRejected) {
+  plan_["buffers"][1]["alignment"] = 48;
+  EXPECT_EQ(validation_error(), "/buffers/1: alignment 48 of memory id 2 is not a power of two");
+  plan_["buffers"][1]["alignment"] = 0;
+  EXPECT_EQ(validation_error(), "/buffers/1: alignment 0 of memory id 2 is not a power of two");
+}
+
+TEST_F(PlanTest, GivenDeviceTagThatDoesNotParse_ThenRejected) {
+  for (const char* tag : {"cuda:x", "cuda:", "cu da:0", "", "cuda:01"}) {
+    plan_["buffers"][0]["device"] = tag;
+    EXPECT_EQ(validation_error(),
+              "/buffers/0: device \"" + std::string(tag) +
+                  "\" of memory id 0 is not a device tag (\"name\" or \"name:index\", "
+                  "e.g. \"cuda:0\" or \"host\")");
+  }
+}
+
+TEST_F(PlanTest, GivenEveryDeviceTagForm_ThenAccepted) {
+  for (const char* tag : {"cuda:0", "hip:1", "level_zero:0", "host", "cuda"}) {
+    plan_["buffers"][0]["device"] = tag;
+    const Status status = validate();
+    EXPECT_TRUE(status.ok()) << tag << ": " << status.message();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Validation: tensors.
+
+TEST_F(PlanTest, GivenDuplicateTensorName_ThenRejected) {
+  plan_["tensors"][3]["name"] = "tok.weight";
+  EXPECT_EQ(validation_error(), "/tensors/3 \"tok.weight\": name also used by /tensors/0");
+}
+
+TEST_F(PlanTest, GivenUnknownMemoryId_ThenRejectedListingKnownOnes) {
+  plan_["tensors"][2]["memory_id"] = 7;
+  EXPECT_EQ(validation_error(),
+            "/tensors/2 \"blk.0.norm\": memory id 7 has no buffer (memory ids: 0, 2)");
+}
+
+TEST_F(PlanTest, GivenTensorEndingPastItsBuffer_ThenRejected) {
+  plan_["tensors"][1]["offset"] = 4224;
+  EXPECT_EQ(validation_error(),
+            "/tensors/1 \"blk.0.attn.weight\": ends at byte 4352 of buffer 0, which has 4096 "
+            "bytes");
+}
+
+TEST_F(PlanTest, GivenTensorEndingExactlyAtItsBuffer_ThenOk) {
+  plan_["tensors"][1]["offset"] = 4096 - 128;
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenOffsetThatWrapsAround_ThenOverflowNotAFalsePass) {
+  plan_["tensors"][1]["offset"] = 18446744073709551600ull;
+  EXPECT_EQ(validation_error(),
+            "/tensors/1 \"blk.0.attn.weight\": offset 18446744073709551600 + 128 bytes "
+            "overflows 64 bits");
+}
+
+TEST_F(PlanTest, GivenShapeThatIsNoWholeNumberOfBytes_ThenRejected) {
+  plan_["tensors"][3]["dtype"] = "F4";
+  plan_["tensors"][3]["shape"] = {3};
+  EXPECT_EQ(validation_error(),
+            "/tensors/3 \"scratch\": shape [3] of F4 is 3 x 4 bits, not a whole number of bytes");
+}
+
+TEST_F(PlanTest, GivenTwoConstantsOverlapping_ThenRejectedNamingBoth) {
+  plan_["tensors"][1]["offset"] = 32;
+  EXPECT_EQ(validation_error(),
+            "/tensors/1 \"blk.0.attn.weight\": bytes [32, 160) of buffer 0 overlap /tensors/0 "
+            "\"tok.weight\" at [0, 64)");
+}
+
+TEST_F(PlanTest, GivenConstantInsideAnother_ThenRejected) {
+  plan_["tensors"][2]["memory_id"] = 0;
+  plan_["tensors"][2]["offset"] = 300;  // [300, 316) inside [256, 384)
+  EXPECT_EQ(validation_error(),
+            "/tensors/2 \"blk.0.norm\": bytes [300, 316) of buffer 0 overlap /tensors/1 "
+            "\"blk.0.attn.weight\" at [256, 384)");
+}
+
+TEST_F(PlanTest, GivenConstantsTouchingOrInDifferentBuffers_ThenNoOverlap) {
+  plan_["tensors"][1]["offset"] = 64;  // right after tok.weight [0, 64)
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenScratchOverlappingConstants_ThenAllowed) {
+  plan_["tensors"][3]["shape"] = {1024};  // covers the whole buffer
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenEmptyConstantInsideAnother_ThenNoOverlap) {
+  plan_["tensors"][2]["memory_id"] = 0;
+  plan_["tensors"][2]["offset"] = 16;
+  plan_["tensors"][2]["shape"] = {0};
+  plan_["tensors"][2]["source"] = nullptr;
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+// ---------------------------------------------------------------------------
+// Validation: methods.
+
+TEST_F(PlanTest, GivenDuplicateMethodName_ThenRejected) {
+  plan_["methods"][1]["name"] = "prefill";
+  EXPECT_EQ(validation_error(), "/methods/1 \"prefill\": name also used by /methods/0");
+}
+
+TEST_F(PlanTest, GivenMethodWithUnknownMemoryId_ThenRejected) {
+  plan_["methods"][1]["memory_ids"] = {0, 5};
+  EXPECT_EQ(validation_error(),
+            "/methods/1/memory_ids/1: method \"decode\" uses memory id 5, which has no buffer "
+            "(memory ids: 0, 2)");
+}
+
+TEST_F(PlanTest, GivenMethodListingMemoryIdTwice_ThenRejected) {
+  plan_["methods"][1]["memory_ids"] = {0, 0};
+  EXPECT_EQ(validation_error(), "/methods/1/memory_ids/1: method \"decode\" lists memory id 0 twice");
+}
+
+TEST_F(PlanTest, GivenMethodWithUnknownTensor_ThenRejected) {
+  plan_["methods"][1]["tensors"][1] = "blk.0.attn.weights";
+  EXPECT_EQ(validation_error(),
+            "/methods/1/tensors/1: method \"decode\" lists tensor \"blk.0.attn.weights\", which "
+            "is not in the plan");
+}
+
+TEST_F(PlanTest, GivenMethodListingTensorTwice_ThenRejected) {
+  plan_["methods"][1]["tensors"][1] = "tok.weight";
+  EXPECT_EQ(validation_error(),
+            "/methods/1/tensors/1: method \"decode\" lists tensor \"tok.weight\" twice");
+}
+
+TEST_F(PlanTest, GivenMethodTensorOutsideItsMemoryIds_ThenRejected) {
+  plan_["methods"][1]["tensors"].push_back("blk.0.norm");
+  EXPECT_EQ(validation_error(),
+            "/methods/1/tensors/2: method \"decode\" uses tensor \"blk.0.norm\" in memory id 2, "
+            "which is not in its memory_ids");
+}
+
+// ---------------------------------------------------------------------------
+// Validation: sources.
+
+TEST_F(PlanTest, GivenDTypeDifferentFromTheSource_ThenRejected) {
+  plan_["tensors"][2]["dtype"] = "F16";
+  EXPECT_EQ(validation_error(),
+            "/tensors/2 \"blk.0.norm\": dtype F16 differs from BF16 of \"blk.0.norm\" in "
+            "model.safetensors");
+}
+
+TEST_F(PlanTest, GivenShapeDifferentFromTheSource_ThenRejected) {
+  plan_["tensors"][1]["shape"] = {64};
+  EXPECT_EQ(validation_error(),
+            "/tensors/1 \"blk.0.attn.weight\": shape [64] differs from [8, 8] of "
+            "\"blk.0.attn.weight\" in model.safetensors");
+}
+
+TEST_F(PlanTest, GivenMissingSourceFile_ThenRejectedWithTheResolvedPath) {
+  plan_["tensors"][0]["source"]["file"] = "weights/missing.safetensors";
+  const fs::path resolved = fs::weakly_canonical(dir_.path()) / "weights/missing.safetensors";
+  EXPECT_EQ(validation_error(), "/tensors/0 \"tok.weight\": source file: " + resolved.string() +
+                                    ": cannot open: No such file or directory");
+}
+
+TEST_F(PlanTest, GivenSourceFileThatIsNotSafetensors_ThenItsErrorIsPassedOn) {
+  test::write_file(dir_ / "bad.safetensors", "abc");
+  plan_["tensors"][0]["source"]["file"] = "bad.safetensors";
+  EXPECT_THAT(validation_error(),
+              HasSubstr("/tensors/0 \"tok.weight\": source file: "));
+  EXPECT_THAT(validation_error(), HasSubstr("bad.safetensors: file has 3 bytes"));
+}
+
+TEST_F(PlanTest, GivenMissingKey_ThenRejected) {
+  plan_["tensors"][0]["source"]["key"] = "tok.weights";
+  EXPECT_EQ(validation_error(),
+            "/tensors/0 \"tok.weight\": source key \"tok.weights\" is not in model.safetensors");
+}
+
+TEST_F(PlanTest, GivenSourceEscapingThePlanFolder_ThenRejectedUnlessAllowed) {
+  // The plan in dir/plans, the data in dir.
+  plan_["tensors"][0]["source"]["file"] = "sub/../../model.safetensors";
+  const fs::path nested = dir_ / "plans" / "plan.json";
+  test::write_file(nested, plan_.dump());
+  Result<Plan> plan = read_plan(nested);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const fs::path canonical = fs::weakly_canonical(dir_.path());
+  EXPECT_EQ(validate_plan(*plan).message(),
+            nested.string() + ": /tensors/0 \"tok.weight\": source file "
+                              "\"sub/../../model.safetensors\" resolves to " +
+                (canonical / "model.safetensors").string() + ", outside the plan's folder " +
+                (canonical / "plans").string() +
+                " (set \"allow_external_files\": true to allow this)");
+
+  for (json& tensor : plan_["tensors"]) {
+    if (!tensor["source"].is_null()) tensor["source"]["file"] = "../model.safetensors";
+  }
+  plan_["allow_external_files"] = true;
+  test::write_file(nested, plan_.dump());
+  plan = read_plan(nested);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const Status status = validate_plan(*plan);
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenAbsoluteSource_ThenRejectedUnlessAllowed) {
+  const std::string absolute = (dir_ / "model.safetensors").string();
+  for (json& tensor : plan_["tensors"]) {
+    if (!tensor["source"].is_null()) tensor["source"]["file"] = absolute;
+  }
+  EXPECT_EQ(validation_error(),
+            "/tensors/0 \"tok.weight\": source file \"" + absolute +
+                "\" is absolute; source files are relative to the plan's folder unless "
+                "\"allow_external_files\" is true");
+  plan_["allow_external_files"] = true;
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenSymlinkInsideThePlanFolderPointingOutside_ThenRejected) {
+  TempDir elsewhere;
+  write_model(elsewhere / "model.safetensors");
+  fs::create_directory_symlink(elsewhere.path(), dir_ / "link");
+  plan_["tensors"][0]["source"]["file"] = "link/model.safetensors";
+  EXPECT_THAT(validation_error(),
+              HasSubstr("resolves to " +
+                        (fs::weakly_canonical(elsewhere.path()) / "model.safetensors").string() +
+                        ", outside the plan's folder"));
+}
+
+TEST_F(PlanTest, GivenDotDotThatStaysInside_ThenAccepted) {
+  fs::create_directory(dir_ / "sub");
+  plan_["tensors"][0]["source"]["file"] = "sub/../model.safetensors";
+  const Status status = validate();
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenCheckSourcesOff_ThenMissingFilesAreNotOpened) {
+  plan_["tensors"][0]["source"]["file"] = "missing.safetensors";
+  PlanValidationOptions options;
+  options.check_sources = false;
+  const Status status = validate(options);
+  EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(PlanTest, GivenCache_ThenValidationUsesFilesAlreadyOpened) {
+  SafetensorsCache cache;
+  auto opened = cache.open(fs::weakly_canonical(dir_ / "model.safetensors"));
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  fs::remove(dir_ / "model.safetensors");
+
+  PlanValidationOptions options;
+  options.cache = &cache;
+  const Status with_cache = validate(options);
+  EXPECT_TRUE(with_cache.ok()) << with_cache.message();
+  EXPECT_THAT(without_file(validate()), HasSubstr("cannot open"));
+}
+
+// ---------------------------------------------------------------------------
+// Paths, selections, writing.
+
+TEST_F(PlanTest, SourcePathIsCanonicalAndAbsolute) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Result<fs::path> path = plan->source_path(*plan->tensors[0].source);
+  ASSERT_TRUE(path.ok()) << path.status().message();
+  EXPECT_EQ(*path, fs::weakly_canonical(dir_ / "model.safetensors"));
+  EXPECT_TRUE(path->is_absolute());
+}
+
+TEST_F(PlanTest, GivenPlanPathWithoutFolder_ThenDirectoryIsCurrent) {
+  Plan plan;
+  plan.path = "plan.json";
+  EXPECT_EQ(plan.directory(), fs::path("."));
+}
+
+TEST_F(PlanTest, GivenOneMethod_ThenItsBuffersAndTensors) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Result<PlanSelection> decode = plan->tensors_for_methods(std::vector<std::string>{"decode"});
+  ASSERT_TRUE(decode.ok()) << decode.status().message();
+  EXPECT_THAT(decode->memory_ids, ElementsAre(0));
+  EXPECT_THAT(decode->tensors, ElementsAre(0, 1));
+  EXPECT_THAT(decode->constants, ElementsAre(0, 1));
+}
+
+TEST_F(PlanTest, GivenMethodsSharingWeights_ThenEachBufferAndTensorOnce) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Result<PlanSelection> both =
+      plan->tensors_for_methods(std::vector<std::string>{"decode", "prefill", "decode"});
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  EXPECT_THAT(both->memory_ids, ElementsAre(0, 2));
+  EXPECT_THAT(both->tensors, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(both->constants, ElementsAre(0, 1, 2));  // scratch needs no copy
+}
+
+TEST_F(PlanTest, GivenUnknownMethod_ThenErrorListsTheKnownOnes) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(without_file(plan->tensors_for_methods(std::vector<std::string>{"decod"}).status()),
+            "no method \"decod\" (methods: prefill, decode)");
+}
+
+TEST_F(PlanTest, GivenPlan_WhenWrittenAndReadBack_ThenTheSamePlan) {
+  plan_["allow_external_files"] = true;
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const fs::path copy = dir_ / "copy.json";
+  ASSERT_TRUE(write_plan(*plan, copy).ok());
+  Result<Plan> again = read_plan(copy);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+
+  EXPECT_TRUE(again->allow_external_files);
+  ASSERT_EQ(again->buffers.size(), plan->buffers.size());
+  for (size_t i = 0; i < plan->buffers.size(); ++i) {
+    EXPECT_EQ(again->buffers[i].memory_id, plan->buffers[i].memory_id);
+    EXPECT_EQ(again->buffers[i].device, plan->buffers[i].device);
+    EXPECT_EQ(again->buffers[i].size, plan->buffers[i].size);
+    EXPECT_EQ(again->buffers[i].alignment, plan->buffers[i].alignment);
+  }
+  ASSERT_EQ(again->tensors.size(), plan->tensors.size());
+  for (size_t i = 0; i < plan->tensors.size(); ++i) {
+    const PlanTensor& a = plan->tensors[i];
+    const PlanTensor& b = again->tensors[i];
+    EXPECT_EQ(b.name, a.name);
+    EXPECT_EQ(b.dtype, a.dtype);
+    EXPECT_EQ(b.shape, a.shape);
+    EXPECT_EQ(b.memory_id, a.memory_id);
+    EXPECT_EQ(b.offset, a.offset);
+    ASSERT_EQ(b.source.has_value(), a.source.has_value());
+    if (a.source) {
+      EXPECT_EQ(b.source->file, a.source->file);
+      EXPECT_EQ(b.source->key, a.source->key);
+    }
+  }
+  ASSERT_EQ(again->methods.size(), plan->methods.size());
+  for (size_t i = 0; i < plan->methods.size(); ++i) {
+    EXPECT_EQ(again->methods[i].name, plan->methods[i].name);
+    EXPECT_EQ(again->methods[i].memory_ids, plan->methods[i].memory_ids);
+    EXPECT_EQ(again->methods[i].tensors, plan->methods[i].tensors);
+  }
+}
+
+TEST_F(PlanTest, WrittenPlanHasOneLinePerEntry) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_TRUE(write_plan(*plan, dir_ / "copy.json").ok());
+  const std::string text = test::read_file(dir_ / "copy.json");
+  EXPECT_THAT(text, StartsWith("{\n  \"format\": \"devalloc-plan\",\n  \"version\": 1,\n"));
+  EXPECT_THAT(text, HasSubstr("\n    {\"name\":\"scratch\",\"dtype\":\"F32\",\"shape\":[16],"
+                              "\"memory_id\":0,\"offset\":0,\"source\":null}\n  ],\n"));
+  EXPECT_THAT(text, HasSubstr("\n    {\"memory_id\":2,\"device\":\"host\",\"size\":1024,"
+                              "\"alignment\":64}\n  ],\n"));
+}
+
+TEST_F(PlanTest, GivenEmptyPlan_WhenWritten_ThenReadsAndValidates) {
+  Plan empty;
+  empty.path = dir_ / "empty.json";
+  ASSERT_TRUE(write_plan(empty, empty.path).ok());
+  Result<Plan> again = read_plan(empty.path);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_TRUE(validate_plan(*again).ok());
+  EXPECT_TRUE(again->tensors.empty());
+}
+
+}  // namespace
+}  // namespace devalloc

@@ -1,0 +1,515 @@
+#include <devalloc/core/safetensors.hpp>
+
+#include "core_test_support.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace devalloc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using test::TempDir;
+
+std::vector<std::byte> from_hex(const std::string& hex) {
+  std::vector<std::byte> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<std::byte>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+std::vector<std::byte> to_vector(std::span<const std::byte> bytes) {
+  return {bytes.begin(), bytes.end()};
+}
+
+std::vector<std::byte> bytes_of(std::string_view text) {
+  return to_vector(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+// ---------------------------------------------------------------------------
+// Files written by the reference implementation.
+
+class SafetensorsReference : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const int status = test::run_reference_script("write '" + dir_->path().string() + "'");
+    ASSERT_EQ(status, 0) << "write_reference.py failed; is " << DEVALLOC_TEST_PYTHON
+                         << " set up with safetensors and numpy (scripts/setup.sh)?";
+    manifest_ = nlohmann::json::parse(test::read_file(dir_->path() / "manifest.json"));
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // Every tensor of `name` as our reader sees it equals what the reference
+  // reader saw, and there are no others.
+  static void expect_matches_manifest(const SafetensorsFile& file, const std::string& name) {
+    const nlohmann::json& expected = manifest_.at(name);
+    const nlohmann::json& tensors = expected.at("tensors");
+    EXPECT_EQ(file.tensors().size(), tensors.size());
+    for (const auto& [key, entry] : tensors.items()) {
+      SCOPED_TRACE(key);
+      const SafetensorsTensor* tensor = file.find(key);
+      ASSERT_NE(tensor, nullptr);
+      EXPECT_EQ(to_string(tensor->dtype), entry.at("dtype").get<std::string>());
+      EXPECT_EQ(tensor->shape, entry.at("shape").get<std::vector<uint64_t>>());
+      EXPECT_EQ(to_vector(file.bytes(*tensor)), from_hex(entry.at("hex").get<std::string>()));
+      EXPECT_EQ(tensor->nbytes, file.bytes(*tensor).size());
+    }
+    EXPECT_EQ(file.metadata(),
+              (expected.at("metadata").get<std::map<std::string, std::string>>()));
+  }
+
+  static fs::path path(const std::string& name) { return dir_->path() / name; }
+
+  static TempDir* dir_;
+  static nlohmann::json manifest_;
+};
+
+TempDir* SafetensorsReference::dir_ = nullptr;
+nlohmann::json SafetensorsReference::manifest_;
+
+TEST_F(SafetensorsReference, GivenNumpyFile_WhenOpened_ThenEveryTensorMatchesTheReference) {
+  auto file = SafetensorsFile::open(path("numpy.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  expect_matches_manifest(**file, "numpy.safetensors");
+  EXPECT_THAT((*file)->metadata(), ElementsAre(Pair("format", "np"),
+                                               Pair("producer", "write_reference.py")));
+}
+
+TEST_F(SafetensorsReference, GivenBF16AndF8AndF4File_WhenOpened_ThenEveryTensorMatches) {
+  auto file = SafetensorsFile::open(path("raw.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  expect_matches_manifest(**file, "raw.safetensors");
+  const SafetensorsTensor* bf16 = (*file)->find("lm_head.weight");
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(bf16->dtype, DType::bf16);
+  const SafetensorsTensor* f4 = (*file)->find("fp4.e2m1");
+  ASSERT_NE(f4, nullptr);
+  EXPECT_EQ(f4->dtype, DType::f4);
+  EXPECT_THAT(f4->shape, ElementsAre(2, 4));
+  EXPECT_EQ(f4->nbytes, 4u);
+}
+
+TEST_F(SafetensorsReference, TensorsAreInOffsetOrderAndOffsetsAreFromTheFileStart) {
+  auto file = SafetensorsFile::open(path("numpy.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const std::string content = test::read_file(path("numpy.safetensors"));
+  uint64_t header = 0;
+  std::memcpy(&header, content.data(), 8);  // the test machine is little-endian
+  EXPECT_EQ((*file)->data_offset(), 8 + header);
+  // The reference packs without gaps up to the end of the file.
+  uint64_t expected_offset = 8 + header;
+  for (const SafetensorsTensor& tensor : (*file)->tensors()) {
+    EXPECT_EQ(tensor.offset, expected_offset) << tensor.name;
+    expected_offset += tensor.nbytes;
+  }
+  EXPECT_EQ(expected_offset, content.size());
+}
+
+TEST_F(SafetensorsReference, GivenOurWriter_WhenReferenceReadsTheFile_ThenItSeesTheSameTensors) {
+  for (const std::string name : {"numpy.safetensors", "raw.safetensors"}) {
+    SCOPED_TRACE(name);
+    auto original = SafetensorsFile::open(path(name));
+    ASSERT_TRUE(original.ok()) << original.status().message();
+    std::vector<SafetensorsWriteTensor> tensors;
+    for (const SafetensorsTensor& t : (*original)->tensors()) {
+      tensors.push_back({t.name, t.dtype, t.shape, (*original)->bytes(t)});
+    }
+    const fs::path copy = path("ours-" + name);
+    ASSERT_TRUE(write_safetensors(copy, tensors, (*original)->metadata()).ok());
+
+    // Our reader: byte-identical tensors.
+    auto reread = SafetensorsFile::open(copy);
+    ASSERT_TRUE(reread.ok()) << reread.status().message();
+    expect_matches_manifest(**reread, name);
+
+    // The reference reader: the same tensors and metadata.
+    const fs::path expected = path("expected-" + name + ".json");
+    test::write_file(expected, manifest_.at(name).dump());
+    EXPECT_EQ(test::run_reference_script("check '" + copy.string() + "' '" + expected.string() +
+                                         "'"),
+              0);
+  }
+}
+
+TEST_F(SafetensorsReference, GivenChangedTensor_WhenReferenceChecks_ThenItFails) {
+  // The check above would be worthless if the script accepted anything.
+  auto original = SafetensorsFile::open(path("raw.safetensors"));
+  ASSERT_TRUE(original.ok()) << original.status().message();
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<SafetensorsWriteTensor> tensors;
+  for (const SafetensorsTensor& t : (*original)->tensors()) {
+    storage.push_back(to_vector((*original)->bytes(t)));
+    if (t.name == "lm_head.weight") storage.back()[3] ^= std::byte{1};
+  }
+  for (size_t i = 0; i < storage.size(); ++i) {
+    const SafetensorsTensor& t = (*original)->tensors()[i];
+    tensors.push_back({t.name, t.dtype, t.shape, storage[i]});
+  }
+  const fs::path copy = path("changed.safetensors");
+  ASSERT_TRUE(write_safetensors(copy, tensors, (*original)->metadata()).ok());
+  const fs::path expected = path("expected-changed.json");
+  test::write_file(expected, manifest_.at("raw.safetensors").dump());
+  EXPECT_EQ(test::run_reference_script("check '" + copy.string() + "' '" + expected.string() +
+                                       "' > /dev/null"),
+            1);
+}
+
+// ---------------------------------------------------------------------------
+// The project's writer.
+
+TEST(SafetensorsWriter, GivenTensors_ThenHeaderIsPaddedTo8AndDataIsPackedInOrder) {
+  TempDir dir;
+  const std::vector<std::byte> a = bytes_of("abcdef");
+  const std::vector<std::byte> b = bytes_of("0123456789ab");
+  const std::vector<SafetensorsWriteTensor> tensors = {
+      {"a", DType::u8, {2, 3}, a}, {"b", DType::f32, {3}, b}};
+  ASSERT_TRUE(write_safetensors(dir / "m.safetensors", tensors, {{"k", "v"}}).ok());
+
+  const std::string content = test::read_file(dir / "m.safetensors");
+  uint64_t header = 0;
+  std::memcpy(&header, content.data(), 8);
+  EXPECT_EQ(header % 8, 0u);
+  const std::string text = content.substr(8, header);
+  EXPECT_EQ(text.substr(0, text.find_last_not_of(' ') + 1),
+            R"({"__metadata__":{"k":"v"},"a":{"dtype":"U8","shape":[2,3],)"
+            R"("data_offsets":[0,6]},"b":{"dtype":"F32","shape":[3],"data_offsets":[6,18]}})");
+  EXPECT_EQ(content.substr(8 + header), "abcdef0123456789ab");
+
+  auto file = SafetensorsFile::open(dir / "m.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ((*file)->tensors().size(), 2u);
+  EXPECT_EQ(to_vector((*file)->bytes((*file)->tensors()[1])), b);
+  EXPECT_EQ((*file)->data_offset() % 8, 0u);
+}
+
+TEST(SafetensorsWriter, GivenNoTensors_ThenAnEmptyButValidFile) {
+  TempDir dir;
+  ASSERT_TRUE(write_safetensors(dir / "e.safetensors", {}).ok());
+  EXPECT_EQ(test::read_file(dir / "e.safetensors"),
+            std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
+  auto file = SafetensorsFile::open(dir / "e.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_TRUE((*file)->tensors().empty());
+  EXPECT_TRUE((*file)->metadata().empty());
+}
+
+TEST(SafetensorsWriter, GivenWrongByteCount_ThenRejectedAndNothingWritten) {
+  TempDir dir;
+  const std::vector<std::byte> bytes = bytes_of("12345");
+  const std::vector<SafetensorsWriteTensor> tensors = {{"w", DType::f16, {3}, bytes}};
+  Status status = write_safetensors(dir / "m.safetensors", tensors);
+  EXPECT_EQ(status.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(status.message(), (dir / "m.safetensors").string() +
+                                  ": tensor \"w\": shape [3] of F16 needs 6 bytes, 5 given");
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+TEST(SafetensorsWriter, GivenDuplicateOrReservedName_ThenRejected) {
+  TempDir dir;
+  const std::vector<std::byte> bytes = bytes_of("1");
+  const std::vector<SafetensorsWriteTensor> twice = {{"w", DType::u8, {1}, bytes},
+                                                     {"w", DType::u8, {1}, bytes}};
+  EXPECT_THAT(write_safetensors(dir / "m.safetensors", twice).message(),
+              HasSubstr("tensor \"w\": given twice"));
+  const std::vector<SafetensorsWriteTensor> reserved = {{"__metadata__", DType::u8, {1}, bytes}};
+  EXPECT_THAT(write_safetensors(dir / "m.safetensors", reserved).message(),
+              HasSubstr("tensor \"__metadata__\": the name is reserved"));
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+TEST(SafetensorsWriter, GivenExistingMappedFile_WhenRewritten_ThenOldMappingIntactAndNoTempLeft) {
+  TempDir dir;
+  const std::vector<std::byte> old_bytes = bytes_of("old!");
+  const std::vector<std::byte> new_bytes = bytes_of("new!");
+  ASSERT_TRUE(write_safetensors(dir / "m.safetensors",
+                                std::vector<SafetensorsWriteTensor>{{"t", DType::u8, {4}, old_bytes}})
+                  .ok());
+  auto before = SafetensorsFile::open(dir / "m.safetensors");
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  ASSERT_TRUE(write_safetensors(dir / "m.safetensors",
+                                std::vector<SafetensorsWriteTensor>{{"t", DType::u8, {4}, new_bytes}})
+                  .ok());
+  auto after = SafetensorsFile::open(dir / "m.safetensors");
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  EXPECT_EQ(to_vector((*before)->bytes((*before)->tensors()[0])), old_bytes);
+  EXPECT_EQ(to_vector((*after)->bytes((*after)->tensors()[0])), new_bytes);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+TEST(SafetensorsWriter, GivenMissingFolder_ThenErrorNamesTheFile) {
+  TempDir dir;
+  Status status = write_safetensors(dir / "no" / "m.safetensors", {});
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr((dir / "no" / "m.safetensors").string()));
+  EXPECT_THAT(status.message(), HasSubstr("cannot create: No such file or directory"));
+}
+
+// ---------------------------------------------------------------------------
+// What the reader accepts and rejects, on files made by hand.
+
+class SafetensorsReader : public ::testing::Test {
+ protected:
+  fs::path write(std::string_view header, size_t data_bytes) {
+    const fs::path path = dir_ / "model.safetensors";
+    test::write_file(path, test::safetensors_bytes(header, data_bytes));
+    return path;
+  }
+  std::shared_ptr<const SafetensorsFile> opened(std::string_view header, size_t data_bytes) {
+    auto file = SafetensorsFile::open(write(header, data_bytes));
+    EXPECT_TRUE(file.ok()) << file.status().message();
+    return file.ok() ? *file : nullptr;
+  }
+  // The message, after "<path>: ".
+  std::string error(std::string_view header, size_t data_bytes) {
+    return error_of_file(write(header, data_bytes));
+  }
+  std::string error_of_file(const fs::path& path) {
+    auto file = SafetensorsFile::open(path);
+    EXPECT_FALSE(file.ok()) << "opened, but should not";
+    if (file.ok()) return {};
+    EXPECT_EQ(file.status().code(), StatusCode::invalid_argument);
+    const std::string prefix = path.string() + ": ";
+    const std::string message = file.status().message();
+    EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
+    return message.substr(std::min(prefix.size(), message.size()));
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(SafetensorsReader, GivenFileShorterThan8Bytes_ThenRejected) {
+  test::write_file(dir_ / "short.safetensors", "abcde");
+  EXPECT_EQ(error_of_file(dir_ / "short.safetensors"),
+            "file has 5 bytes, too short for the 8-byte header length");
+  test::write_file(dir_ / "empty.safetensors", "");
+  EXPECT_EQ(error_of_file(dir_ / "empty.safetensors"),
+            "file has 0 bytes, too short for the 8-byte header length");
+}
+
+TEST_F(SafetensorsReader, GivenHeaderLengthPastEndOfFile_ThenRejected) {
+  std::string content = test::safetensors_bytes("{}", 0);
+  content[0] = 100;
+  test::write_file(dir_ / "m.safetensors", content);
+  EXPECT_EQ(error_of_file(dir_ / "m.safetensors"),
+            "header length 100 ends at byte 108, file has 10 bytes");
+}
+
+TEST_F(SafetensorsReader, GivenHugeHeaderLength_ThenRejectedBeforeReading) {
+  std::string content = test::safetensors_bytes("{}", 0);
+  content.replace(0, 8, std::string("\0\0\0\0\0\0\0\x80", 8));
+  test::write_file(dir_ / "m.safetensors", content);
+  EXPECT_EQ(error_of_file(dir_ / "m.safetensors"),
+            "header length 9223372036854775808 is above the limit of 104857600 bytes");
+}
+
+TEST_F(SafetensorsReader, GivenInvalidJson_ThenErrorGivesTheBytePosition) {
+  const std::string message = error(R"({"a": {"dtype": "F32",, }})", 0);
+  EXPECT_THAT(message, HasSubstr("header is not valid JSON at byte 30 of the file: "));
+  EXPECT_THAT(message, HasSubstr("syntax error"));
+}
+
+TEST_F(SafetensorsReader, GivenEmptyHeader_ThenInvalidJson) {
+  EXPECT_THAT(error("", 0), HasSubstr("header is not valid JSON"));
+}
+
+TEST_F(SafetensorsReader, GivenHeaderThatIsNotAnObject_ThenRejected) {
+  EXPECT_EQ(error("[1, 2]", 0), "header is array, expected a JSON object");
+}
+
+TEST_F(SafetensorsReader, GivenUnknownDType_ThenRejectedListingKnownOnes) {
+  const std::string message =
+      error(R"({"w": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  EXPECT_THAT(message, ::testing::StartsWith("tensor \"w\": unknown dtype \"F33\" (known: BOOL, "));
+  EXPECT_THAT(message, HasSubstr("BF16"));
+  EXPECT_THAT(message, HasSubstr("F8_E4M3"));
+}
+
+TEST_F(SafetensorsReader, GivenOffsetsPastTheData_ThenErrorGivesEndAndFileSize) {
+  // Header of 64 bytes: data starts at 72; the file has 72 + 16 bytes.
+  std::string header = R"({"lm_head.weight": {"dtype": "F32", "shape": [5], "data_offsets": [0, 20]}})";
+  header.resize(((header.size() + 7) / 8) * 8, ' ');
+  const uint64_t data_start = 8 + header.size();
+  EXPECT_EQ(error(header, 16), "tensor \"lm_head.weight\": ends at byte " +
+                                   std::to_string(data_start + 20) + ", file has " +
+                                   std::to_string(data_start + 16) + " bytes");
+}
+
+TEST_F(SafetensorsReader, GivenOffsetNearUint64Max_ThenNoWrapAround) {
+  EXPECT_THAT(error(R"({"w": {"dtype": "U8", "shape": [1], )"
+                    R"("data_offsets": [18446744073709551614, 18446744073709551615]}})",
+                    4),
+              HasSubstr("tensor \"w\": ends at data offset 18446744073709551615, file has"));
+}
+
+TEST_F(SafetensorsReader, GivenOverlappingTensors_ThenRejectedNamingBoth) {
+  EXPECT_EQ(error(R"({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},)"
+                  R"( "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}})",
+                  12),
+            "tensor \"b\": data_offsets [4, 12] overlap tensor \"a\" at [0, 8]");
+}
+
+TEST_F(SafetensorsReader, GivenTensorInsideAnother_ThenOverlap) {
+  EXPECT_THAT(error(R"({"a": {"dtype": "U8", "shape": [16], "data_offsets": [0, 16]},)"
+                    R"( "b": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}})",
+                    16),
+              HasSubstr("tensor \"b\": data_offsets [2, 4] overlap tensor \"a\" at [0, 16]"));
+}
+
+TEST_F(SafetensorsReader, GivenShapeAndOffsetsDisagree_ThenRejectedWithBothSizes) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 24),
+            "tensor \"w\": shape [2, 3] of F32 needs 24 bytes, data_offsets [0,20] hold 20");
+}
+
+TEST_F(SafetensorsReader, GivenNegativeDimension_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 0]}})", 0),
+            "tensor \"w\": shape[1] is -3, expected a non-negative integer");
+}
+
+TEST_F(SafetensorsReader, GivenFractionalDimension_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", 8),
+            "tensor \"w\": shape[0] is 2.0, expected a non-negative integer");
+}
+
+TEST_F(SafetensorsReader, GivenOffsetsEndingBeforeTheyBegin_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [8, 4]}})", 8),
+            "tensor \"w\": data_offsets [8,4] end before they begin");
+}
+
+TEST_F(SafetensorsReader, GivenMalformedOffsets_ThenRejected) {
+  EXPECT_THAT(error(R"({"w": {"dtype": "U8", "shape": [4], "data_offsets": [0, 2, 4]}})", 4),
+              HasSubstr("tensor \"w\": data_offsets is [0,2,4], expected [begin, end]"));
+  EXPECT_THAT(error(R"({"w": {"dtype": "U8", "shape": [4], "data_offsets": [-1, 3]}})", 4),
+              HasSubstr("tensor \"w\": data_offsets is [-1,3], expected [begin, end]"));
+}
+
+TEST_F(SafetensorsReader, GivenMissingOrUnknownField_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "U8", "data_offsets": [0, 4]}})", 4),
+            "tensor \"w\": no shape");
+  EXPECT_EQ(error(R"({"w": {"dtype": "U8", "shape": [4], "data_offset": [0, 4]}})", 4),
+            "tensor \"w\": unknown field \"data_offset\" (expected dtype, shape, data_offsets)");
+}
+
+TEST_F(SafetensorsReader, GivenEntryThatIsNotAnObject_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": [1, 2]})", 0), "tensor \"w\": entry is [1,2], expected an object");
+}
+
+TEST_F(SafetensorsReader, GivenTensorNamedTwice_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},)"
+                  R"( "w": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}})",
+                  8),
+            "tensor \"w\" appears twice in the header");
+}
+
+TEST_F(SafetensorsReader, GivenFieldTwiceInAnEntry_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "U8", "dtype": "F32", "shape": [4], "data_offsets": [0, 4]}})",
+                  4),
+            "duplicate key \"dtype\" in the header at /w");
+}
+
+TEST_F(SafetensorsReader, GivenPackedDTypeWithPartialByte_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}})", 2),
+            "tensor \"w\": shape [3] of F4 is 3 x 4 bits, not a whole number of bytes");
+}
+
+TEST_F(SafetensorsReader, GivenShapeWhoseSizeOverflows_ThenRejected) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], )"
+                  R"("data_offsets": [0, 0]}})",
+                  0),
+            "tensor \"w\": shape [4294967296, 4294967296] of F32: size overflows 64 bits");
+}
+
+TEST_F(SafetensorsReader, GivenMetadataWithNonStringValue_ThenRejected) {
+  EXPECT_EQ(error(R"({"__metadata__": {"format": "pt", "step": 3}})", 0),
+            "__metadata__ \"step\" is 3, expected a string");
+  EXPECT_EQ(error(R"({"__metadata__": ["pt"]})", 0),
+            "__metadata__ is [\"pt\"], expected an object of strings");
+}
+
+TEST_F(SafetensorsReader, GivenGapsAndTrailingBytes_ThenAccepted) {
+  auto file = opened(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},)"
+                     R"( "b": {"dtype": "U8", "shape": [2], "data_offsets": [6, 8]}})",
+                     12);
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(file->tensors().size(), 2u);
+  const SafetensorsTensor* b = file->find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->offset, file->data_offset() + 6);
+  // Data bytes count up from 0 (safetensors_bytes).
+  EXPECT_EQ(to_vector(file->bytes(*b)), (std::vector<std::byte>{std::byte{6}, std::byte{7}}));
+}
+
+TEST_F(SafetensorsReader, GivenEmptyTensorsAtAnyOffset_ThenTheyOverlapNothing) {
+  auto file = opened(R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},)"
+                     R"( "e": {"dtype": "F32", "shape": [0, 5], "data_offsets": [2, 2]},)"
+                     R"( "f": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})",
+                     4);
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->tensors().size(), 3u);
+  EXPECT_EQ(file->find("e")->nbytes, 0u);
+  EXPECT_TRUE(file->bytes(*file->find("e")).empty());
+}
+
+TEST_F(SafetensorsReader, TensorsComeInOffsetOrderWhateverTheHeaderOrder) {
+  auto file = opened(R"({"z": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},)"
+                     R"( "a": {"dtype": "U8", "shape": [1], "data_offsets": [2, 3]},)"
+                     R"( "m": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
+                     3);
+  ASSERT_NE(file, nullptr);
+  std::vector<std::string> names;
+  for (const SafetensorsTensor& t : file->tensors()) names.push_back(t.name);
+  EXPECT_THAT(names, ElementsAre("z", "m", "a"));
+  EXPECT_EQ(file->find("nothing"), nullptr);
+}
+
+TEST_F(SafetensorsReader, GivenMissingFile_ThenErrorNamesIt) {
+  EXPECT_EQ(error_of_file(dir_ / "nope.safetensors"), "cannot open: No such file or directory");
+}
+
+TEST_F(SafetensorsReader, GivenFileOpened_WhenOnlyTheMappingIsKept_ThenBytesStayReadable) {
+  std::shared_ptr<const MappedFile> mapping;
+  std::span<const std::byte> bytes;
+  {
+    auto file = opened(R"({"a": {"dtype": "U8", "shape": [3], "data_offsets": [1, 4]}})", 4);
+    ASSERT_NE(file, nullptr);
+    mapping = file->mapping();
+    bytes = file->bytes(file->tensors()[0]);
+  }
+  std::filesystem::remove(dir_ / "model.safetensors");
+  EXPECT_EQ(mapping.use_count(), 1);
+  EXPECT_EQ(to_vector(bytes),
+            (std::vector<std::byte>{std::byte{1}, std::byte{2}, std::byte{3}}));
+}
+
+TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFileAndFailuresAreRemembered) {
+  TempDir dir;
+  ASSERT_TRUE(write_safetensors(dir / "m.safetensors", {}).ok());
+  SafetensorsCache cache;
+  auto first = cache.open(dir / "m.safetensors");
+  auto second = cache.open(dir / "m.safetensors");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->get(), second->get());
+
+  auto missing = cache.open(dir / "later.safetensors");
+  ASSERT_FALSE(missing.ok());
+  ASSERT_TRUE(write_safetensors(dir / "later.safetensors", {}).ok());
+  auto again = cache.open(dir / "later.safetensors");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().message(), missing.status().message());
+}
+
+}  // namespace
+}  // namespace devalloc
