@@ -1,0 +1,44 @@
+// One planned buffer on its device: the single allocation every method that
+// uses the memory id shares. Freed when its last owner lets go.
+#pragma once
+
+#include <devalloc/core/device_registry.hpp>
+#include <devalloc/status.hpp>
+
+#include <cstdint>
+#include <memory>
+
+namespace devalloc {
+
+class DeviceBuffer {
+ public:
+  // Allocates nbytes aligned to alignment on device. The error names the
+  // memory id, the device and the plugin's reason.
+  static Result<std::shared_ptr<DeviceBuffer>> allocate(ResolvedDevice device,
+                                                        uint32_t memory_id,
+                                                        uint64_t nbytes,
+                                                        uint64_t alignment);
+  // Deallocates. The owner has synchronized every copy into the buffer.
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  uint32_t memory_id() const { return memory_id_; }
+  const ResolvedDevice& device() const { return device_; }
+  uint64_t address() const { return address_; }
+  uint64_t nbytes() const { return nbytes_; }
+
+  // Buffers alive in this process: a failed load must leave this where it
+  // was before the load.
+  static uint64_t live_count();
+
+ private:
+  DeviceBuffer(ResolvedDevice device, uint32_t memory_id, uint64_t address,
+               uint64_t nbytes);
+  ResolvedDevice device_;
+  uint32_t memory_id_;
+  uint64_t address_;
+  uint64_t nbytes_;
+};
+
+}  // namespace devalloc

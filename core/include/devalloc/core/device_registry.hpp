@@ -1,0 +1,62 @@
+// Which plugin and which of its devices back a device tag, resolved against
+// the plugins that are really there. Plugins are loaded on first use, once
+// per registry; a plugin that failed to load is remembered with its reason.
+#pragma once
+
+#include <devalloc/core/config.hpp>
+#include <devalloc/plugin_loader.hpp>
+#include <devalloc/status.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace devalloc {
+
+// A device tag resolved to a physical device.
+struct ResolvedDevice {
+  std::string tag;                 // the tag that was asked for
+  std::shared_ptr<Plugin> plugin;
+  std::string plugin_name;         // the config name ("cuda", an alias, ...)
+  uint32_t device = 0;             // index among the plugin's devices
+  bool is_fallback = false;
+  std::string via_tag;             // the tag whose entry gave the binding
+
+  const DeviceInfo& info() const { return plugin->devices().at(device); }
+  // "host:0 (plugin host, device 0 \"host memory\")"
+  std::string describe() const;
+  // The physical device alone, whatever tag led to it:
+  // "host device 0 \"host memory\"". Several tags may share one.
+  std::string device_label() const;
+  bool same_device(const ResolvedDevice& other) const {
+    return plugin == other.plugin && device == other.device;
+  }
+};
+
+class DeviceRegistry {
+ public:
+  explicit DeviceRegistry(RuntimeConfig config);
+
+  const RuntimeConfig& config() const { return config_; }
+  const PluginLoader& loader() const { return loader_; }
+
+  // The plugin configured (or found) under name, loading it on first use.
+  // Fails with the loader's reason, naming the config place if configured.
+  Result<std::shared_ptr<Plugin>> plugin(std::string_view name);
+
+  // The device backing tag; memory_id only appears in errors. A tag without
+  // a resolvable device is an error that lists every candidate tried.
+  Result<ResolvedDevice> resolve(std::string_view tag,
+                                 std::optional<uint32_t> memory_id);
+
+ private:
+  RuntimeConfig config_;
+  PluginLoader loader_;
+  std::mutex mutex_;
+  std::map<std::string, Result<std::shared_ptr<Plugin>>, std::less<>> plugins_;
+};
+
+}  // namespace devalloc

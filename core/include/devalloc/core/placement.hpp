@@ -1,0 +1,58 @@
+// Placement: which device each planned buffer goes to, and which constants
+// fill it. The first stage after the plan: it reads the plan and the runtime
+// config, allocates nothing and copies nothing.
+#pragma once
+
+#include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/dtype.hpp>
+#include <devalloc/status.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace devalloc {
+
+struct Plan;
+
+struct PlannedBuffer {
+  uint32_t memory_id = 0;
+  uint64_t nbytes = 0;
+  uint64_t alignment = 0;
+  std::string planned_tag;
+};
+
+struct PlannedTensor {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> shape;
+  uint32_t memory_id = 0;
+  uint64_t offset = 0;  // in its buffer
+  uint64_t nbytes = 0;
+  std::filesystem::path file;  // absolute; empty for scratch memory
+  std::string key;             // tensor name in file
+
+  bool is_constant() const { return !file.empty(); }
+};
+
+// What a set of methods needs: each buffer and each tensor once, however
+// many of the methods use it. Fails for an unknown method name.
+struct MethodNeeds {
+  std::vector<PlannedBuffer> buffers;  // by memory id
+  std::vector<PlannedTensor> tensors;  // by name
+};
+Result<MethodNeeds> needs_of(const Plan& plan,
+                             const std::vector<std::string>& methods);
+
+// A buffer and the device that backs it: the [memory] override, else the
+// plan's tag, resolved through the config (with fallbacks).
+struct BufferPlacement {
+  PlannedBuffer buffer;
+  std::string tag;  // after the [memory] override
+  ResolvedDevice device;
+};
+Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
+                                     DeviceRegistry& registry);
+
+}  // namespace devalloc

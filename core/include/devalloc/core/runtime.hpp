@@ -1,0 +1,120 @@
+// The runtime: a config, the plugins it loads, and programs loaded through
+// it. The C++ entry point of the core:
+//
+//   auto runtime = Runtime::create(read_config(path).value());
+//   auto program = runtime->load(plan, {"forward"});
+//   const LoadedTensor* w = (*program)->find("lm_head.weight");
+//
+// A load is all-or-nothing: on any failure every buffer it allocated is
+// freed and the error names the tensor, buffer, device and plugin.
+#pragma once
+
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/copy_schedule.hpp>
+#include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/placement.hpp>
+#include <devalloc/core/plan.hpp>
+#include <devalloc/status.hpp>
+
+#include <dlpack/dlpack.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace devalloc {
+
+// A tensor of a loaded method, at its place in device memory.
+struct LoadedTensor {
+  PlannedTensor planned;
+  std::shared_ptr<DeviceBuffer> buffer;
+
+  const std::string& name() const { return planned.name; }
+  uint64_t address() const { return buffer->address() + planned.offset; }
+  uint64_t nbytes() const { return planned.nbytes; }
+  const ResolvedDevice& device() const { return buffer->device(); }
+};
+
+// What one load_methods call did.
+struct LoadReport {
+  std::vector<DeviceLoadStats> devices;
+  uint64_t allocations = 0;  // buffers allocated by this call
+  uint64_t copies = 0;       // copy calls issued (after coalescing)
+  uint64_t constants = 0;    // constant tensors copied
+  uint64_t bytes = 0;        // constant bytes copied
+  double seconds = 0;        // placement to the last synchronize (and verify)
+  bool verified = false;
+};
+
+class Runtime;
+
+class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
+ public:
+  LoadedProgram(const LoadedProgram&) = delete;
+  LoadedProgram& operator=(const LoadedProgram&) = delete;
+
+  // Loads more methods. Buffers already live are reused, constants already
+  // copied are not copied again. All-or-nothing.
+  Status load_methods(const std::vector<std::string>& methods,
+                      LoadReport* report = nullptr);
+  // Unloads a loaded method; a buffer lives on while a loaded method (or a
+  // DLPack export) uses it.
+  Status unload_method(std::string_view method);
+
+  std::vector<std::string> methods() const;
+  // A tensor of a loaded method; nullptr otherwise.
+  const LoadedTensor* find(std::string_view name) const;
+  std::vector<LoadedTensor> tensors() const;  // of loaded methods, by name
+  // Live buffers by memory id.
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers() const;
+
+  // A DLPack view of a loaded tensor. The caller owns it and calls its
+  // deleter; until then the tensor's buffer (and this program) stay alive.
+  Result<DLManagedTensor*> export_dlpack(std::string_view name);
+
+  const Plan& plan() const { return plan_; }
+
+ private:
+  friend class Runtime;
+  LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan);
+
+  struct BufferState {
+    std::shared_ptr<DeviceBuffer> buffer;
+    std::set<std::string> filled;  // constants already copied into it
+  };
+
+  std::shared_ptr<Runtime> runtime_;
+  const Plan plan_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::vector<std::string>, std::less<>> methods_;  // -> tensor names
+  std::map<uint32_t, BufferState> buffers_;
+  std::map<std::string, LoadedTensor, std::less<>> tensors_;
+};
+
+class Runtime : public std::enable_shared_from_this<Runtime> {
+ public:
+  static std::shared_ptr<Runtime> create(RuntimeConfig config);
+
+  DeviceRegistry& registry() { return registry_; }
+  // Reports bytes issued during loads; set before loading.
+  void set_progress(LoadProgress progress) { progress_ = std::move(progress); }
+  const LoadProgress& progress() const { return progress_; }
+  const RuntimeConfig& config() const { return registry_.config(); }
+
+  // Loads the methods of plan (all of them when methods is empty).
+  Result<std::shared_ptr<LoadedProgram>> load(
+      const Plan& plan, const std::vector<std::string>& methods,
+      LoadReport* report = nullptr);
+
+ private:
+  explicit Runtime(RuntimeConfig config) : registry_(std::move(config)) {}
+  DeviceRegistry registry_;
+  LoadProgress progress_;
+};
+
+}  // namespace devalloc

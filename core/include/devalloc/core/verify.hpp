@@ -1,0 +1,18 @@
+// Verification of a load: every constant is read back through its plugin
+// and its XXH3 hash compared with the hash of the source bytes.
+#pragma once
+
+#include <devalloc/core/copy_schedule.hpp>
+#include <devalloc/status.hpp>
+
+#include <vector>
+
+namespace devalloc {
+
+// Reads back each request's bytes in bounded chunks (never more than
+// chunk_bytes of host memory) and compares hashes. The first mismatch is an
+// error naming the tensor, its buffer, device and plugin, and the file.
+Status verify_copies(const std::vector<CopyRequest>& requests,
+                     uint64_t chunk_bytes);
+
+}  // namespace devalloc

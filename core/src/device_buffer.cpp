@@ -1,0 +1,48 @@
+#include <devalloc/core/device_buffer.hpp>
+
+#include <atomic>
+#include <cstdio>
+
+namespace devalloc {
+
+namespace {
+std::atomic<uint64_t> g_live_buffers{0};
+}
+
+uint64_t DeviceBuffer::live_count() { return g_live_buffers.load(); }
+
+DeviceBuffer::DeviceBuffer(ResolvedDevice device, uint32_t memory_id,
+                           uint64_t address, uint64_t nbytes)
+    : device_(std::move(device)),
+      memory_id_(memory_id),
+      address_(address),
+      nbytes_(nbytes) {
+  ++g_live_buffers;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  Status s = device_.plugin->deallocate(device_.device, address_);
+  if (!s.ok()) {
+    // Nothing can be done about it here but say so: the memory is lost to
+    // the device until the plugin is destroyed.
+    std::fprintf(stderr, "devalloc: freeing buffer %u on %s: %s\n", memory_id_,
+                 device_.describe().c_str(), s.message().c_str());
+  }
+  --g_live_buffers;
+}
+
+Result<std::shared_ptr<DeviceBuffer>> DeviceBuffer::allocate(
+    ResolvedDevice device, uint32_t memory_id, uint64_t nbytes,
+    uint64_t alignment) {
+  auto address = device.plugin->allocate(device.device, nbytes, alignment);
+  if (!address.ok()) {
+    return address.status().with_context(
+        "allocating buffer " + std::to_string(memory_id) + " (" +
+        std::to_string(nbytes) + " bytes, alignment " +
+        std::to_string(alignment) + ") on " + device.describe());
+  }
+  return std::shared_ptr<DeviceBuffer>(
+      new DeviceBuffer(std::move(device), memory_id, *address, nbytes));
+}
+
+}  // namespace devalloc

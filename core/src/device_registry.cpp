@@ -1,0 +1,66 @@
+#include <devalloc/core/device_registry.hpp>
+
+#include <devalloc/core/device_selection.hpp>
+
+namespace devalloc {
+
+std::string ResolvedDevice::describe() const {
+  return tag + " (plugin " + plugin_name + ", device " +
+         std::to_string(device) + " \"" + info().name + "\")";
+}
+
+std::string ResolvedDevice::device_label() const {
+  return plugin_name + " device " + std::to_string(device) + " \"" +
+         info().name + "\"";
+}
+
+DeviceRegistry::DeviceRegistry(RuntimeConfig config)
+    : config_(std::move(config)), loader_(config_.plugin_path) {}
+
+Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  if (auto it = plugins_.find(name); it != plugins_.end()) return it->second;
+  const PluginConfig pc = config_.plugin(name);
+  auto [plugin, error] = loader_.load(pc.load_spec(), pc.options);
+  Result<std::shared_ptr<Plugin>> result =
+      plugin ? Result<std::shared_ptr<Plugin>>(std::move(plugin))
+             : Result<std::shared_ptr<Plugin>>(
+                   pc.where.line == 0
+                       ? error.status
+                       : error.status.with_context(pc.where.to_string() +
+                                                   ": [plugins." + pc.name + "]"));
+  plugins_.emplace(std::string(name), result);
+  return result;
+}
+
+Result<ResolvedDevice> DeviceRegistry::resolve(
+    std::string_view tag, std::optional<uint32_t> memory_id) {
+  auto candidates = candidate_bindings(config_, tag);
+  if (!candidates.ok()) return candidates.status();
+  std::vector<SelectionAttempt> attempts;
+  for (const DeviceCandidate& c : *candidates) {
+    auto p = plugin(c.binding.plugin);
+    if (!p.ok()) {
+      attempts.push_back({c, "plugin " + c.binding.plugin +
+                                 " is unavailable: " + p.status().message()});
+      continue;
+    }
+    const auto& devices = (*p)->devices();
+    std::optional<uint32_t> index = select_device(c.binding.selector, devices);
+    if (!index) {
+      attempts.push_back({c, no_match_reason(c.binding.selector, devices)});
+      continue;
+    }
+    ResolvedDevice r;
+    r.tag = std::string(tag);
+    r.plugin = *p;
+    r.plugin_name = c.binding.plugin;
+    r.device = *index;
+    r.is_fallback = c.is_fallback;
+    r.via_tag = c.via_tag;
+    return r;
+  }
+  return no_device_error(tag, memory_id, attempts);
+}
+
+}  // namespace devalloc

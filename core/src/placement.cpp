@@ -1,0 +1,58 @@
+#include <devalloc/core/placement.hpp>
+
+#include <devalloc/core/device_selection.hpp>
+#include <devalloc/core/plan.hpp>
+
+namespace devalloc {
+
+Result<MethodNeeds> needs_of(const Plan& plan,
+                             const std::vector<std::string>& methods) {
+  auto selection = plan.tensors_for_methods(methods);
+  if (!selection.ok()) return selection.status();
+
+  MethodNeeds needs;
+  for (uint32_t id : selection->memory_ids) {
+    for (const PlanBuffer& b : plan.buffers) {
+      if (b.memory_id != id) continue;
+      needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
+      break;
+    }
+  }
+  for (size_t index : selection->tensors) {
+    const PlanTensor& t = plan.tensors[index];
+    PlannedTensor p;
+    p.name = t.name;
+    p.dtype = t.dtype;
+    p.shape = t.shape;
+    p.memory_id = t.memory_id;
+    p.offset = t.offset;
+    auto nbytes = byte_size(t.dtype, t.shape);
+    if (!nbytes.ok()) {
+      return nbytes.status().with_context(plan.path.string() + ": tensor \"" +
+                                          t.name + "\"");
+    }
+    p.nbytes = *nbytes;
+    if (t.source) {
+      auto file = plan.source_path(*t.source);
+      if (!file.ok()) return file.status();
+      p.file = *file;
+      p.key = t.source->key;
+    }
+    needs.tensors.push_back(std::move(p));
+  }
+  return needs;
+}
+
+Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
+                                     DeviceRegistry& registry) {
+  BufferPlacement placement;
+  placement.buffer = buffer;
+  placement.tag = tag_for_memory(registry.config(), buffer.memory_id,
+                                 buffer.planned_tag);
+  auto device = registry.resolve(placement.tag, buffer.memory_id);
+  if (!device.ok()) return device.status();
+  placement.device = std::move(*device);
+  return placement;
+}
+
+}  // namespace devalloc

@@ -1,0 +1,249 @@
+#include <devalloc/core/runtime.hpp>
+
+#include <devalloc/core/safetensors.hpp>
+#include <devalloc/core/verify.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+namespace devalloc {
+
+namespace {
+
+// Largest single copy call: big enough to run at full speed, small enough
+// that several fit in the staging budget and devices overlap.
+uint64_t step_bytes(uint64_t staging_bytes) {
+  return std::clamp<uint64_t>(staging_bytes / 4, uint64_t{64} << 10,
+                              uint64_t{64} << 20);
+}
+
+std::string where(const PlannedTensor& t) {
+  return "tensor \"" + t.name + "\" (buffer " + std::to_string(t.memory_id) +
+         ", offset " + std::to_string(t.offset) + ")";
+}
+
+}  // namespace
+
+std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
+  return std::shared_ptr<Runtime>(new Runtime(std::move(config)));
+}
+
+Result<std::shared_ptr<LoadedProgram>> Runtime::load(
+    const Plan& plan, const std::vector<std::string>& methods,
+    LoadReport* report) {
+  std::shared_ptr<LoadedProgram> program(
+      new LoadedProgram(shared_from_this(), plan));
+  std::vector<std::string> names = methods;
+  if (names.empty()) {
+    for (const auto& m : plan.methods) names.push_back(m.name);
+  }
+  Status s = program->load_methods(names, report);
+  if (!s.ok()) return s;
+  return program;
+}
+
+LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan)
+    : runtime_(std::move(runtime)), plan_(std::move(plan)) {}
+
+Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
+                                   LoadReport* report) {
+  std::lock_guard lock(mutex_);
+  const auto start = std::chrono::steady_clock::now();
+  const LoadOptions& options = runtime_->config().load;
+
+  auto needs = needs_of(plan_, methods);
+  if (!needs.ok()) return needs.status();
+
+  // Allocation: buffers not yet live. Until the commit below they are owned
+  // here only, so any failure frees them on return.
+  std::map<uint32_t, std::shared_ptr<DeviceBuffer>> fresh;
+  for (const PlannedBuffer& b : needs->buffers) {
+    if (buffers_.count(b.memory_id) != 0) continue;
+    auto placed = place_buffer(b, runtime_->registry());
+    if (!placed.ok()) return placed.status();
+    auto buffer = DeviceBuffer::allocate(placed->device, b.memory_id, b.nbytes,
+                                         b.alignment);
+    if (!buffer.ok()) return buffer.status();
+    fresh.emplace(b.memory_id, std::move(*buffer));
+  }
+  auto buffer_of = [&](uint32_t id) {
+    auto it = fresh.find(id);
+    return it != fresh.end() ? it->second : buffers_.at(id).buffer;
+  };
+  auto already_filled = [&](const PlannedTensor& t) {
+    auto it = buffers_.find(t.memory_id);
+    return it != buffers_.end() && it->second.filled.count(t.name) != 0;
+  };
+
+  // Copy requests: constants not yet on their device.
+  SafetensorsCache files;
+  std::vector<CopyRequest> requests;
+  for (const PlannedTensor& t : needs->tensors) {
+    if (!t.is_constant() || already_filled(t)) continue;
+    auto file = files.open(t.file);
+    if (!file.ok()) return file.status().with_context(where(t));
+    const SafetensorsTensor* source = (*file)->find(t.key);
+    if (source == nullptr) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": " + t.file.string() + " has no tensor \"" +
+                        t.key + "\"");
+    }
+    if (source->nbytes != t.nbytes) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": the plan says " + std::to_string(t.nbytes) +
+                        " bytes, " + t.file.string() + " has " +
+                        std::to_string(source->nbytes) + " for \"" + t.key +
+                        "\"");
+    }
+    requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset,
+                                   (*file)->mapping(), source->offset,
+                                   source->nbytes, t.name});
+  }
+
+  const CopySchedule schedule =
+      CopySchedule::build(requests, step_bytes(options.staging_bytes));
+  std::vector<DeviceLoadStats> stats;
+  if (Status s = schedule.execute(options.staging_bytes, options.threads, &stats,
+                                    runtime_->progress());
+      !s.ok()) {
+    return s;
+  }
+  if (options.verify) {
+    if (Status s = verify_copies(requests, std::min<uint64_t>(
+                                               options.staging_bytes, 8 << 20));
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  // Commit: nothing below can fail.
+  for (auto& [id, buffer] : fresh) buffers_[id].buffer = std::move(buffer);
+  for (const CopyRequest& r : requests) {
+    buffers_[r.buffer->memory_id()].filled.insert(r.tensor);
+  }
+  for (const PlannedTensor& t : needs->tensors) {
+    tensors_.try_emplace(t.name, LoadedTensor{t, buffers_.at(t.memory_id).buffer});
+  }
+  for (const std::string& m : methods) {
+    for (const PlanMethod& pm : plan_.methods) {
+      if (pm.name == m) methods_[m] = pm.tensors;
+    }
+  }
+
+  if (report != nullptr) {
+    *report = LoadReport{};
+    report->devices = std::move(stats);
+    report->allocations = fresh.size();
+    report->copies = schedule.step_count();
+    for (const CopyRequest& r : requests) {
+      // An empty tensor is in place without a copy.
+      if (r.nbytes > 0) ++report->constants;
+      report->bytes += r.nbytes;
+    }
+    report->verified = options.verify;
+    report->seconds = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  }
+  return Status();
+}
+
+Status LoadedProgram::unload_method(std::string_view method) {
+  std::lock_guard lock(mutex_);
+  auto it = methods_.find(method);
+  if (it == methods_.end()) {
+    return Status(StatusCode::invalid_argument,
+                  "method \"" + std::string(method) + "\" is not loaded");
+  }
+  methods_.erase(it);
+  std::set<std::string, std::less<>> still_used;
+  for (const auto& [name, tensors] : methods_) {
+    still_used.insert(tensors.begin(), tensors.end());
+  }
+  std::set<uint32_t> live_ids;
+  for (auto t = tensors_.begin(); t != tensors_.end();) {
+    if (still_used.count(t->first) == 0) {
+      t = tensors_.erase(t);
+    } else {
+      live_ids.insert(t->second.planned.memory_id);
+      ++t;
+    }
+  }
+  std::erase_if(buffers_, [&](const auto& entry) {
+    return live_ids.count(entry.first) == 0;
+  });
+  return Status();
+}
+
+std::vector<std::string> LoadedProgram::methods() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& [name, tensors] : methods_) out.push_back(name);
+  return out;
+}
+
+const LoadedTensor* LoadedProgram::find(std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::vector<LoadedTensor> LoadedProgram::tensors() const {
+  std::lock_guard lock(mutex_);
+  std::vector<LoadedTensor> out;
+  for (const auto& [name, t] : tensors_) out.push_back(t);
+  return out;
+}
+
+std::vector<std::shared_ptr<DeviceBuffer>> LoadedProgram::buffers() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<DeviceBuffer>> out;
+  for (const auto& [id, state] : buffers_) out.push_back(state.buffer);
+  return out;
+}
+
+namespace {
+
+struct DlpackExport {
+  std::shared_ptr<LoadedProgram> program;
+  std::shared_ptr<DeviceBuffer> buffer;
+  std::vector<int64_t> shape;
+  DLManagedTensor managed{};
+};
+
+extern "C" void delete_dlpack_export(DLManagedTensor* managed) {
+  delete static_cast<DlpackExport*>(managed->manager_ctx);
+}
+
+}  // namespace
+
+Result<DLManagedTensor*> LoadedProgram::export_dlpack(std::string_view name) {
+  std::unique_lock lock(mutex_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return Status(StatusCode::invalid_argument,
+                  "export_dlpack: no tensor \"" + std::string(name) +
+                      "\" in the loaded methods");
+  }
+  const LoadedTensor& t = it->second;
+  const DeviceInfo& info = t.device().info();
+  auto ctx = std::make_unique<DlpackExport>();
+  ctx->program = shared_from_this();
+  ctx->buffer = t.buffer;
+  for (uint64_t d : t.planned.shape) ctx->shape.push_back(static_cast<int64_t>(d));
+  DLTensor& dl = ctx->managed.dl_tensor;
+  // Zero-size tensors may sit at address 0; DLPack allows data == NULL then.
+  dl.data = reinterpret_cast<void*>(static_cast<uintptr_t>(t.address()));
+  dl.device.device_type = static_cast<DLDeviceType>(info.dlpack_device_type);
+  dl.device.device_id = info.dlpack_device_id;
+  dl.ndim = static_cast<int32_t>(ctx->shape.size());
+  dl.dtype = to_dlpack(t.planned.dtype);
+  dl.shape = ctx->shape.data();
+  dl.strides = nullptr;  // compact, row-major
+  dl.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx.get();
+  ctx->managed.deleter = delete_dlpack_export;
+  return &ctx.release()->managed;
+}
+
+}  // namespace devalloc

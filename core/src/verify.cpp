@@ -1,0 +1,66 @@
+#include <devalloc/core/verify.hpp>
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+namespace devalloc {
+
+namespace {
+
+std::string hex(XXH64_hash_t h) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016" PRIx64, static_cast<uint64_t>(h));
+  return text;
+}
+
+struct StateDeleter {
+  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+};
+
+}  // namespace
+
+Status verify_copies(const std::vector<CopyRequest>& requests,
+                     uint64_t chunk_bytes) {
+  chunk_bytes = std::max<uint64_t>(chunk_bytes, 4096);
+  std::vector<std::byte> chunk;
+  std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
+  if (!state) return Status(StatusCode::out_of_host_memory, "verify: no memory for a hash state");
+
+  for (const CopyRequest& r : requests) {
+    if (r.nbytes == 0) continue;
+    chunk.resize(std::min(chunk_bytes, r.nbytes));
+    const ResolvedDevice& d = r.buffer->device();
+    XXH3_64bits_reset(state.get());
+    for (uint64_t done = 0; done < r.nbytes;) {
+      const uint64_t n = std::min<uint64_t>(chunk.size(), r.nbytes - done);
+      Status s = d.plugin->copy_to_host(d.device, chunk.data(),
+                                        r.buffer->address() + r.buffer_offset + done, n);
+      if (!s.ok()) {
+        return s.with_context("verify: reading back tensor \"" + r.tensor +
+                              "\" from buffer " +
+                              std::to_string(r.buffer->memory_id()) + " on " +
+                              d.describe());
+      }
+      XXH3_64bits_update(state.get(), chunk.data(), n);
+      done += n;
+    }
+    const XXH64_hash_t on_device = XXH3_64bits_digest(state.get());
+    const XXH64_hash_t in_file = XXH3_64bits(r.file->data() + r.file_offset, r.nbytes);
+    if (on_device != in_file) {
+      return Status(StatusCode::device_error,
+                    "verify: tensor \"" + r.tensor + "\" in buffer " +
+                        std::to_string(r.buffer->memory_id()) + " on " +
+                        d.describe() + " differs from " + r.file->path().string() +
+                        " (xxh3 " + hex(on_device) + " on the device, " +
+                        hex(in_file) + " in the file)");
+    }
+  }
+  return Status();
+}
+
+}  // namespace devalloc

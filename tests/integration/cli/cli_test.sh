@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# End-to-end checks of the devalloc program, one case per ctest entry:
+#   cli_test.sh CASE DEVALLOC PYTHON SOURCE_DIR ZOO_DIR SCRATCH
+set -euo pipefail
+case_name=$1 devalloc=$2 python=$3 source_dir=$4 zoo_dir=$5 scratch=$6
+rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# Runs a command that must fail with exit code $1 and a message matching $2.
+expect_failure() {
+  local code=$1 pattern=$2; shift 2
+  set +e; "$@" >out.txt 2>err.txt; local rc=$?; set -e
+  cat err.txt
+  [ "$rc" -eq "$code" ] || fail "exit code $rc, expected $code: $*"
+  grep -qE "$pattern" err.txt || fail "stderr does not match /$pattern/"
+}
+
+case "$case_name" in
+reference_safetensors_roundtrip)
+  # Written by the reference implementation, planned, loaded and verified.
+  "$python" - <<'PY'
+import numpy as np
+from safetensors.numpy import save_file
+rng = np.random.default_rng(7)
+save_file({
+    "encoder.embed.weight": rng.standard_normal((64, 32)).astype(np.float32),
+    "encoder.layer.0.weight": rng.standard_normal((32, 32)).astype(np.float16),
+    "encoder.layer.0.bias": rng.standard_normal(32).astype(np.float64),
+    "decoder.positions": np.arange(100, dtype=np.int64),
+    "decoder.mask": rng.integers(0, 2, 77).astype(np.bool_),
+    "decoder.bytes": rng.integers(0, 255, 13).astype(np.uint8),
+    "decoder.empty": np.zeros((0, 4), dtype=np.float32),
+}, "reference.safetensors", metadata={"written_by": "safetensors"})
+PY
+  "$devalloc" plan reference.safetensors --place 'encoder.*=host:0' --alignment 64 -o plan.json
+  "$devalloc" load plan.json --verify --json > load.json
+  "$python" - <<'PY'
+import json
+r = json.load(open("load.json"))
+assert r["verified"] is True, r
+assert r["constants"] == 6, r          # the empty tensor needs no copy
+assert r["bytes"] == 64*32*4 + 32*32*2 + 32*8 + 100*8 + 77 + 13, r
+assert len(r["devices"]) == 1 and r["devices"][0]["plugin"] == "host", r
+PY
+  ;;
+example_model_loads_and_verifies)
+  cp "$source_dir/examples/small_model/plan.json" "$source_dir/examples/small_model/devalloc.toml" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  cmp plan.json "$source_dir/examples/small_model/plan.json" || fail "make_model.py no longer writes the committed plan"
+  "$devalloc" load plan.json --config devalloc.toml --verify | tee out.txt
+  grep -q "verified" out.txt || fail "no verified summary"
+  grep -qE "methods (decode prefill|prefill decode)" out.txt || fail "both methods not loaded"
+  ;;
+malformed_plan_is_refused)
+  printf '{"format": "devalloc-plan", "version": 1, "buffers": [], "tensors": [], "methods": [{"name": 3, "memory_ids": [], "tensors": []}]}' > plan.json
+  expect_failure 3 'plan.json: /methods/0/name' "$devalloc" load plan.json
+  printf '{"format": ' > broken.json
+  expect_failure 3 'broken.json' "$devalloc" load broken.json
+  ;;
+malformed_config_is_refused)
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  printf '[load]\nstagin = "1MiB"\n' > bad.toml
+  expect_failure 3 'bad.toml:2:1: .*stagin' "$devalloc" load plan.json --config bad.toml
+  ;;
+truncated_safetensors_is_refused)
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  head -c 100000 model.safetensors > cut && mv cut model.safetensors
+  expect_failure 3 'model.safetensors' "$devalloc" load plan.json
+  ;;
+unresolvable_device_fails_with_reason)
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  # No config: a tag means the plugin of its name, and there is none.
+  sed -i 's/"cuda:0"/"nosuchvendor:0"/' plan.json
+  expect_failure 1 'no device for "nosuchvendor:0" \(memory id 0\): .*libdevalloc_nosuchvendor.so' \
+    "$devalloc" load plan.json
+  ;;
+plugins_lists_zoo_reasons_and_host)
+  DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins > out.txt
+  cat out.txt
+  grep -A3 '^host ' out.txt | grep -q 'host memory' || fail "host plugin or its device not listed"
+  grep -A2 '^zoo_major2 ' out.txt | grep -q 'ABI 2.0 offered, this loader speaks 1.x' || fail "major2 reason"
+  grep -A2 '^zoo_no_entry ' out.txt | grep -q 'does not export devalloc_plugin_negotiate' || fail "no_entry reason"
+  grep -A2 '^zoo_missing_dep ' out.txt | grep -q 'libdevalloc_zoo_dependency.so' || fail "missing_dep reason"
+  grep -A2 '^zoo_small_table ' out.txt | grep -q 'function table is 16 bytes' || fail "small_table reason"
+  grep -A2 '^zoo_create_fails ' out.txt | grep -q 'libzoo.so.3 not found' || fail "create_fails reason"
+  DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins --json > out.json
+  "$python" -c "
+import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}
+assert p['host']['status'] == 'loaded' and p['host']['devices'], p['host']
+assert p['zoo_refuses']['status'] == 'negotiation failed', p['zoo_refuses']"
+  ;;
+shipped_plugins_export_only_the_entry_point)
+  plugins=("$(dirname "$devalloc")"/../lib/devalloc/plugins/libdevalloc_*.so)
+  [ -e "${plugins[0]}" ] || fail "no plugins next to $devalloc"
+  for so in "${plugins[@]}"; do
+    exports=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBRVWi]$/ {print $3}')
+    echo "$so: $exports"
+    [ "$exports" = "devalloc_plugin_negotiate" ] || fail "$so exports: $exports"
+  done
+  ;;
+inspect_shows_resolved_devices)
+  cp "$source_dir/examples/small_model/plan.json" "$source_dir/examples/small_model/devalloc.toml" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  # A vendor no machine has, so the fallback is taken everywhere.
+  sed -i 's/cuda/nosuchvendor/g' plan.json devalloc.toml
+  "$devalloc" inspect plan.json --config devalloc.toml --tensors | tee out.txt
+  grep -qE '\[0\] .*planned nosuchvendor:0 -> nosuchvendor:0 \(plugin host, device 0 "host memory"\) \[fallback\]' out.txt \
+    || fail "buffer 0 not shown on its fallback"
+  grep -q 'kv_cache .*(scratch)' out.txt || fail "scratch tensor not listed"
+  ;;
+*) fail "unknown case $case_name" ;;
+esac
+echo "PASS: $case_name"

@@ -1,0 +1,230 @@
+// The core's load through the real loader and the host plugin: what is
+// allocated and copied, where it goes, and that failures leave nothing.
+#include "load_fixture.hpp"
+
+#include <devalloc/core/device_buffer.hpp>
+
+#include <gmock/gmock.h>
+
+namespace devalloc::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// Sync and async host plugin: the async one lands copies later on a worker,
+// so release callbacks and synchronize are exercised for real.
+class HostLoad : public LoadFixture, public ::testing::WithParamInterface<bool> {
+ protected:
+  RuntimeConfig host_config() {
+    return config(std::string("[plugins.host]\noptions = { async = ") +
+                  (GetParam() ? "true" : "false") + " }\n");
+  }
+};
+
+TEST_P(HostLoad, GivenTwoMethodsSharingWeights_WhenLoadingBoth_ThenEachBufferAllocatedOnceAndEachConstantCopiedOnce) {
+  auto runtime = Runtime::create(host_config());
+  LoadReport report;
+  auto program = runtime->load(plan(), {"prefill", "decode"}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ(report.allocations, 3u);
+  EXPECT_EQ(report.constants, 3u);  // w.a, w.b, head; "empty" has no bytes
+  EXPECT_EQ(report.bytes, 256u + 512u + 256u);
+  // w.a and w.b lie back to back in file and buffer: one copy for both.
+  EXPECT_EQ(report.copies, 2u);
+  for (const char* name : {"w.a", "w.b", "head"}) {
+    const LoadedTensor* t = (*program)->find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(read_back(*t), source(name)) << name;
+    EXPECT_EQ(t->device().plugin_name, "host");
+  }
+}
+
+TEST_P(HostLoad, GivenOneMethodLoaded_WhenLoadingTheOther_ThenSharedBuffersAndConstantsAreReused) {
+  auto runtime = Runtime::create(host_config());
+  LoadReport first, second;
+  auto program = runtime->load(plan(), {"prefill"}, &first);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ(first.allocations, 2u);
+  EXPECT_EQ(first.constants, 2u);
+  const uint64_t shared_address = (*program)->find("w.a")->address();
+  EXPECT_EQ((*program)->find("head"), nullptr);
+
+  ASSERT_TRUE((*program)->load_methods({"decode"}, &second).ok());
+  EXPECT_EQ(second.allocations, 1u);  // buffer 1 only
+  EXPECT_EQ(second.constants, 1u);    // head only
+  EXPECT_EQ((*program)->find("w.a")->address(), shared_address);
+  EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
+}
+
+TEST_P(HostLoad, GivenBothMethodsLoaded_WhenUnloadingOne_ThenOnlyItsOwnBufferIsFreed) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto runtime = Runtime::create(host_config());
+  auto program = runtime->load(plan(), {}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ(DeviceBuffer::live_count(), before + 3);
+  ASSERT_TRUE((*program)->unload_method("decode").ok());
+  EXPECT_EQ(DeviceBuffer::live_count(), before + 2);
+  EXPECT_EQ((*program)->find("head"), nullptr);
+  ASSERT_NE((*program)->find("w.b"), nullptr);
+  EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
+  EXPECT_EQ((*program)->unload_method("decode").code(), StatusCode::invalid_argument);
+  ASSERT_TRUE((*program)->unload_method("prefill").ok());
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_P(HostLoad, GivenScratchAndEmptyTensors_WhenLoading_ThenTheyArePlacedButNotCopied) {
+  auto runtime = Runtime::create(host_config());
+  auto program = runtime->load(plan(), {"prefill"}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  const LoadedTensor* scratch = (*program)->find("scratch");
+  ASSERT_NE(scratch, nullptr);
+  EXPECT_FALSE(scratch->planned.is_constant());
+  EXPECT_EQ(scratch->nbytes(), 1024u);
+  const LoadedTensor* empty = (*program)->find("empty");
+  ASSERT_NE(empty, nullptr);
+  EXPECT_EQ(empty->nbytes(), 0u);
+  EXPECT_EQ(empty->address(), (*program)->find("w.a")->address() + 768);
+}
+
+TEST_P(HostLoad, GivenVerify_WhenTheCopyIsRight_ThenTheLoadReportsVerified) {
+  RuntimeConfig c = host_config();
+  c.load.verify = true;
+  LoadReport report;
+  auto program = Runtime::create(c)->load(plan(), {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_TRUE(report.verified);
+}
+
+TEST_P(HostLoad, GivenTinyStagingBudget_WhenLoading_ThenCopiesAreChunkedAndStillRight) {
+  RuntimeConfig c = host_config();
+  c.load.staging_bytes = 1;  // every step alone; steps of the 64 KiB minimum
+  LoadReport report;
+  auto program = Runtime::create(c)->load(plan(), {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
+}
+
+INSTANTIATE_TEST_SUITE_P(SyncAndAsync, HostLoad, ::testing::Bool(),
+                         [](const auto& param_info) { return param_info.param ? "async" : "sync"; });
+
+TEST_F(LoadFixture, GivenMemoryOverride_WhenLoading_ThenThatBufferGoesWhereTheOverrideSays) {
+  plan().buffers[1].device = "nosuchvendor:0";
+  auto program = Runtime::create(config("[memory]\n1 = \"host\"\n"))->load(plan(), {}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ((*program)->find("head")->device().plugin_name, "host");
+}
+
+TEST_F(LoadFixture, GivenUnavailablePrimaryWithHostFallback_WhenLoading_ThenTheFallbackServesIt) {
+  plan().buffers[0].device = "nosuchvendor:0";
+  auto program = Runtime::create(config(R"(
+[devices."nosuchvendor:0"]
+use = ["nosuchvendor", { index = 0 }]
+fallback = ["host"]
+)"))->load(plan(), {}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  const LoadedTensor* t = (*program)->find("w.a");
+  EXPECT_TRUE(t->device().is_fallback);
+  EXPECT_EQ(t->device().plugin_name, "host");
+  EXPECT_EQ(read_back(*t), source("w.a"));
+}
+
+TEST_F(LoadFixture, GivenUnresolvableDevice_WhenLoading_ThenErrorNamesTagMemoryIdAndWhyAndNothingIsLeft) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().buffers[1].device = "nosuchvendor:0";
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("\"nosuchvendor:0\""), HasSubstr("memory id 1"),
+                    HasSubstr("libdevalloc_nosuchvendor.so")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// The host_faulty variant, configured under the tag "host".
+class FaultyLoad : public LoadFixture {
+ protected:
+  Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
+                                                   bool verify = false) {
+    RuntimeConfig c = config("[plugins.faulty]\nlibrary = \"" +
+                             (kZooDir / "libdevalloc_host_faulty.so").string() +
+                             "\"\noptions = { async = \"true\", " + options +
+                             " }\n[devices.host]\nuse = [\"faulty\", { index = 0 }]\n");
+    c.load.verify = verify;
+    return Runtime::create(c)->load(plan(), {}, nullptr);
+  }
+};
+
+TEST_F(FaultyLoad, GivenCorruptingPlugin_WhenLoadingWithVerify_ThenTheCorruptTensorIsNamedAndNothingIsLeft) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = load_with("flip_byte_at_copy = \"2\"", /*verify=*/true);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("verify: tensor \"head\""), HasSubstr("differs from"),
+                    HasSubstr("model.safetensors"), HasSubstr("plugin faulty")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_F(FaultyLoad, GivenCorruptingPlugin_WhenLoadingWithoutVerify_ThenTheLoadCannotTell) {
+  auto program = load_with("flip_byte_at_copy = \"2\"");
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_NE(read_back(*(*program)->find("head")), source("head"));
+}
+
+TEST_F(FaultyLoad, GivenAllocateFailure_WhenLoading_ThenRolledBackWithBufferDeviceAndPluginNamed) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = load_with("fail_allocate_at = \"2\"");
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("allocating buffer 1"), HasSubstr("plugin faulty"),
+                    HasSubstr("fail_allocate_at")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_F(FaultyLoad, GivenCopyFailure_WhenLoading_ThenRolledBackWithTensorNamed) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = load_with("fail_copy_at = \"2\"");
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::device_error);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("copying tensor \"head\""), HasSubstr("buffer 1"),
+                    HasSubstr("plugin faulty")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_F(FaultyLoad, GivenSynchronizeFailure_WhenLoading_ThenRolledBackWithDeviceNamed) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = load_with("fail_synchronize = \"true\"");
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("synchronizing host"), HasSubstr("plugin faulty")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_F(LoadFixture, GivenLoadedTensor_WhenExportedAsDlpack_ThenItDescribesTheDeviceBytesAndOutlivesTheProgram) {
+  const uint64_t before = DeviceBuffer::live_count();
+  DLManagedTensor* managed = nullptr;
+  {
+    auto program = Runtime::create(default_config())->load(plan(), {"decode"}, nullptr);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    auto exported = (*program)->export_dlpack("w.b");
+    ASSERT_TRUE(exported.ok()) << exported.status().message();
+    managed = *exported;
+    const DLTensor& dl = managed->dl_tensor;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(dl.data), (*program)->find("w.b")->address());
+    EXPECT_EQ(dl.device.device_type, kDLCPU);
+    EXPECT_EQ(dl.ndim, 2);
+    EXPECT_EQ(dl.shape[0], 16);
+    EXPECT_EQ(dl.dtype.code, kDLFloat);
+    EXPECT_EQ(dl.dtype.bits, 16);
+    EXPECT_EQ((*program)->export_dlpack("nope").status().code(), StatusCode::invalid_argument);
+  }
+  // The program is gone; the export keeps the buffer (host memory) alive.
+  EXPECT_GT(DeviceBuffer::live_count(), before);
+  EXPECT_EQ(std::memcmp(managed->dl_tensor.data, source("w.b").data(), source("w.b").size()), 0);
+  managed->deleter(managed);
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+}  // namespace
+}  // namespace devalloc::testing

@@ -1,0 +1,46 @@
+#include "inputs.hpp"
+
+#include "commands.hpp"
+
+#include <cstdio>
+
+namespace devalloc::cli {
+
+Result<RuntimeConfig> config_from(const std::string& path) {
+  if (path.empty()) return default_config();
+  return read_config(path);
+}
+
+Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache) {
+  auto plan = read_plan(path);
+  if (!plan.ok()) return plan.status();
+  PlanValidationOptions options;
+  options.cache = &cache;
+  if (Status s = validate_plan(*plan, options); !s.ok()) return s;
+  return plan;
+}
+
+int report_failure(const char* command, const Status& status) {
+  std::fprintf(stderr, "devalloc %s: %s\n", command, status.message().c_str());
+  return status.code() == StatusCode::invalid_argument ? kExitBadInput
+                                                       : kExitFailure;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+  }
+  return text;
+}
+
+}  // namespace devalloc::cli

@@ -1,0 +1,30 @@
+// Reading what the user named on the command line: the runtime config and
+// the plan, and turning failures into messages and exit codes.
+#pragma once
+
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/plan.hpp>
+#include <devalloc/core/safetensors.hpp>
+#include <devalloc/status.hpp>
+
+#include <string>
+
+namespace devalloc::cli {
+
+// Input errors (a bad plan, config or data file) and failed jobs exit
+// differently; see docs/cli.md.
+inline constexpr int kExitBadInput = 3;
+
+// The config file if one was given, else the defaults.
+Result<RuntimeConfig> config_from(const std::string& path);
+
+// Reads and validates the plan; source files are opened through cache.
+Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache);
+
+// Prints "devalloc COMMAND: message" to stderr and returns the exit code.
+int report_failure(const char* command, const Status& status);
+
+// "1.5 GiB", "12 KiB", "17 B".
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace devalloc::cli

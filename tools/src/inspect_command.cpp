@@ -1,0 +1,85 @@
+// `devalloc inspect`: what a plan holds and where each buffer would go,
+// without allocating anything.
+#include "commands.hpp"
+#include "inputs.hpp"
+
+#include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/placement.hpp>
+
+#include <cstdio>
+#include <map>
+
+namespace devalloc::cli {
+
+namespace {
+
+struct InspectOptions {
+  std::string plan;
+  std::string config;
+  bool tensors = false;
+};
+
+int run_inspect(const InspectOptions& o) {
+  auto config = config_from(o.config);
+  if (!config.ok()) return report_failure("inspect", config.status());
+  SafetensorsCache cache;
+  auto plan = valid_plan_from(o.plan, cache);
+  if (!plan.ok()) return report_failure("inspect", plan.status());
+
+  DeviceRegistry registry(*config);
+  std::printf("plan %s: %zu buffers, %zu tensors, %zu methods\n", o.plan.c_str(),
+              plan->buffers.size(), plan->tensors.size(), plan->methods.size());
+  std::printf("\nbuffers:\n");
+  std::map<std::string, uint64_t> bytes_per_device;
+  Status first_failure;
+  for (const PlanBuffer& b : plan->buffers) {
+    PlannedBuffer pb{b.memory_id, b.size, b.alignment, b.device};
+    auto placed = place_buffer(pb, registry);
+    std::printf("  [%u] %s, alignment %llu, planned %s", b.memory_id,
+                human_bytes(b.size).c_str(), static_cast<unsigned long long>(b.alignment),
+                b.device.c_str());
+    if (placed.ok()) {
+      std::printf(" -> %s%s\n", placed->device.describe().c_str(),
+                  placed->device.is_fallback ? " [fallback]" : "");
+      bytes_per_device[placed->device.describe()] += b.size;
+    } else {
+      std::printf(" -> unresolved\n      %s\n", placed.status().message().c_str());
+      if (first_failure.ok()) first_failure = placed.status();
+    }
+  }
+  std::printf("\nmethods:\n");
+  for (const PlanMethod& m : plan->methods) {
+    std::printf("  %s: %zu tensors, buffers", m.name.c_str(), m.tensors.size());
+    for (uint32_t id : m.memory_ids) std::printf(" %u", id);
+    std::printf("\n");
+  }
+  if (o.tensors) {
+    std::printf("\ntensors:\n");
+    for (const PlanTensor& t : plan->tensors) {
+      std::printf("  %-40s %-8s %-16s buffer %u + %llu  %s\n", t.name.c_str(),
+                  std::string(to_string(t.dtype)).c_str(), shape_to_string(t.shape).c_str(),
+                  t.memory_id, static_cast<unsigned long long>(t.offset),
+                  t.source ? (t.source->file + ":" + t.source->key).c_str() : "(scratch)");
+    }
+  }
+  std::printf("\nbytes per device:\n");
+  for (const auto& [device, bytes] : bytes_per_device) {
+    std::printf("  %-50s %s\n", device.c_str(), human_bytes(bytes).c_str());
+  }
+  if (!first_failure.ok()) return report_failure("inspect", first_failure);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, Action* run) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Show a plan's buffers, methods and the devices they resolve to");
+  cmd->add_option("plan", o->plan, "The plan file")->required();
+  cmd->add_option("--config", o->config, "The runtime config (TOML)");
+  cmd->add_flag("--tensors", o->tensors, "Also list every tensor");
+  cmd->callback([run, o] { *run = [o] { return run_inspect(*o); }; });
+}
+
+}  // namespace devalloc::cli

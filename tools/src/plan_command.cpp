@@ -1,0 +1,75 @@
+// `devalloc plan`: a plan for safetensors files, placed by name globs.
+#include "commands.hpp"
+#include "inputs.hpp"
+
+#include <devalloc/core/plan.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+namespace devalloc::cli {
+
+namespace {
+
+struct PlanOptions {
+  std::vector<std::string> files;
+  std::vector<std::string> place;
+  std::string output;
+  std::string default_device = "host";
+  uint64_t alignment = 256;
+  std::vector<std::string> methods;
+};
+
+int run_plan(const PlanOptions& o) {
+  PlanBuildOptions options;
+  for (const auto& text : o.place) {
+    auto rule = parse_placement_rule(text);
+    if (!rule.ok()) return report_failure("plan", rule.status().with_context("--place"));
+    options.rules.push_back(*rule);
+  }
+  options.default_device = o.default_device;
+  options.alignment = o.alignment;
+  if (!o.methods.empty()) options.methods = o.methods;
+  std::vector<std::filesystem::path> files(o.files.begin(), o.files.end());
+  auto plan = build_plan(files, o.output, options);
+  if (!plan.ok()) return report_failure("plan", plan.status());
+  if (Status s = write_plan(*plan, o.output); !s.ok()) return report_failure("plan", s);
+
+  std::map<std::string, std::pair<uint64_t, uint64_t>> per_device;  // tensors, bytes
+  for (const auto& t : plan->tensors) {
+    for (const auto& b : plan->buffers) {
+      if (b.memory_id == t.memory_id) ++per_device[b.device].first;
+    }
+  }
+  for (const auto& b : plan->buffers) per_device[b.device].second += b.size;
+  std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods\n", o.output.c_str(),
+              plan->tensors.size(), plan->buffers.size(), plan->methods.size());
+  for (const auto& [device, counts] : per_device) {
+    std::printf("  %-14s %6llu tensors  %s\n", device.c_str(),
+                static_cast<unsigned long long>(counts.first), human_bytes(counts.second).c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Action* run) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Write a plan for safetensors files");
+  cmd->add_option("files", o->files, "Safetensors files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--place", o->place,
+                  "GLOB=DEVICE: tensors whose name matches GLOB go to DEVICE "
+                  "(repeatable; the first match wins)");
+  cmd->add_option("-o,--output", o->output, "The plan file to write")->required();
+  cmd->add_option("--default-device", o->default_device,
+                  "Device of tensors no --place matches")
+      ->capture_default_str();
+  cmd->add_option("--alignment", o->alignment, "Alignment of each tensor in its buffer")
+      ->capture_default_str();
+  cmd->add_option("--method", o->methods,
+                  "A method using every tensor (repeatable; default: main)");
+  cmd->callback([run, o] { *run = [o] { return run_plan(*o); }; });
+}
+
+}  // namespace devalloc::cli
