@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config python3 python3-pip python3-venv
+  build-essential cmake ninja-build pkg-config python3 python3-pip python3-venv valgrind
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdlpack-dev

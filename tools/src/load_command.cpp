@@ -53,8 +53,11 @@ class ProgressBar {
                  human_bytes(done).c_str(), human_bytes(total).c_str());
     shown_ = true;
   }
-  ~ProgressBar() {
-    if (shown_) std::fprintf(stderr, "\r%60s\r", "");
+  // Clears the line, so that what follows starts on a clean one.
+  void finish() {
+    std::lock_guard lock(mutex_);
+    if (shown_) std::fprintf(stderr, "\r%70s\r", "");
+    shown_ = false;
   }
 
  private:
@@ -84,6 +87,7 @@ int run_load(const LoadCommandOptions& o) {
   }
   LoadReport report;
   auto program = runtime->load(*plan, split_commas(o.methods), &report);
+  bar.finish();
   if (!program.ok()) return report_failure("load", program.status());
 
   // Per physical device: several tags may lead to one.

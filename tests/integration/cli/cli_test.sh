@@ -92,6 +92,22 @@ import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}
 assert p['host']['status'] == 'loaded' and p['host']['devices'], p['host']
 assert p['zoo_refuses']['status'] == 'negotiation failed', p['zoo_refuses']"
   ;;
+load_is_valgrind_clean)
+  cp "$source_dir/examples/small_model/plan.json" "$source_dir/examples/small_model/devalloc.toml" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  printf '[plugins.host]\noptions = { async = "true" }\n' >> devalloc.toml
+  valgrind --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+    "$devalloc" load plan.json --config devalloc.toml --verify
+  # A failing load must leave nothing behind either.
+  sed -i 's/"key": "lm_head.weight"/"key": "no.such.key"/' plan.json
+  set +e
+  valgrind --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+    "$devalloc" load plan.json --config devalloc.toml 2>err.txt
+  rc=$?
+  set -e
+  cat err.txt
+  [ "$rc" -eq 3 ] || fail "exit code $rc under valgrind, expected 3"
+  ;;
 shipped_plugins_export_only_the_entry_point)
   plugins=("$(dirname "$devalloc")"/../lib/devalloc/plugins/libdevalloc_*.so)
   [ -e "${plugins[0]}" ] || fail "no plugins next to $devalloc"
