@@ -165,6 +165,7 @@ std::vector<PluginCandidate> PluginLoader::discover() const {
       auto [plugin, error] = load(path.string());
       c.outcome = error.outcome;
       c.reason = error.status.message();
+      c.code = error.status.code();
       c.plugin = std::move(plugin);
       out.push_back(std::move(c));
     }

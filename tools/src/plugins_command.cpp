@@ -52,6 +52,7 @@ int run_plugins(const PluginsOptions& options) {
       nlohmann::json p = {{"name", c.name},
                           {"path", c.path.string()},
                           {"status", to_string(c.outcome)},
+                          {"code", to_string(c.code)},
                           {"reason", c.reason}};
       if (c.plugin) {
         p["version"] = c.plugin->version();
@@ -74,7 +75,12 @@ int run_plugins(const PluginsOptions& options) {
   }
   for (const auto& c : candidates) {
     if (!c.plugin) {
-      std::printf("\n%-12s %s\n  %s\n  %s\n", c.name.c_str(), to_string(c.outcome),
+      // A plugin whose vendor runtime is absent is a normal sight on a
+      // machine without that hardware: say so plainly.
+      const bool unavailable = c.outcome == PluginOutcome::create_failed &&
+                               c.code == StatusCode::runtime_unavailable;
+      std::printf("\n%-12s %s\n  %s\n  %s\n", c.name.c_str(),
+                  unavailable ? "unavailable (vendor runtime missing)" : to_string(c.outcome),
                   c.path.c_str(), c.reason.c_str());
       continue;
     }

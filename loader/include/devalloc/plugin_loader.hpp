@@ -24,6 +24,7 @@ struct PluginCandidate {
   std::filesystem::path path;   // absolute
   PluginOutcome outcome = PluginOutcome::not_found;
   std::string reason;           // empty when loaded
+  StatusCode code = StatusCode::ok;  // runtime_unavailable: no vendor runtime
   std::shared_ptr<Plugin> plugin;  // set when loaded
 };
 

@@ -92,6 +92,20 @@ import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}
 assert p['host']['status'] == 'loaded' and p['host']['devices'], p['host']
 assert p['zoo_refuses']['status'] == 'negotiation failed', p['zoo_refuses']"
   ;;
+cuda_without_driver_is_unavailable_with_reason)
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  # A config that requires CUDA, with a driver that is not there.
+  printf '[plugins.cuda]\noptions = { runtime_library = "/nonexistent/libcuda.so.1" }\n' > cuda.toml
+  expect_failure 1 'no device for "cuda:0" \(memory id 0\): cuda index 0: plugin cuda is unavailable: .*cannot open the CUDA driver "/nonexistent/libcuda.so.1"' \
+    "$devalloc" load plan.json --config cuda.toml
+  if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
+    "$devalloc" plugins > out.txt
+    cat out.txt
+    grep -A2 '^cuda ' out.txt | grep -q 'unavailable (vendor runtime missing)' || fail "cuda not shown as unavailable"
+    grep -A2 '^cuda ' out.txt | grep -q 'cannot open the CUDA driver "libcuda.so.1"' || fail "no reason for cuda"
+  fi
+  ;;
 load_is_valgrind_clean)
   cp "$source_dir/examples/small_model/plan.json" "$source_dir/examples/small_model/devalloc.toml" .
   "$python" "$source_dir/examples/small_model/make_model.py" .
