@@ -72,27 +72,24 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests,
                                  uint64_t max_step_bytes) {
   max_step_bytes = std::max<uint64_t>(max_step_bytes, 1);
   CopySchedule schedule;
-  // Key by the device: plugin instance and index.
-  std::map<std::pair<const Plugin*, uint32_t>, std::vector<CopyRequest>> by_device;
-  for (auto& r : requests) {
+  // The schedule owns what its steps point at: buffers and mappings.
+  schedule.requests_ = std::move(requests);
+  std::map<std::pair<const Plugin*, uint32_t>, std::vector<const CopyRequest*>> by_device;
+  for (const CopyRequest& r : schedule.requests_) {
     if (r.nbytes == 0) continue;
-    by_device[{r.buffer->device().plugin.get(), r.buffer->device().device}]
-        .push_back(std::move(r));
+    by_device[{r.buffer->device().plugin.get(), r.buffer->device().device}].push_back(&r);
   }
   for (auto& [key, list] : by_device) {
-    // File order gives sequential reads; buffer order breaks ties.
-    std::sort(list.begin(), list.end(), [](const CopyRequest& a, const CopyRequest& b) {
-      if (a.file.get() != b.file.get()) return a.file.get() < b.file.get();
-      return a.file_offset < b.file_offset;
+    // File order gives sequential reads.
+    std::sort(list.begin(), list.end(), [](const CopyRequest* a, const CopyRequest* b) {
+      if (a->file != b->file) return a->file->path() < b->file->path();
+      return a->file_offset < b->file_offset;
     });
     DeviceCopyQueue queue;
-    queue.device = list.front().buffer->device();
+    queue.device = list.front()->buffer->device();
     std::vector<CopyStep> merged;
-    for (const auto& r : list) {
-      if (std::find(schedule.files_.begin(), schedule.files_.end(), r.file) ==
-          schedule.files_.end()) {
-        schedule.files_.push_back(r.file);
-      }
+    for (const CopyRequest* request : list) {
+      const CopyRequest& r = *request;
       ++queue.tensors;
       queue.bytes += r.nbytes;
       if (!merged.empty()) {

@@ -34,7 +34,8 @@ struct CopyRequest {
   std::string tensor;  // named in errors
 };
 
-// One copy call after coalescing and chunking.
+// One copy call after coalescing and chunking; points into the schedule's
+// own requests.
 struct CopyStep {
   DeviceBuffer* buffer = nullptr;
   uint64_t buffer_offset = 0;
@@ -82,7 +83,7 @@ class CopySchedule {
                  const LoadProgress& progress = {}) const;
 
  private:
-  std::vector<std::shared_ptr<const MappedFile>> files_;  // kept mapped
+  std::vector<CopyRequest> requests_;  // keeps buffers and files alive
   std::vector<DeviceCopyQueue> queues_;
 };
 
