@@ -5,11 +5,12 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config python3 python3-pip python3-venv valgrind
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   libboost1.81-dev
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdlpack-dev
-  libze-dev libze1 libamdhip64-dev
 )
+# The CUDA plugin needs only cuda.h; it is built when CMake finds a CUDA
+# toolkit (as under /usr/local/cuda) and skipped otherwise.
 
 missing=()
 for p in "${packages[@]}"; do
