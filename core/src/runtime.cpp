@@ -53,6 +53,20 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
 
   auto needs = needs_of(plan_, methods);
   if (!needs.ok()) return needs.status();
+  // validate_plan checks this too; a caller that skipped it must still never
+  // get an address past its buffer.
+  for (const PlannedTensor& t : needs->tensors) {
+    for (const PlannedBuffer& b : needs->buffers) {
+      if (b.memory_id == t.memory_id &&
+          (t.offset > b.nbytes || t.nbytes > b.nbytes - t.offset)) {
+        return Status(StatusCode::invalid_argument,
+                      where(t) + ": " + std::to_string(t.nbytes) +
+                          " bytes do not fit in buffer " +
+                          std::to_string(b.memory_id) + " of " +
+                          std::to_string(b.nbytes) + " bytes");
+      }
+    }
+  }
 
   // Allocation: buffers not yet live. Until the commit below they are owned
   // here only, so any failure frees them on return.
@@ -117,6 +131,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   }
 
   // Commit: nothing below can fail.
+  const uint64_t allocated = fresh.size();
   for (auto& [id, buffer] : fresh) buffers_[id].buffer = std::move(buffer);
   for (const CopyRequest& r : requests) {
     buffers_[r.buffer->memory_id()].filled.insert(r.tensor);
@@ -133,7 +148,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   if (report != nullptr) {
     *report = LoadReport{};
     report->devices = std::move(stats);
-    report->allocations = fresh.size();
+    report->allocations = allocated;
     report->copies = schedule.step_count();
     for (const CopyRequest& r : requests) {
       // An empty tensor is in place without a copy.

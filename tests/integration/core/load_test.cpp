@@ -140,6 +140,17 @@ TEST_F(LoadFixture, GivenUnresolvableDevice_WhenLoading_ThenErrorNamesTagMemoryI
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_ThenRefusedBeforeAllocating) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().buffers[1].size = 128;  // head has 256 bytes
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("tensor \"head\""), HasSubstr("do not fit in buffer 1 of 128 bytes")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 // The host_faulty variant, configured under the tag "host".
 class FaultyLoad : public LoadFixture {
  protected:
