@@ -30,14 +30,14 @@ std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     const Plan& plan, const std::vector<std::string>& methods,
-    LoadReport* report) {
+    LoadReport* report, SafetensorsCache* files) {
   std::shared_ptr<LoadedProgram> program(
       new LoadedProgram(shared_from_this(), plan));
   std::vector<std::string> names = methods;
   if (names.empty()) {
     for (const auto& m : plan.methods) names.push_back(m.name);
   }
-  Status s = program->load_methods(names, report);
+  Status s = program->load_methods(names, report, files);
   if (!s.ok()) return s;
   return program;
 }
@@ -46,7 +46,8 @@ LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan)
     : runtime_(std::move(runtime)), plan_(std::move(plan)) {}
 
 Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
-                                   LoadReport* report) {
+                                   LoadReport* report,
+                                   SafetensorsCache* files) {
   std::lock_guard lock(mutex_);
   const auto start = std::chrono::steady_clock::now();
   const LoadOptions& options = runtime_->config().load;
@@ -90,11 +91,12 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   };
 
   // Copy requests: constants not yet on their device.
-  SafetensorsCache files;
+  SafetensorsCache own_files;
+  SafetensorsCache& sources = files != nullptr ? *files : own_files;
   std::vector<CopyRequest> requests;
   for (const PlannedTensor& t : needs->tensors) {
     if (!t.is_constant() || already_filled(t)) continue;
-    auto file = files.open(t.file);
+    auto file = sources.open(t.file);
     if (!file.ok()) return file.status().with_context(where(t));
     const SafetensorsTensor* source = (*file)->find(t.key);
     if (source == nullptr) {

@@ -86,7 +86,8 @@ int run_load(const LoadCommandOptions& o) {
     });
   }
   LoadReport report;
-  auto program = runtime->load(*plan, split_commas(o.methods), &report);
+  // The mappings opened to validate the plan serve the load too.
+  auto program = runtime->load(*plan, split_commas(o.methods), &report, &cache);
   bar.finish();
   if (!program.ok()) return report_failure("load", program.status());
 

@@ -15,6 +15,7 @@
 #include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/placement.hpp>
 #include <devalloc/core/plan.hpp>
+#include <devalloc/core/safetensors.hpp>
 #include <devalloc/status.hpp>
 
 #include <dlpack/dlpack.h>
@@ -59,9 +60,12 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   LoadedProgram& operator=(const LoadedProgram&) = delete;
 
   // Loads more methods. Buffers already live are reused, constants already
-  // copied are not copied again. All-or-nothing.
+  // copied are not copied again. All-or-nothing. Source files are opened
+  // through `files` when given (a caller that validated the plan with it
+  // reuses those mappings), else through a cache of this call.
   Status load_methods(const std::vector<std::string>& methods,
-                      LoadReport* report = nullptr);
+                      LoadReport* report = nullptr,
+                      SafetensorsCache* files = nullptr);
   // Unloads a loaded method; a buffer lives on while a loaded method (or a
   // DLPack export) uses it.
   Status unload_method(std::string_view method);
@@ -106,10 +110,11 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const LoadProgress& progress() const { return progress_; }
   const RuntimeConfig& config() const { return registry_.config(); }
 
-  // Loads the methods of plan (all of them when methods is empty).
+  // Loads the methods of plan (all of them when methods is empty); `files`
+  // as for LoadedProgram::load_methods.
   Result<std::shared_ptr<LoadedProgram>> load(
       const Plan& plan, const std::vector<std::string>& methods,
-      LoadReport* report = nullptr);
+      LoadReport* report = nullptr, SafetensorsCache* files = nullptr);
 
  private:
   explicit Runtime(RuntimeConfig config) : registry_(std::move(config)) {}
