@@ -99,13 +99,6 @@ std::string DeviceTag::to_string() const {
   return index ? name + ":" + std::to_string(*index) : name;
 }
 
-bool is_valid_plugin_name(std::string_view name) {
-  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) ||
-           c == '_' || c == '-';
-  });
-}
-
 std::optional<DeviceTag> parse_device_tag(std::string_view text) {
   const size_t colon = text.find(':');
   DeviceTag tag;

@@ -22,14 +22,6 @@ bool looks_like_path(const std::string& spec) {
          spec.find(".so.") != std::string::npos;
 }
 
-bool valid_plugin_name(const std::string& name) {
-  return !name.empty() &&
-         std::all_of(name.begin(), name.end(), [](char c) {
-           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  (c >= '0' && c <= '9') || c == '_' || c == '-';
-         });
-}
-
 std::string join(const std::vector<fs::path>& dirs) {
   std::string out;
   for (const auto& d : dirs) {
@@ -40,6 +32,14 @@ std::string join(const std::vector<fs::path>& dirs) {
 }
 
 }  // namespace
+
+bool is_valid_plugin_name(std::string_view name) {
+  return !name.empty() &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '_' || c == '-';
+         });
+}
 
 PluginLoader::PluginLoader(std::vector<fs::path> extra_dirs)
     : search_path_(default_search_path(extra_dirs)) {}
@@ -103,7 +103,7 @@ std::pair<fs::path, PluginError> PluginLoader::resolve(
     }
     return {path, {PluginOutcome::loaded, Status()}};
   }
-  if (!valid_plugin_name(spec)) {
+  if (!is_valid_plugin_name(spec)) {
     return {{},
             {PluginOutcome::not_found,
              Status(StatusCode::invalid_argument,

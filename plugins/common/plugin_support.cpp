@@ -17,6 +17,25 @@ devalloc_status fail(devalloc_error* error, devalloc_status status,
   return status;
 }
 
+std::string vformat(const char* format, va_list args) {
+  va_list measure;
+  va_copy(measure, args);
+  const int length = std::vsnprintf(nullptr, 0, format, measure);
+  va_end(measure);
+  if (length <= 0) return {};
+  std::string text(static_cast<size_t>(length), '\0');
+  std::vsnprintf(text.data(), text.size() + 1, format, args);
+  return text;
+}
+
+std::string format(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::string text = vformat(format, args);
+  va_end(args);
+  return text;
+}
+
 devalloc_status negotiate_v1(devalloc_negotiation* n, devalloc_error* error,
                              const devalloc_plugin_api_v1* api) {
   if (!has_size(n, n ? n->struct_size : 0,

@@ -23,6 +23,10 @@ devalloc_status fail(devalloc_error* error, devalloc_status status,
                      const char* format, ...)
     __attribute__((format(printf, 3, 4)));
 
+// printf into a std::string, any length.
+std::string format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string vformat(const char* format, va_list args);
+
 // Thrown inside a plugin to leave through guard() with a status.
 struct Failure {
   devalloc_status status;

@@ -8,20 +8,7 @@
 
 namespace devalloc::cuda {
 
-namespace {
-
-std::string vformat(const char* format, va_list args) {
-  va_list measure;
-  va_copy(measure, args);
-  const int length = std::vsnprintf(nullptr, 0, format, measure);
-  va_end(measure);
-  if (length <= 0) return {};
-  std::string text(static_cast<size_t>(length), '\0');
-  std::vsnprintf(text.data(), text.size() + 1, format, args);
-  return text;
-}
-
-}  // namespace
+using plugin::vformat;
 
 Driver::Driver(const std::string& library) {
   // RTLD_NODELETE: the CUDA driver cannot be de-initialized and keeps
@@ -110,14 +97,6 @@ void Driver::raise(CUresult result, devalloc_status status,
                    std::string call) const {
   throw plugin::Failure{status,
                         std::move(call) + " failed: " + describe(result)};
-}
-
-std::string format(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  std::string text = vformat(format, args);
-  va_end(args);
-  return text;
 }
 
 }  // namespace devalloc::cuda

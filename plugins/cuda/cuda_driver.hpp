@@ -87,8 +87,6 @@ class Driver {
   void* handle_ = nullptr;
 };
 
-// printf into a std::string.
-std::string format(const char* format, ...)
-    __attribute__((format(printf, 1, 2)));
+using plugin::format;
 
 }  // namespace devalloc::cuda

@@ -31,15 +31,7 @@ namespace {
 using plugin::Failure;
 using plugin::guard;
 
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char text[256];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(text, sizeof text, fmt, args);
-  va_end(args);
-  return text;
-}
+using plugin::format;
 
 // Runs body and prefixes any failure with describe(): the call and its
 // arguments, so that every message says which request it answers.

@@ -14,9 +14,13 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace devalloc {
+
+// Letters, digits, '_' and '-': the part NAME of libdevalloc_NAME.so.
+bool is_valid_plugin_name(std::string_view name);
 
 // What happened to one candidate file.
 struct PluginCandidate {

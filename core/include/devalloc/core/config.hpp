@@ -9,6 +9,7 @@
 #pragma once
 
 #include <devalloc/plugin.hpp>
+#include <devalloc/plugin_loader.hpp>  // is_valid_plugin_name
 #include <devalloc/status.hpp>
 
 #include <cstdint>
@@ -51,8 +52,6 @@ std::optional<DeviceTag> parse_device_tag(std::string_view text);
 // zeros, at most 4294967295.
 std::optional<uint32_t> parse_memory_id(std::string_view text);
 
-// Letters, digits, '_' and '-': the part NAME of libdevalloc_NAME.so.
-bool is_valid_plugin_name(std::string_view name);
 
 // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" in lower case, from that form or
 // 32 bare hex digits, either with an optional "GPU-" prefix, in any case.
