@@ -22,15 +22,26 @@ Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin(std::string_view name) {
   if (auto it = plugins_.find(name); it != plugins_.end()) return it->second;
   const PluginConfig pc = config_.plugin(name);
   auto [plugin, error] = loader_.load(pc.load_spec(), pc.options);
-  Result<std::shared_ptr<Plugin>> result =
-      plugin ? Result<std::shared_ptr<Plugin>>(std::move(plugin))
-             : Result<std::shared_ptr<Plugin>>(
-                   pc.where.line == 0
-                       ? error.status
-                       : error.status.with_context(pc.where.to_string() +
-                                                   ": [plugins." + pc.name + "]"));
-  plugins_.emplace(std::string(name), result);
-  return result;
+  if (!plugin) {
+    // Not remembered: the next use tries again, so that a plugin whose
+    // runtime or device came back (or was installed meanwhile) is found.
+    return pc.where.line == 0
+               ? error.status
+               : error.status.with_context(pc.where.to_string() +
+                                           ": [plugins." + pc.name + "]");
+  }
+  plugins_.emplace(std::string(name), plugin);
+  return plugin;
+}
+
+bool DeviceRegistry::drop_plugin(std::string_view name) {
+  std::shared_ptr<Plugin> dropped;  // destroyed outside the lock
+  std::lock_guard lock(mutex_);
+  auto it = plugins_.find(name);
+  if (it == plugins_.end()) return false;
+  dropped = std::move(it->second);
+  plugins_.erase(it);
+  return true;
 }
 
 Result<ResolvedDevice> DeviceRegistry::resolve(

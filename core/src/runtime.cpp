@@ -48,24 +48,35 @@ LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan)
 Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    LoadReport* report,
                                    SafetensorsCache* files) {
-  std::lock_guard lock(mutex_);
+  // Loads and unloads of this program run one at a time, so the maps below
+  // change only under load_mutex_: this thread may read them without mutex_
+  // until the commit, which writes them under both locks. Lookups (mutex_
+  // only) never wait for the copies.
+  std::lock_guard load_lock(load_mutex_);
   const auto start = std::chrono::steady_clock::now();
   const LoadOptions& options = runtime_->config().load;
 
   auto needs = needs_of(plan_, methods);
   if (!needs.ok()) return needs.status();
-  // validate_plan checks this too; a caller that skipped it must still never
-  // get an address past its buffer.
+  // validate_plan checks these too; a caller that skipped it must still get
+  // an error before anything is allocated, never an exception, never an
+  // address past its buffer.
   for (const PlannedTensor& t : needs->tensors) {
-    for (const PlannedBuffer& b : needs->buffers) {
-      if (b.memory_id == t.memory_id &&
-          (t.offset > b.nbytes || t.nbytes > b.nbytes - t.offset)) {
-        return Status(StatusCode::invalid_argument,
-                      where(t) + ": " + std::to_string(t.nbytes) +
-                          " bytes do not fit in buffer " +
-                          std::to_string(b.memory_id) + " of " +
-                          std::to_string(b.nbytes) + " bytes");
-      }
+    const auto b = std::find_if(
+        needs->buffers.begin(), needs->buffers.end(),
+        [&](const PlannedBuffer& pb) { return pb.memory_id == t.memory_id; });
+    if (b == needs->buffers.end()) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": memory id " + std::to_string(t.memory_id) +
+                        " is not among the memory ids of the methods that "
+                        "list the tensor");
+    }
+    if (t.offset > b->nbytes || t.nbytes > b->nbytes - t.offset) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": " + std::to_string(t.nbytes) +
+                        " bytes do not fit in buffer " +
+                        std::to_string(b->memory_id) + " of " +
+                        std::to_string(b->nbytes) + " bytes");
     }
   }
 
@@ -83,7 +94,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   }
   auto buffer_of = [&](uint32_t id) {
     auto it = fresh.find(id);
-    return it != fresh.end() ? it->second : buffers_.at(id).buffer;
+    return it != fresh.end() ? it->second : buffers_.find(id)->second.buffer;
   };
   auto already_filled = [&](const PlannedTensor& t) {
     auto it = buffers_.find(t.memory_id);
@@ -132,18 +143,23 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     }
   }
 
-  // Commit: nothing below can fail.
+  // Commit, all at once for the lookups: nothing below can fail (every
+  // tensor's buffer was checked above).
   const uint64_t allocated = fresh.size();
-  for (auto& [id, buffer] : fresh) buffers_[id].buffer = std::move(buffer);
-  for (const CopyRequest& r : requests) {
-    buffers_[r.buffer->memory_id()].filled.insert(r.tensor);
-  }
-  for (const PlannedTensor& t : needs->tensors) {
-    tensors_.try_emplace(t.name, LoadedTensor{t, buffers_.at(t.memory_id).buffer});
-  }
-  for (const std::string& m : methods) {
-    for (const PlanMethod& pm : plan_.methods) {
-      if (pm.name == m) methods_[m] = pm.tensors;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, buffer] : fresh) buffers_[id].buffer = std::move(buffer);
+    for (const CopyRequest& r : requests) {
+      buffers_[r.buffer->memory_id()].filled.insert(r.tensor);
+    }
+    for (const PlannedTensor& t : needs->tensors) {
+      tensors_.try_emplace(t.name,
+                           LoadedTensor{t, buffers_.find(t.memory_id)->second.buffer});
+    }
+    for (const std::string& m : methods) {
+      for (const PlanMethod& pm : plan_.methods) {
+        if (pm.name == m) methods_[m] = pm.tensors;
+      }
     }
   }
 
@@ -166,6 +182,10 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
 }
 
 Status LoadedProgram::unload_method(std::string_view method) {
+  std::lock_guard load_lock(load_mutex_);
+  // Buffers dropped here are freed (through their plugin) after the lookup
+  // lock is let go.
+  std::vector<std::shared_ptr<DeviceBuffer>> dropped;
   std::lock_guard lock(mutex_);
   auto it = methods_.find(method);
   if (it == methods_.end()) {
@@ -186,9 +206,19 @@ Status LoadedProgram::unload_method(std::string_view method) {
       ++t;
     }
   }
-  std::erase_if(buffers_, [&](const auto& entry) {
-    return live_ids.count(entry.first) == 0;
-  });
+  for (auto b = buffers_.begin(); b != buffers_.end();) {
+    if (live_ids.count(b->first) == 0) {
+      dropped.push_back(std::move(b->second.buffer));
+      b = buffers_.erase(b);
+      continue;
+    }
+    // A constant no loaded method lists may be overwritten from now on by
+    // the scratch of a method that overlaps it: copy it again when needed.
+    std::erase_if(b->second.filled, [&](const std::string& name) {
+      return still_used.count(name) == 0;
+    });
+    ++b;
+  }
   return Status();
 }
 
@@ -199,10 +229,11 @@ std::vector<std::string> LoadedProgram::methods() const {
   return out;
 }
 
-const LoadedTensor* LoadedProgram::find(std::string_view name) const {
+std::optional<LoadedTensor> LoadedProgram::find(std::string_view name) const {
   std::lock_guard lock(mutex_);
   auto it = tensors_.find(name);
-  return it == tensors_.end() ? nullptr : &it->second;
+  if (it == tensors_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<LoadedTensor> LoadedProgram::tensors() const {
@@ -235,14 +266,13 @@ extern "C" void delete_dlpack_export(DLManagedTensor* managed) {
 }  // namespace
 
 Result<DLManagedTensor*> LoadedProgram::export_dlpack(std::string_view name) {
-  std::unique_lock lock(mutex_);
-  auto it = tensors_.find(name);
-  if (it == tensors_.end()) {
+  const std::optional<LoadedTensor> found = find(name);
+  if (!found) {
     return Status(StatusCode::invalid_argument,
                   "export_dlpack: no tensor \"" + std::string(name) +
                       "\" in the loaded methods");
   }
-  const LoadedTensor& t = it->second;
+  const LoadedTensor& t = *found;
   const DeviceInfo& info = t.device().info();
   auto ctx = std::make_unique<DlpackExport>();
   ctx->program = shared_from_this();

@@ -33,8 +33,8 @@ TEST_P(HostLoad, GivenTwoMethodsSharingWeights_WhenLoadingBoth_ThenEachBufferAll
   // w.a and w.b lie back to back in file and buffer: one copy for both.
   EXPECT_EQ(report.copies, 2u);
   for (const char* name : {"w.a", "w.b", "head"}) {
-    const LoadedTensor* t = (*program)->find(name);
-    ASSERT_NE(t, nullptr) << name;
+    const std::optional<LoadedTensor> t = (*program)->find(name);
+    ASSERT_TRUE(t) << name;
     EXPECT_EQ(read_back(*t), source(name)) << name;
     EXPECT_EQ(t->device().plugin_name, "host");
   }
@@ -48,7 +48,7 @@ TEST_P(HostLoad, GivenOneMethodLoaded_WhenLoadingTheOther_ThenSharedBuffersAndCo
   EXPECT_EQ(first.allocations, 2u);
   EXPECT_EQ(first.constants, 2u);
   const uint64_t shared_address = (*program)->find("w.a")->address();
-  EXPECT_EQ((*program)->find("head"), nullptr);
+  EXPECT_FALSE((*program)->find("head"));
 
   ASSERT_TRUE((*program)->load_methods({"decode"}, &second).ok());
   EXPECT_EQ(second.allocations, 1u);  // buffer 1 only
@@ -65,8 +65,8 @@ TEST_P(HostLoad, GivenBothMethodsLoaded_WhenUnloadingOne_ThenOnlyItsOwnBufferIsF
   EXPECT_EQ(DeviceBuffer::live_count(), before + 3);
   ASSERT_TRUE((*program)->unload_method("decode").ok());
   EXPECT_EQ(DeviceBuffer::live_count(), before + 2);
-  EXPECT_EQ((*program)->find("head"), nullptr);
-  ASSERT_NE((*program)->find("w.b"), nullptr);
+  EXPECT_FALSE((*program)->find("head"));
+  ASSERT_TRUE((*program)->find("w.b"));
   EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
   EXPECT_EQ((*program)->unload_method("decode").code(), StatusCode::invalid_argument);
   ASSERT_TRUE((*program)->unload_method("prefill").ok());
@@ -77,12 +77,12 @@ TEST_P(HostLoad, GivenScratchAndEmptyTensors_WhenLoading_ThenTheyArePlacedButNot
   auto runtime = Runtime::create(host_config());
   auto program = runtime->load(plan(), {"prefill"}, nullptr);
   ASSERT_TRUE(program.ok()) << program.status().message();
-  const LoadedTensor* scratch = (*program)->find("scratch");
-  ASSERT_NE(scratch, nullptr);
+  const std::optional<LoadedTensor> scratch = (*program)->find("scratch");
+  ASSERT_TRUE(scratch);
   EXPECT_FALSE(scratch->planned.is_constant());
   EXPECT_EQ(scratch->nbytes(), 1024u);
-  const LoadedTensor* empty = (*program)->find("empty");
-  ASSERT_NE(empty, nullptr);
+  const std::optional<LoadedTensor> empty = (*program)->find("empty");
+  ASSERT_TRUE(empty);
   EXPECT_EQ(empty->nbytes(), 0u);
   EXPECT_EQ(empty->address(), (*program)->find("w.a")->address() + 768);
 }
@@ -123,7 +123,7 @@ use = ["nosuchvendor", { index = 0 }]
 fallback = ["host"]
 )"))->load(plan(), {}, nullptr);
   ASSERT_TRUE(program.ok()) << program.status().message();
-  const LoadedTensor* t = (*program)->find("w.a");
+  const std::optional<LoadedTensor> t = (*program)->find("w.a");
   EXPECT_TRUE(t->device().is_fallback);
   EXPECT_EQ(t->device().plugin_name, "host");
   EXPECT_EQ(read_back(*t), source("w.a"));

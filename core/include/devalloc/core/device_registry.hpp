@@ -1,6 +1,6 @@
 // Which plugin and which of its devices back a device tag, resolved against
 // the plugins that are really there. Plugins are loaded on first use, once
-// per registry; a plugin that failed to load is remembered with its reason.
+// per registry; a plugin that failed to load is tried again at its next use.
 #pragma once
 
 #include <devalloc/core/config.hpp>
@@ -47,6 +47,13 @@ class DeviceRegistry {
   // Fails with the loader's reason, naming the config place if configured.
   Result<std::shared_ptr<Plugin>> plugin(std::string_view name);
 
+  // Forgets the instance loaded under name, so that its next use creates a
+  // fresh one: how a caller recovers from an instance whose device faulted
+  // (docs/plugins/cuda.md). Buffers and programs that hold the old instance
+  // keep it alive until they are gone; it is destroyed with the last of
+  // them. False when no instance was loaded under name.
+  bool drop_plugin(std::string_view name);
+
   // The device backing tag; memory_id only appears in errors. A tag without
   // a resolvable device is an error that lists every candidate tried.
   Result<ResolvedDevice> resolve(std::string_view tag,
@@ -56,7 +63,7 @@ class DeviceRegistry {
   RuntimeConfig config_;
   PluginLoader loader_;
   std::mutex mutex_;
-  std::map<std::string, Result<std::shared_ptr<Plugin>>, std::less<>> plugins_;
+  std::map<std::string, std::shared_ptr<Plugin>, std::less<>> plugins_;
 };
 
 }  // namespace devalloc

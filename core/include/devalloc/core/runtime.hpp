@@ -3,10 +3,15 @@
 //
 //   auto runtime = Runtime::create(read_config(path).value());
 //   auto program = runtime->load(plan, {"forward"});
-//   const LoadedTensor* w = (*program)->find("lm_head.weight");
+//   std::optional<LoadedTensor> w = (*program)->find("lm_head.weight");
 //
 // A load is all-or-nothing: on any failure every buffer it allocated is
 // freed and the error names the tensor, buffer, device and plugin.
+//
+// Threading (docs/loading.md): every method of LoadedProgram may be called
+// from several threads at once. load_methods and unload_method of one
+// program run one at a time; lookups and exports never wait for the copies
+// of a load, and see a method either not at all or wholly loaded.
 #pragma once
 
 #include <devalloc/core/config.hpp>
@@ -23,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -60,19 +66,26 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   LoadedProgram& operator=(const LoadedProgram&) = delete;
 
   // Loads more methods. Buffers already live are reused, constants already
-  // copied are not copied again. All-or-nothing. Source files are opened
+  // copied are not copied again. All-or-nothing: the methods, their tensors
+  // and buffers become visible together once every copy (and the verify
+  // pass) succeeded. The copies run without the program's lookup lock, so a
+  // progress callback may call the lookups and export_dlpack (but not
+  // load_methods or unload_method of the same program). Source files are opened
   // through `files` when given (a caller that validated the plan with it
   // reuses those mappings), else through a cache of this call.
   Status load_methods(const std::vector<std::string>& methods,
                       LoadReport* report = nullptr,
                       SafetensorsCache* files = nullptr);
   // Unloads a loaded method; a buffer lives on while a loaded method (or a
-  // DLPack export) uses it.
+  // DLPack export, or a LoadedTensor a caller holds) uses it. A constant no
+  // loaded method lists is forgotten: loading it again copies it again, as
+  // another method's scratch may have overwritten it meanwhile.
   Status unload_method(std::string_view method);
 
   std::vector<std::string> methods() const;
-  // A tensor of a loaded method; nullptr otherwise.
-  const LoadedTensor* find(std::string_view name) const;
+  // A tensor of a loaded method, by value; nullopt otherwise. The value
+  // holds its buffer, so it stays valid after a concurrent unload_method.
+  std::optional<LoadedTensor> find(std::string_view name) const;
   std::vector<LoadedTensor> tensors() const;  // of loaded methods, by name
   // Live buffers by memory id.
   std::vector<std::shared_ptr<DeviceBuffer>> buffers() const;
@@ -94,6 +107,9 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
 
   std::shared_ptr<Runtime> runtime_;
   const Plan plan_;
+  // Serializes load_methods and unload_method; held through the copies.
+  std::mutex load_mutex_;
+  // Guards the maps below; never held while a plugin is called.
   mutable std::mutex mutex_;
   std::map<std::string, std::vector<std::string>, std::less<>> methods_;  // -> tensor names
   std::map<uint32_t, BufferState> buffers_;
