@@ -9,7 +9,26 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/loader/include/devalloc"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
         FILES_MATCHING PATTERN "*.hpp")
 
-set(_devalloc_export_targets devalloc_abi devalloc_loader)
+# Three export sets, so that a plugin author's find_package(devalloc
+# COMPONENTS abi plugin_kit) needs none of the core's dependencies:
+#   abi        devalloc::abi (the header)
+#   plugin_kit devalloc::plugin_kit (static; threads and dlopen only)
+#   loader, core  devalloc::loader, devalloc::core (toml++, nlohmann-json, xxhash)
+install(TARGETS devalloc_abi EXPORT devalloc-abi-targets
+        INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(EXPORT devalloc-abi-targets NAMESPACE devalloc::
+        DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
+
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/plugins/common/include/devalloc"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
+        FILES_MATCHING PATTERN "*.hpp")
+install(TARGETS devalloc_plugin_kit EXPORT devalloc-plugin-kit-targets
+        ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel
+        INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(EXPORT devalloc-plugin-kit-targets NAMESPACE devalloc::
+        DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
+
+set(_devalloc_export_targets devalloc_loader)
 if(TARGET devalloc_core)
   list(APPEND _devalloc_export_targets devalloc_core)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/core/include/devalloc"

@@ -17,7 +17,7 @@ function(devalloc_add_plugin name)
     C_VISIBILITY_PRESET hidden
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  target_link_libraries(${target} PRIVATE devalloc::abi devalloc_plugin_support
+  target_link_libraries(${target} PRIVATE devalloc::abi devalloc::plugin_kit
                         devalloc_warnings Threads::Threads ${ARG_LIBRARIES})
   # The version script keeps the C++ runtime's weak symbols out of the
   # dynamic table too, so the entry point is the only export.

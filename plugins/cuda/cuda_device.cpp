@@ -1,6 +1,8 @@
 #include "cuda_device.hpp"
 
-#include <cstdio>
+#include <devalloc/plugin_kit/abi_glue.hpp>
+#include <devalloc/plugin_kit/error.hpp>
+
 #include <cstring>
 #include <utility>
 
@@ -8,93 +10,74 @@ namespace devalloc::cuda {
 
 namespace {
 
+using plugin::CallKind;
 using ull = unsigned long long;
 
-// The driver writes "domain:bus:device.function" in hex, its case and the
-// width of the domain varying between versions; the ABI wants one form.
-std::string normalize_pci_bus_id(const char* text) {
-  unsigned domain = 0, bus = 0, device = 0, function = 0;
-  int consumed = 0;
-  if (std::sscanf(text, "%x:%x:%x.%x%n", &domain, &bus, &device, &function,
-                  &consumed) != 4 ||
-      text[consumed] != '\0') {
-    return {};
-  }
-  return format("%04x:%02x:%02x.%x", domain, bus, device, function);
-}
+// A failed push on a destroy path is retried: the context is gone only when
+// it keeps failing.
+constexpr int kDestroyPushAttempts = 3;
+
+CUresult as_cuda(int result) { return static_cast<CUresult>(result); }
 
 }  // namespace
 
-ContextScope::ContextScope(const Driver& driver, CUcontext context,
-                           uint32_t ordinal)
+ContextScope::ContextScope(const Driver& driver, CUcontext context, uint32_t ordinal)
     : driver_(driver) {
-  driver.check(driver.cuCtxPushCurrent_v2(context),
-               "device %u: cuCtxPushCurrent_v2(ctx = primary context)",
-               ordinal);
+  driver.check(driver.cuCtxPushCurrent_v2(context), CallKind::work,
+               "device %u: cuCtxPushCurrent_v2(ctx = primary context)", ordinal);
+  pushed_ = true;
+}
+
+ContextScope::ContextScope(const Driver& driver, CUcontext context, std::nothrow_t) noexcept
+    : driver_(driver) {
+  for (int attempt = 0; attempt < kDestroyPushAttempts && !pushed_; ++attempt) {
+    pushed_ = driver.cuCtxPushCurrent_v2(context) == CUDA_SUCCESS;
+  }
 }
 
 ContextScope::~ContextScope() {
+  if (!pushed_) return;
   CUcontext popped = nullptr;
   driver_.cuCtxPopCurrent_v2(&popped);
-}
-
-PendingRelease::PendingRelease(PendingRelease&& other) noexcept
-    : on_release_(std::exchange(other.on_release_, nullptr)),
-      user_data_(std::exchange(other.user_data_, nullptr)) {}
-
-PendingRelease& PendingRelease::operator=(PendingRelease&& other) noexcept {
-  if (this != &other) {
-    fire();
-    on_release_ = std::exchange(other.on_release_, nullptr);
-    user_data_ = std::exchange(other.user_data_, nullptr);
-  }
-  return *this;
-}
-
-void PendingRelease::fire() noexcept {
-  if (auto on_release = std::exchange(on_release_, nullptr)) {
-    on_release(user_data_);
-  }
 }
 
 CudaDevice::CudaDevice(const Driver& driver, uint32_t ordinal)
     : driver_(driver), ordinal_(ordinal) {
   const int index = static_cast<int>(ordinal);
-  driver.check(driver.cuDeviceGet(&device_, index), "cuDeviceGet(ordinal = %d)",
+  driver.check(driver.cuDeviceGet(&device_, index), CallKind::work, "cuDeviceGet(ordinal = %d)",
                index);
 
   char name[DEVALLOC_DEVICE_NAME_CAPACITY] = {};
-  driver.check(
-      driver.cuDeviceGetName(name, static_cast<int>(sizeof name), device_),
-      "device %u: cuDeviceGetName(len = %zu)", ordinal, sizeof name);
+  driver.check(driver.cuDeviceGetName(name, static_cast<int>(sizeof name), device_),
+               CallKind::work, "device %u: cuDeviceGetName(len = %zu)", ordinal, sizeof name);
   name[sizeof name - 1] = '\0';
-  properties_.name = name;
+  description_.name = name;
 
   size_t total = 0;
-  driver.check(driver.cuDeviceTotalMem_v2(&total, device_),
+  driver.check(driver.cuDeviceTotalMem_v2(&total, device_), CallKind::work,
                "device %u: cuDeviceTotalMem_v2", ordinal);
-  properties_.total_memory_bytes = total;
+  description_.total_memory_bytes = total;
 
   CUuuid uuid = {};
-  driver.check(driver.cuDeviceGetUuid_v2(&uuid, device_),
+  driver.check(driver.cuDeviceGetUuid_v2(&uuid, device_), CallKind::work,
                "device %u: cuDeviceGetUuid_v2", ordinal);
-  std::memcpy(properties_.uuid.data(), uuid.bytes, properties_.uuid.size());
+  std::memcpy(description_.uuid.data(), uuid.bytes, description_.uuid.size());
 
   // 13 characters are documented as enough; leave room for wider domains.
   char pci[DEVALLOC_PCI_BUS_ID_CAPACITY] = {};
-  driver.check(
-      driver.cuDeviceGetPCIBusId(pci, static_cast<int>(sizeof pci), device_),
-      "device %u: cuDeviceGetPCIBusId(len = %zu)", ordinal, sizeof pci);
+  driver.check(driver.cuDeviceGetPCIBusId(pci, static_cast<int>(sizeof pci), device_),
+               CallKind::work, "device %u: cuDeviceGetPCIBusId(len = %zu)", ordinal, sizeof pci);
   pci[sizeof pci - 1] = '\0';
-  properties_.pci_bus_id = normalize_pci_bus_id(pci);
+  description_.pci_bus_id = plugin::normalize_pci_bus_id(pci);
+  description_.dlpack_device_type = DEVALLOC_DLPACK_CUDA;
+  description_.dlpack_device_id = index;
 
-  driver.check(driver.cuDevicePrimaryCtxRetain(&context_, device_),
+  driver.check(driver.cuDevicePrimaryCtxRetain(&context_, device_), CallKind::work,
                "device %u: cuDevicePrimaryCtxRetain", ordinal);
   try {
     ContextScope scope(driver, context_, ordinal);
-    driver.check(driver.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING),
-                 "device %u: cuStreamCreate(Flags = CU_STREAM_NON_BLOCKING)",
-                 ordinal);
+    driver.check(driver.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), CallKind::work,
+                 "device %u: cuStreamCreate(Flags = CU_STREAM_NON_BLOCKING)", ordinal);
   } catch (...) {
     driver.cuDevicePrimaryCtxRelease_v2(device_);
     throw;
@@ -102,224 +85,149 @@ CudaDevice::CudaDevice(const Driver& driver, uint32_t ordinal)
 }
 
 CudaDevice::~CudaDevice() {
-  drain();
-  try {
-    ContextScope scope(driver_, context_, ordinal_);
-    for (const auto& [address, nbytes] : allocations_.all()) {
-      const auto base = bases_.find(address);
-      driver_.cuMemFree_v2(base == bases_.end() ? address : base->second);
-    }
-    driver_.cuStreamDestroy_v2(stream_);
-  } catch (const plugin::Failure&) {
+  quiesce();
+  {
+    ContextScope scope(driver_, context_, std::nothrow);
     // Without the context nothing can be freed; releasing it below lets
     // the driver reclaim all of it.
+    if (scope.pushed()) {
+      allocations_.for_each(
+          [&](const plugin::AllocationTable::Allocation& a) { driver_.cuMemFree_v2(a.base); });
+    }
   }
+  allocations_.clear();
   driver_.cuDevicePrimaryCtxRelease_v2(device_);
 }
 
+plugin::MemoryInfo CudaDevice::memory_info() const {
+  ContextScope scope(driver_, context_, ordinal_);
+  size_t free_bytes = 0, total_bytes = 0;
+  driver_.check(driver_.cuMemGetInfo_v2(&free_bytes, &total_bytes), CallKind::work,
+                "device %u: cuMemGetInfo_v2", ordinal_);
+  return {free_bytes, total_bytes};
+}
+
 uint64_t CudaDevice::allocate(uint64_t nbytes, uint64_t alignment) {
-  const uint64_t slack =
-      alignment > kNaturalAlignment ? alignment - kNaturalAlignment : 0;
-  if (nbytes > UINT64_MAX - slack) {
-    throw plugin::Failure{
-        DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
-        format("device %u: %llu bytes aligned to %llu exceed any device's "
-               "address space",
-               ordinal_, static_cast<ull>(nbytes),
-               static_cast<ull>(alignment))};
-  }
+  const uint64_t request = plugin::over_allocation(nbytes, alignment, kNaturalAlignment);
   ContextScope scope(driver_, context_, ordinal_);
   CUdeviceptr base = 0;
-  driver_.check_allocation(driver_.cuMemAlloc_v2(&base, nbytes + slack),
-                           "device %u: cuMemAlloc_v2(bytesize = %llu)",
-                           ordinal_, static_cast<ull>(nbytes + slack));
-  const uint64_t address = (base + alignment - 1) & ~(alignment - 1);
-  if (address != base) {
-    std::lock_guard lock(bases_mutex_);
-    bases_.emplace(address, base);
-  }
-  allocations_.insert(address, nbytes);
-  return address;
+  driver_.check(driver_.cuMemAlloc_v2(&base, request), CallKind::device_allocation,
+                "device %u: cuMemAlloc_v2(bytesize = %llu)", ordinal_, static_cast<ull>(request));
+  // The context is still current if recording fails and base is freed.
+  return allocations_.adopt(base, nbytes, alignment,
+                            [this](uint64_t b) { driver_.cuMemFree_v2(b); });
 }
 
 void CudaDevice::deallocate(uint64_t address) {
-  if (!allocations_.erase(address, nullptr)) {
-    throw plugin::Failure{
-        DEVALLOC_STATUS_INVALID_ARGUMENT,
-        format("device %u: 0x%llx is not the address of a live allocation "
-               "of this device",
-               ordinal_, static_cast<ull>(address))};
-  }
-  uint64_t base = address;
-  {
-    std::lock_guard lock(bases_mutex_);
-    if (auto it = bases_.find(address); it != bases_.end()) {
-      base = it->second;
-      bases_.erase(it);
-    }
-  }
   ContextScope scope(driver_, context_, ordinal_);
-  driver_.check(driver_.cuMemFree_v2(base),
-                "device %u: cuMemFree_v2(dptr = 0x%llx)", ordinal_,
-                static_cast<ull>(base));
+  allocations_.free(address, [this](uint64_t base) {
+    driver_.check(driver_.cuMemFree_v2(base), CallKind::work,
+                  "device %u: cuMemFree_v2(dptr = 0x%llx)", ordinal_, static_cast<ull>(base));
+  });
 }
 
-void CudaDevice::copy_during_call(uint64_t dst, const void* src,
-                                  uint64_t nbytes) {
-  check_range(dst, nbytes, "destination");
+void CudaDevice::copy_during_call(uint64_t dst, const void* src, uint64_t nbytes) {
+  allocations_.require_range(dst, nbytes, "destination");
   ContextScope scope(driver_, context_, ordinal_);
   // Not cuMemcpyHtoD_v2: it runs on the legacy default stream, which a
   // non-blocking stream does not order against, and from pageable memory it
   // may return before the bytes have landed; synchronize() would then not
   // cover it. Queued on the device's stream and waited for, the copy has
   // read src, pageable or pinned, when the stream is idle.
-  driver_.check(driver_.cuMemcpyHtoDAsync_v2(dst, src, nbytes, stream_),
-                "device %u: cuMemcpyHtoDAsync_v2(dstDevice = 0x%llx, srcHost = "
-                "%p, ByteCount = %llu, hStream = device stream)",
+  driver_.check(as_cuda(enqueue_copy(dst, src, nbytes)), CallKind::work,
+                "device %u: cuMemcpyHtoDAsync_v2(dstDevice = 0x%llx, srcHost = %p, ByteCount = "
+                "%llu, hStream = device stream)",
                 ordinal_, static_cast<ull>(dst), src, static_cast<ull>(nbytes));
-  driver_.check(wait_for_stream(),
-                "device %u: cuStreamSynchronize(hStream = device stream) after "
-                "a copy of %llu bytes to 0x%llx",
+  driver_.check(as_cuda(releases_.wait_until_over()), CallKind::work,
+                "device %u: cuStreamSynchronize(hStream = device stream) after a copy of %llu "
+                "bytes to 0x%llx",
                 ordinal_, static_cast<ull>(nbytes), static_cast<ull>(dst));
 }
 
-void CudaDevice::copy_until_released(uint64_t dst, const void* src,
-                                     uint64_t nbytes, PendingRelease release) {
-  check_range(dst, nbytes, "destination");
+void CudaDevice::copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
+                                     plugin::Release release) {
+  allocations_.require_range(dst, nbytes, "destination");
   ContextScope scope(driver_, context_, ordinal_);
-  std::lock_guard submit(submit_mutex_);
-  // Queued before the copy, so that nothing is in flight that the release
-  // could not follow.
-  {
-    std::lock_guard lock(pending_mutex_);
-    pending_.push_back(std::move(release));
-  }
-  const CUresult copied =
-      driver_.cuMemcpyHtoDAsync_v2(dst, src, nbytes, stream_);
-  const CUresult launched =
-      copied == CUDA_SUCCESS
-          ? driver_.cuLaunchHostFunc(stream_, &CudaDevice::release_oldest, this)
-          : CUDA_SUCCESS;
-  if (copied == CUDA_SUCCESS && launched == CUDA_SUCCESS) return;
-
-  // No host function will release this source. Take the release back: the
-  // newest entry, as other submitters are held off, or absent if a failed
-  // context fired every entry already. If the copy was queued, wait until
-  // it is over, successful or not, before firing.
-  PendingRelease mine;
-  {
-    std::lock_guard lock(pending_mutex_);
-    if (!pending_.empty()) {
-      mine = std::move(pending_.back());
-      pending_.pop_back();
-    }
-  }
-  if (copied == CUDA_SUCCESS) wait_for_stream();
-  mine.fire();
-  driver_.check(copied,
-                "device %u: cuMemcpyHtoDAsync_v2(dstDevice = 0x%llx, srcHost = "
-                "%p, ByteCount = %llu, hStream = device stream)",
+  const auto submitted = releases_.copy_until_released(dst, src, nbytes, std::move(release));
+  driver_.check(as_cuda(submitted.copied), CallKind::work,
+                "device %u: cuMemcpyHtoDAsync_v2(dstDevice = 0x%llx, srcHost = %p, ByteCount = "
+                "%llu, hStream = device stream)",
                 ordinal_, static_cast<ull>(dst), src, static_cast<ull>(nbytes));
-  driver_.check(launched,
-                "device %u: cuLaunchHostFunc(hStream = device stream) after a "
-                "copy of %llu bytes to 0x%llx",
+  driver_.check(as_cuda(submitted.released), CallKind::work,
+                "device %u: cuLaunchHostFunc(hStream = device stream) after a copy of %llu "
+                "bytes to 0x%llx",
                 ordinal_, static_cast<ull>(nbytes), static_cast<ull>(dst));
 }
 
 void CudaDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
-  check_range(src, nbytes, "source");
+  allocations_.require_range(src, nbytes, "source");
   ContextScope scope(driver_, context_, ordinal_);
   // On the device's stream, so that it reads after every earlier copy.
-  driver_.check(driver_.cuMemcpyDtoHAsync_v2(dst, src, nbytes, stream_),
-                "device %u: cuMemcpyDtoHAsync_v2(dstHost = %p, srcDevice = "
-                "0x%llx, ByteCount = %llu, hStream = device stream)",
+  driver_.check(driver_.cuMemcpyDtoHAsync_v2(dst, src, nbytes, stream_), CallKind::work,
+                "device %u: cuMemcpyDtoHAsync_v2(dstHost = %p, srcDevice = 0x%llx, ByteCount = "
+                "%llu, hStream = device stream)",
                 ordinal_, dst, static_cast<ull>(src), static_cast<ull>(nbytes));
-  driver_.check(wait_for_stream(),
-                "device %u: cuStreamSynchronize(hStream = device stream) after "
-                "a copy of %llu bytes from 0x%llx",
+  driver_.check(as_cuda(releases_.wait_until_over()), CallKind::work,
+                "device %u: cuStreamSynchronize(hStream = device stream) after a copy of %llu "
+                "bytes from 0x%llx",
                 ordinal_, static_cast<ull>(nbytes), static_cast<ull>(src));
 }
 
 void CudaDevice::synchronize() {
   ContextScope scope(driver_, context_, ordinal_);
-  driver_.check(wait_for_stream(),
-                "device %u: cuStreamSynchronize(hStream = device stream)",
-                ordinal_);
+  driver_.check(as_cuda(releases_.wait()), CallKind::work,
+                "device %u: cuStreamSynchronize(hStream = device stream)", ordinal_);
 }
 
-void CudaDevice::drain() noexcept {
-  try {
-    ContextScope scope(driver_, context_, ordinal_);
-    wait_for_stream();
-  } catch (const plugin::Failure&) {
-    // The context cannot be made current, so no host function will run.
-  }
-  fire_all_pending();
+void CudaDevice::quiesce() noexcept {
+  ContextScope scope(driver_, context_, std::nothrow);
+  releases_.quiesce(scope.pushed());
 }
 
-void CudaDevice::release_oldest(void* device) {
-  auto* self = static_cast<CudaDevice*>(device);
-  PendingRelease release;
-  {
-    std::lock_guard lock(self->pending_mutex_);
-    if (self->pending_.empty()) return;
-    release = std::move(self->pending_.front());
-    self->pending_.pop_front();
-  }
-  release.fire();
+int CudaDevice::enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept {
+  return driver_.cuMemcpyHtoDAsync_v2(dst, src, nbytes, stream_);
 }
 
-void CudaDevice::check_range(uint64_t address, uint64_t nbytes,
-                             const char* role) const {
-  if (!allocations_.contains(address, nbytes)) {
-    throw plugin::Failure{
-        DEVALLOC_STATUS_INVALID_ARGUMENT,
-        format("device %u: %s [0x%llx, +%llu) is not inside a live "
-               "allocation of this device",
-               ordinal_, role, static_cast<ull>(address),
-               static_cast<ull>(nbytes))};
-  }
+int CudaDevice::enqueue_release(plugin::ReleaseQueue& releases) noexcept {
+  return driver_.cuLaunchHostFunc(stream_, &CudaDevice::release_oldest, &releases);
 }
 
-CUresult CudaDevice::wait_for_stream() {
-  const CUresult result = driver_.cuStreamSynchronize(stream_);
-  if (result != CUDA_SUCCESS) fire_all_pending();
-  return result;
+int CudaDevice::wait() noexcept { return driver_.cuStreamSynchronize(stream_); }
+
+bool CudaDevice::lost() noexcept {
+  // A context with a sticky error reports it for every call; host
+  // functions never run in it again.
+  const CUresult state = driver_.cuStreamQuery(stream_);
+  return state != CUDA_SUCCESS && state != CUDA_ERROR_NOT_READY;
 }
 
-void CudaDevice::fire_all_pending() {
-  std::deque<PendingRelease> owed;
-  {
-    std::lock_guard lock(pending_mutex_);
-    owed.swap(pending_);
-  }
-  for (auto& release : owed) release.fire();
+void CudaDevice::destroy() noexcept { driver_.cuStreamDestroy_v2(stream_); }
+
+void CudaDevice::release_oldest(void* releases) {
+  static_cast<plugin::ReleaseQueue*>(releases)->complete_oldest();
 }
 
 std::vector<std::unique_ptr<CudaDevice>> open_devices(const Driver& driver) {
   std::vector<std::unique_ptr<CudaDevice>> devices;
   const CUresult initialized = driver.cuInit(0);
   if (initialized == CUDA_ERROR_NO_DEVICE) return devices;
-  driver.check(initialized, "cuInit(Flags = 0)");
+  driver.check(initialized, CallKind::work, "cuInit(Flags = 0)");
   int count = 0;
   const CUresult counted = driver.cuDeviceGetCount(&count);
   if (counted == CUDA_ERROR_NO_DEVICE) return devices;
-  driver.check(counted, "cuDeviceGetCount");
+  driver.check(counted, CallKind::work, "cuDeviceGetCount");
   for (int ordinal = 0; ordinal < count; ++ordinal) {
-    devices.push_back(
-        std::make_unique<CudaDevice>(driver, static_cast<uint32_t>(ordinal)));
+    devices.push_back(std::make_unique<CudaDevice>(driver, static_cast<uint32_t>(ordinal)));
   }
   return devices;
 }
 
 PinnedHostMemory::~PinnedHostMemory() {
-  if (live_.empty()) return;
-  try {
-    ContextScope scope(driver_, owner_.context(), owner_.ordinal());
-    for (const auto& [host, nbytes] : live_) driver_.cuMemFreeHost(host);
-  } catch (const plugin::Failure&) {
-    // Releasing the primary context reclaims it.
-  }
+  if (buffers_.size() == 0) return;
+  ContextScope scope(driver_, owner_.context(), std::nothrow);
+  // Without the context, releasing the primary context reclaims it.
+  if (scope.pushed()) buffers_.for_each([&](void* host, uint64_t) { driver_.cuMemFreeHost(host); });
+  buffers_.clear();
 }
 
 void* PinnedHostMemory::allocate(uint64_t nbytes) {
@@ -327,27 +235,19 @@ void* PinnedHostMemory::allocate(uint64_t nbytes) {
   void* host = nullptr;
   // Portable: the memory is pinned for every context, not only the first
   // device's, so that copies to any device run from it at full speed.
-  driver_.check_host_allocation(
-      driver_.cuMemHostAlloc(&host, nbytes, CU_MEMHOSTALLOC_PORTABLE),
-      "cuMemHostAlloc(bytesize = %llu, Flags = CU_MEMHOSTALLOC_PORTABLE)",
-      static_cast<ull>(nbytes));
-  std::lock_guard lock(mutex_);
-  live_.emplace(host, nbytes);
+  driver_.check(driver_.cuMemHostAlloc(&host, nbytes, CU_MEMHOSTALLOC_PORTABLE),
+                CallKind::host_allocation,
+                "cuMemHostAlloc(bytesize = %llu, Flags = CU_MEMHOSTALLOC_PORTABLE)",
+                static_cast<ull>(nbytes));
+  buffers_.adopt(host, nbytes, [this](void* p) { driver_.cuMemFreeHost(p); });
   return host;
 }
 
 void PinnedHostMemory::free(void* host) {
-  {
-    std::lock_guard lock(mutex_);
-    if (live_.erase(host) == 0) {
-      throw plugin::Failure{
-          DEVALLOC_STATUS_INVALID_ARGUMENT,
-          format("%p was not returned by allocate_host or is already freed",
-                 host)};
-    }
-  }
   ContextScope scope(driver_, owner_.context(), owner_.ordinal());
-  driver_.check(driver_.cuMemFreeHost(host), "cuMemFreeHost(p = %p)", host);
+  buffers_.free(host, [this](void* p) {
+    driver_.check(driver_.cuMemFreeHost(p), CallKind::work, "cuMemFreeHost(p = %p)", p);
+  });
 }
 
 }  // namespace devalloc::cuda

@@ -1,18 +1,18 @@
 // One CUDA device as the plugin drives it: its primary context, its one
-// non-blocking stream, its live allocations and the releases still owed to
-// callers of "until released" copies; and the pinned host memory handed out
-// for staging.
+// non-blocking stream (whose host functions complete the kit's release
+// queue), its live allocations; and the pinned host memory handed out for
+// staging.
 #pragma once
 
 #include "cuda_driver.hpp"
 
-#include <array>
+#include <devalloc/plugin_kit/allocation_table.hpp>
+#include <devalloc/plugin_kit/instance.hpp>
+#include <devalloc/plugin_kit/stream_releases.hpp>
+
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
+#include <new>
 #include <vector>
 
 namespace devalloc::cuda {
@@ -24,41 +24,21 @@ class ContextScope {
  public:
   // Throws Failure (DEVICE_ERROR) when the push fails.
   ContextScope(const Driver& driver, CUcontext context, uint32_t ordinal);
+  // For destroy paths: never throws, tries a few times (the context is
+  // gone only when it keeps failing); pushed() says whether it worked.
+  ContextScope(const Driver& driver, CUcontext context, std::nothrow_t) noexcept;
   ~ContextScope();
   ContextScope(const ContextScope&) = delete;
   ContextScope& operator=(const ContextScope&) = delete;
 
+  bool pushed() const { return pushed_; }
+
  private:
   const Driver& driver_;
+  bool pushed_ = false;
 };
 
-// The on_release owed to the caller of one "until released" copy. It fires
-// at most once: on fire(), or when destroyed unfired, so that a release can
-// be handed on (moved) but never lost.
-class PendingRelease {
- public:
-  PendingRelease() = default;
-  PendingRelease(devalloc_release_fn on_release, void* user_data)
-      : on_release_(on_release), user_data_(user_data) {}
-  PendingRelease(PendingRelease&& other) noexcept;
-  PendingRelease& operator=(PendingRelease&& other) noexcept;
-  ~PendingRelease() { fire(); }
-
-  void fire() noexcept;
-
- private:
-  devalloc_release_fn on_release_ = nullptr;
-  void* user_data_ = nullptr;
-};
-
-struct DeviceProperties {
-  std::string name;
-  uint64_t total_memory_bytes = 0;
-  std::array<uint8_t, 16> uuid{};
-  std::string pci_bus_id;  // "dddd:bb:dd.f"
-};
-
-class CudaDevice {
+class CudaDevice final : private plugin::CallbackStream {
  public:
   // What cuMemAlloc guarantees; larger alignments are over-allocated.
   static constexpr uint64_t kNaturalAlignment = 256;
@@ -68,15 +48,16 @@ class CudaDevice {
   // Reads the properties, retains the primary context and creates the
   // stream. Throws Failure.
   CudaDevice(const Driver& driver, uint32_t ordinal);
-  // drain(), then frees every live allocation, destroys the stream and
-  // releases the primary context.
-  ~CudaDevice();
+  // quiesce(), then frees every live allocation and releases the primary
+  // context. Allocates nothing and never throws.
+  ~CudaDevice() override;
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   uint32_t ordinal() const { return ordinal_; }
   CUcontext context() const { return context_; }
-  const DeviceProperties& properties() const { return properties_; }
+  const plugin::DeviceDescription& description() const { return description_; }
+  plugin::MemoryInfo memory_info() const;
 
   // nbytes > 0; alignment a power of two, at most kMaxAlignment.
   uint64_t allocate(uint64_t nbytes, uint64_t alignment);
@@ -84,48 +65,35 @@ class CudaDevice {
 
   // nbytes > 0 in the three copies. src has been read when this returns.
   void copy_during_call(uint64_t dst, const void* src, uint64_t nbytes);
-  // Queues the copy; release fires once the copy has read src, or before
-  // this throws.
+  // Queues the copy and, behind it, the host function that fires release.
   void copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
-                           PendingRelease release);
+                           plugin::Release release);
   void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
 
   // Waits for the stream; every release queued before has fired when it
-  // returns or throws.
+  // returns, or when it throws because the context is lost.
   void synchronize();
-  // synchronize() for destroy: never throws; every queued release fires.
-  void drain() noexcept;
+  // For destroy: waits for the stream, destroys it whatever happens, fires
+  // every release still owed. Never throws; idempotent.
+  void quiesce() noexcept;
 
  private:
-  // The host function queued behind every "until released" copy.
-  static void CUDA_CB release_oldest(void* device);
-
-  void check_range(uint64_t address, uint64_t nbytes, const char* role) const;
-  // cuStreamSynchronize. Host functions never run once a context has
-  // failed, so on failure the releases they owed fire here.
-  CUresult wait_for_stream();
-  void fire_all_pending();
+  // plugin::CallbackStream over the device's stream; the context is current.
+  int enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept override;
+  int enqueue_release(plugin::ReleaseQueue& releases) noexcept override;
+  int wait() noexcept override;
+  bool lost() noexcept override;
+  void destroy() noexcept override;
+  static void CUDA_CB release_oldest(void* releases);
 
   const Driver& driver_;
   uint32_t ordinal_;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
-  DeviceProperties properties_;
-
+  plugin::DeviceDescription description_;
   plugin::AllocationTable allocations_;
-  // What cuMemAlloc_v2 returned, by the address handed out, for allocations
-  // rounded up to a larger alignment.
-  std::mutex bases_mutex_;
-  std::map<uint64_t, uint64_t> bases_;
-
-  // Host functions run in stream order and each fires the oldest pending
-  // release; submit_mutex_ keeps the queue's order that of the stream.
-  // pending_mutex_ is never held across a CUDA call, so that a host
-  // function can always take it.
-  std::mutex submit_mutex_;
-  std::mutex pending_mutex_;
-  std::deque<PendingRelease> pending_;
+  plugin::StreamReleases releases_{*this};
 };
 
 // cuInit, then every device the driver reports. A driver without a usable
@@ -140,7 +108,7 @@ class PinnedHostMemory {
  public:
   PinnedHostMemory(const Driver& driver, const CudaDevice& owner)
       : driver_(driver), owner_(owner) {}
-  // Frees whatever is still allocated.
+  // Frees whatever is still allocated; never throws.
   ~PinnedHostMemory();
   PinnedHostMemory(const PinnedHostMemory&) = delete;
   PinnedHostMemory& operator=(const PinnedHostMemory&) = delete;
@@ -151,8 +119,7 @@ class PinnedHostMemory {
  private:
   const Driver& driver_;
   const CudaDevice& owner_;
-  std::mutex mutex_;
-  std::map<void*, uint64_t> live_;
+  plugin::StagingTable buffers_;
 };
 
 }  // namespace devalloc::cuda

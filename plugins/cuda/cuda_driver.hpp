@@ -1,12 +1,13 @@
 // The CUDA driver as this plugin sees it: a library opened at run time (the
-// plugin has no link-time dependency on libcuda), every entry point looked up
-// by the versioned symbol the driver exports, and CUDA errors turned into a
-// Failure that names the call, its arguments and the driver's own words.
+// plugin has no link-time dependency on libcuda), every entry point looked
+// up by the versioned symbol the driver exports, and CUDA errors turned into
+// a Failure that names the call, its arguments and the driver's own words.
 #pragma once
 
 #include <cuda.h>
 
-#include <plugin_support.hpp>
+#include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/runtime_library.hpp>
 
 #include <string>
 
@@ -37,9 +38,11 @@ namespace devalloc::cuda {
   X(cuDevicePrimaryCtxRelease_v2)     \
   X(cuCtxPushCurrent_v2)              \
   X(cuCtxPopCurrent_v2)               \
+  X(cuMemGetInfo_v2)                  \
   X(cuStreamCreate)                   \
   X(cuStreamDestroy_v2)               \
   X(cuStreamSynchronize)              \
+  X(cuStreamQuery)                    \
   X(cuLaunchHostFunc)                 \
   X(cuMemAlloc_v2)                    \
   X(cuMemFree_v2)                     \
@@ -53,40 +56,21 @@ class Driver {
   // Opens `library` and looks up every entry point. Throws Failure
   // (RUNTIME_UNAVAILABLE) with the dlerror text when either fails.
   explicit Driver(const std::string& library);
-  ~Driver();
-  Driver(const Driver&) = delete;
-  Driver& operator=(const Driver&) = delete;
 
   // "CUDA_ERROR_OUT_OF_MEMORY (out of memory)"
   std::string describe(CUresult result) const;
 
-  // Each throws Failure unless result is CUDA_SUCCESS, with the message
-  // "<call> failed: <describe(result)>", the call printf-formatted. They
-  // differ in the status, which follows what the ABI function that makes
-  // the call may return:
-  // - check: DEVICE_ERROR (create() turns whatever fails in it into
-  //   RUNTIME_UNAVAILABLE).
-  void check(CUresult result, const char* call_format, ...) const
-      __attribute__((format(printf, 3, 4)));
-  // - check_allocation: OUT_OF_DEVICE_MEMORY for CUDA_ERROR_OUT_OF_MEMORY.
-  void check_allocation(CUresult result, const char* call_format, ...) const
-      __attribute__((format(printf, 3, 4)));
-  // - check_host_allocation: OUT_OF_HOST_MEMORY for CUDA_ERROR_OUT_OF_MEMORY.
-  void check_host_allocation(CUresult result, const char* call_format,
-                             ...) const __attribute__((format(printf, 3, 4)));
-
-#define DEVALLOC_CUDA_DECLARE_ENTRY_POINT(name) \
-  decltype(&::name) name = nullptr;
-  DEVALLOC_CUDA_ENTRY_POINTS(DEVALLOC_CUDA_DECLARE_ENTRY_POINT)
-#undef DEVALLOC_CUDA_DECLARE_ENTRY_POINT
+  // Throws Failure unless result is CUDA_SUCCESS, with the message
+  // "<call> failed: <describe(result)>", the call printf-formatted; the
+  // status follows kind (out of memory in an allocation, or DEVICE_ERROR).
+  void check(CUresult result, plugin::CallKind kind, const char* call_format, ...) const
+      __attribute__((format(printf, 4, 5)));
 
  private:
-  [[noreturn]] void raise(CUresult result, devalloc_status status,
-                          std::string call) const;
+  plugin::RuntimeLibrary library;
 
-  void* handle_ = nullptr;
+ public:
+  DEVALLOC_CUDA_ENTRY_POINTS(DEVALLOC_KIT_DECLARE_ENTRY_POINT)
 };
-
-using plugin::format;
 
 }  // namespace devalloc::cuda

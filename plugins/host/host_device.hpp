@@ -1,12 +1,12 @@
 // The host plugin's "vendor side": device memory is aligned host memory, a
 // copy is a memcpy, and in async mode copies whose source outlives the call
-// run on a worker. Knows nothing of the ABI structs; fails by throwing
-// plugin::Failure with the reason alone (the caller names the call).
+// run on the kit's completion thread. Fails by throwing plugin::Failure with
+// the reason alone (the kit's glue names the call).
 #pragma once
 
-#include "copy_queue.hpp"
-
-#include <plugin_support.hpp>
+#include <devalloc/plugin_kit/allocation_table.hpp>
+#include <devalloc/plugin_kit/completion_thread.hpp>
+#include <devalloc/plugin_kit/release.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -30,8 +30,10 @@ class HostDevice {
   bool async() const { return queue_ != nullptr; }
   // Physical RAM: what a "device" backed by it could hold at most.
   uint64_t total_memory() const { return total_memory_; }
+  // Physical RAM not in use now.
+  uint64_t free_memory() const;
 
-  // 0 for nbytes == 0; alignment 0 means natural_alignment.
+  // nbytes > 0; alignment a power of two, natural_alignment to max_alignment.
   uint64_t allocate(uint64_t nbytes, uint64_t alignment);
   void deallocate(uint64_t address);
 
@@ -39,8 +41,7 @@ class HostDevice {
   void copy_now(uint64_t dst, const void* src, uint64_t nbytes);
   // May read src after returning (async mode); fires release once src has
   // been read, or once the copy failed.
-  void copy_later(uint64_t dst, const void* src, uint64_t nbytes,
-                  Release release,
+  void copy_later(uint64_t dst, const void* src, uint64_t nbytes, plugin::Release release,
                   std::chrono::milliseconds read_delay = {});
   // Waits for the queued copies issued before it, then reads.
   void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
@@ -52,16 +53,15 @@ class HostDevice {
   void free_host(void* host);
 
  private:
-  void check_range(uint64_t address, uint64_t nbytes) const;
-  void perform(const CopyJob& job);
+  void perform(uint64_t dst, const void* src, uint64_t nbytes);
 
   uint64_t total_memory_;
   plugin::AllocationTable allocations_;
-  plugin::AllocationTable host_buffers_;
+  plugin::StagingTable host_buffers_;
   // Shared by copies, exclusive for deallocate: a copy never writes into
   // memory freed under it, whichever thread performs it.
   mutable std::shared_mutex memory_lifetime_;
-  std::unique_ptr<CopyQueue> queue_;
+  std::unique_ptr<plugin::CompletionThread> queue_;
 };
 
 }  // namespace devalloc::host

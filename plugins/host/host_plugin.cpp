@@ -1,304 +1,113 @@
-// ABI glue of the host plugin: validates the structs that cross the
-// boundary, names the call in every failure, and hands the work to
-// HostDevice.
+// The host plugin as a kit plugin: its instance hands the work to
+// HostDevice; the kit's glue checks the arguments and names the call in
+// every failure.
 #include "host_device.hpp"
 #include "host_variant.hpp"
 
-#include <devalloc/plugin_abi.h>
-#include <plugin_support.hpp>
+#include <devalloc/plugin_kit/plugin_entry.hpp>
 
-#include <cinttypes>
 #include <cstddef>
-#include <cstdarg>
-#include <cstdio>
-#include <cstring>
-#include <new>
-#include <string>
+#include <memory>
 #include <utility>
 #include <vector>
 
-struct devalloc_instance {
-  devalloc_instance(bool async, const devalloc::host::FaultPlan::Settings& faults_settings)
-      : faults(faults_settings), device(async) {}
-
-  devalloc::host::FaultPlan faults;
-  devalloc::host::HostDevice device;
-};
+#ifndef DEVALLOC_HOST_PLUGIN_VERSION
+#error "DEVALLOC_HOST_PLUGIN_VERSION must be defined by the build"
+#endif
 
 namespace devalloc::host {
 namespace {
 
-using plugin::Failure;
-using plugin::guard;
+class HostInstance final : public plugin::Instance {
+ public:
+  HostInstance(bool async, const FaultPlan::Settings& faults) : faults_(faults), device_(async) {}
 
-using plugin::format;
-
-// Runs body and prefixes any failure with describe(): the call and its
-// arguments, so that every message says which request it answers.
-template <class Describe, class Body>
-devalloc_status in_call(const Describe& describe, const Body& body) {
-  try {
-    body();
-    return DEVALLOC_STATUS_OK;
-  } catch (Failure& f) {
-    f.message = describe() + ": " + f.message;
-    throw;
-  } catch (const std::bad_alloc&) {
-    throw Failure{DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, describe() + ": out of host memory"};
+  uint64_t capability_flags() const override {
+    uint64_t flags = DEVALLOC_CAPABILITY_HOST_STAGING;
+    if (device_.async()) flags |= DEVALLOC_CAPABILITY_ASYNC_COPY;
+    return flags;
   }
-}
+  uint64_t max_alignment() const override { return HostDevice::max_alignment; }
+  uint64_t natural_alignment() const override { return HostDevice::natural_alignment; }
+  uint32_t device_count() const override { return 1; }
 
-devalloc_instance& checked(devalloc_instance* instance, const char* call) {
-  if (instance == nullptr) {
-    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, std::string(call) + ": instance is NULL"};
+  plugin::DeviceDescription describe(uint32_t) override {
+    plugin::DeviceDescription d;
+    d.name = "host memory";
+    d.total_memory_bytes = device_.total_memory();
+    d.dlpack_device_type = DEVALLOC_DLPACK_CPU;
+    d.dlpack_device_id = 0;
+    return d;
   }
-  return *instance;
-}
 
-template <class Args>
-void check_args(const Args* args, size_t needed, const char* call) {
-  if (!plugin::has_size(args, args != nullptr ? args->struct_size : 0, needed)) {
-    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
-                  format("%s: args is NULL or its struct_size is below %zu", call, needed)};
+  bool memory_info(uint32_t, plugin::MemoryInfo& info) override {
+    info.total_bytes = device_.total_memory();
+    info.free_bytes = device_.free_memory();
+    return true;
   }
-}
 
-void check_device(uint32_t device) {
-  if (device != 0) {
-    throw Failure{DEVALLOC_STATUS_NO_SUCH_DEVICE, "no such device (the host plugin has 1)"};
+  uint64_t allocate(uint32_t, uint64_t nbytes, uint64_t alignment) override {
+    faults_.before_allocate();
+    return device_.allocate(nbytes, alignment);
   }
-}
 
-void check_reserved(uint32_t reserved) {
-  if (reserved != 0) throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "reserved0 is not 0"};
-}
+  void deallocate(uint32_t, uint64_t address) override { device_.deallocate(address); }
 
-const char* lifetime_name(devalloc_src_lifetime lifetime) {
-  switch (lifetime) {
-    case DEVALLOC_SRC_DURING_CALL: return "during_call";
-    case DEVALLOC_SRC_UNTIL_RELEASED: return "until_released";
-    default: return "unknown";
-  }
-}
-
-devalloc_status create(devalloc_create_args* args, devalloc_error* error) {
-  return guard(error, [&] {
-    check_args(args, DEVALLOC_STRUCT_SIZE(devalloc_create_args, instance), "create");
-    return in_call([&] { return format("create(option_count = %zu)", args->option_count); },
-                   [&] {
-                     plugin::Options options(*args);
-                     const bool async = breaks_during_call || options.take_bool("async", false);
-                     const auto faults = FaultPlan::take_settings(options);
-                     options.reject_unknown(plugin_name, accepted_options);
-                     args->instance = new devalloc_instance(async, faults);
-                   });
-  });
-}
-
-void destroy(devalloc_instance* instance) { delete instance; }
-
-devalloc_status get_capabilities(devalloc_instance* instance,
-                                 devalloc_capabilities* capabilities, devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "get_capabilities");
-    check_args(capabilities, DEVALLOC_STRUCT_SIZE(devalloc_capabilities, max_alignment),
-               "get_capabilities");
-    capabilities->flags = DEVALLOC_CAPABILITY_HOST_STAGING |
-                          (self.device.async() ? DEVALLOC_CAPABILITY_ASYNC_COPY : 0);
-    capabilities->max_alignment = HostDevice::max_alignment;
-    return DEVALLOC_STATUS_OK;
-  });
-}
-
-devalloc_status get_device_count(devalloc_instance* instance, uint32_t* count,
-                                 devalloc_error* error) {
-  return guard(error, [&] {
-    checked(instance, "get_device_count");
-    if (count == nullptr) {
-      throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "get_device_count: count is NULL"};
+  void copy_during_call(uint32_t, uint64_t dst, const void* src, uint64_t nbytes) override {
+    if (copy_corrupted(dst, src, nbytes)) return;
+    if (breaks_during_call) {
+      device_.copy_later(dst, src, nbytes, plugin::Release{}, during_call_read_delay);
+    } else {
+      device_.copy_now(dst, src, nbytes);
     }
-    *count = 1;
-    return DEVALLOC_STATUS_OK;
-  });
-}
+  }
 
-devalloc_status get_device_properties(devalloc_instance* instance, uint32_t device,
-                                      devalloc_device_properties* properties,
-                                      devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "get_device_properties");
-    check_args(properties, DEVALLOC_STRUCT_SIZE(devalloc_device_properties, dlpack_device_id),
-               "get_device_properties");
-    return in_call([&] { return format("get_device_properties(device = %u)", device); }, [&] {
-      check_device(device);
-      std::snprintf(properties->name, sizeof properties->name, "%s", "host memory");
-      properties->total_memory_bytes = self.device.total_memory();
-      std::memset(properties->uuid, 0, sizeof properties->uuid);
-      properties->pci_bus_id[0] = '\0';
-      properties->dlpack_device_type = DEVALLOC_DLPACK_CPU;
-      properties->dlpack_device_id = 0;
-    });
-  });
-}
+  void copy_until_released(uint32_t, uint64_t dst, const void* src, uint64_t nbytes,
+                           plugin::Release release) override {
+    if (copy_corrupted(dst, src, nbytes)) return;
+    device_.copy_later(dst, src, nbytes, std::move(release));
+  }
 
-devalloc_status allocate(devalloc_instance* instance, devalloc_allocate_args* args,
-                         devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "allocate");
-    check_args(args, DEVALLOC_STRUCT_SIZE(devalloc_allocate_args, address), "allocate");
-    return in_call(
-        [&] {
-          return format("allocate(device = %u, nbytes = %" PRIu64 ", alignment = %" PRIu64 ")",
-                        args->device, args->nbytes, args->alignment);
-        },
-        [&] {
-          check_device(args->device);
-          check_reserved(args->reserved0);
-          self.faults.before_allocate();
-          args->address = self.device.allocate(args->nbytes, args->alignment);
-        });
-  });
-}
+  void copy_to_host(uint32_t, void* dst, uint64_t src, uint64_t nbytes) override {
+    device_.copy_to_host(dst, src, nbytes);
+  }
 
-devalloc_status deallocate(devalloc_instance* instance, uint32_t device,
-                           devalloc_device_address address, devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "deallocate");
-    return in_call(
-        [&] { return format("deallocate(device = %u, address = 0x%" PRIx64 ")", device, address); },
-        [&] {
-          check_device(device);
-          self.device.deallocate(address);
-        });
-  });
-}
+  void synchronize(uint32_t) override {
+    device_.synchronize();
+    faults_.after_synchronize();
+  }
 
-devalloc_status copy_host_to_device(devalloc_instance* instance,
-                                    const devalloc_copy_to_device_args* args,
-                                    devalloc_error* error) {
-  return guard(error, [&] {
-    check_args(args, DEVALLOC_STRUCT_SIZE(devalloc_copy_to_device_args, user_data),
-               "copy_host_to_device");
-    // Taken before anything else can fail, so that every later failure still
-    // releases the source exactly once.
-    Release release(args->src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED ? args->on_release : nullptr,
-                    args->user_data);
-    auto& self = checked(instance, "copy_host_to_device");
-    return in_call(
-        [&] {
-          return format("copy_host_to_device(device = %u, dst = 0x%" PRIx64 ", nbytes = %" PRIu64
-                        ", src_lifetime = %s)",
-                        args->device, args->dst, args->nbytes, lifetime_name(args->src_lifetime));
-        },
-        [&] {
-          check_device(args->device);
-          const auto lifetime = args->src_lifetime;
-          if (lifetime != DEVALLOC_SRC_DURING_CALL && lifetime != DEVALLOC_SRC_UNTIL_RELEASED) {
-            throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
-                          format("unknown src_lifetime %" PRIu32, lifetime)};
-          }
-          if (args->nbytes == 0) return;
-          if (args->src == nullptr) {
-            throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "src is NULL"};
-          }
-          if (self.faults.before_copy()) {
-            const auto* src = static_cast<const std::byte*>(args->src);
-            std::vector<std::byte> corrupted(src, src + args->nbytes);
-            corrupted[0] ^= std::byte{0xff};
-            self.device.copy_now(args->dst, corrupted.data(), args->nbytes);
-          } else if (lifetime == DEVALLOC_SRC_UNTIL_RELEASED) {
-            self.device.copy_later(args->dst, args->src, args->nbytes, std::move(release));
-          } else if (breaks_during_call) {
-            self.device.copy_later(args->dst, args->src, args->nbytes, Release{},
-                                   during_call_read_delay);
-          } else {
-            self.device.copy_now(args->dst, args->src, args->nbytes);
-          }
-        });
-  });
-}
+  void* allocate_host(uint64_t nbytes) override { return device_.allocate_host(nbytes); }
+  void free_host(void* host) override { device_.free_host(host); }
 
-devalloc_status copy_device_to_host(devalloc_instance* instance,
-                                    const devalloc_copy_to_host_args* args,
-                                    devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "copy_device_to_host");
-    check_args(args, DEVALLOC_STRUCT_SIZE(devalloc_copy_to_host_args, nbytes),
-               "copy_device_to_host");
-    return in_call(
-        [&] {
-          return format("copy_device_to_host(device = %u, src = 0x%" PRIx64 ", nbytes = %" PRIu64
-                        ")",
-                        args->device, args->src, args->nbytes);
-        },
-        [&] {
-          check_device(args->device);
-          check_reserved(args->reserved0);
-          if (args->nbytes == 0) return;
-          if (args->dst == nullptr) {
-            throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "dst is NULL"};
-          }
-          self.device.copy_to_host(args->dst, args->src, args->nbytes);
-        });
-  });
-}
+ private:
+  // The fault plan's flipped copy: lands at once, first byte inverted.
+  bool copy_corrupted(uint64_t dst, const void* src, uint64_t nbytes) {
+    if (!faults_.before_copy()) return false;
+    const auto* bytes = static_cast<const std::byte*>(src);
+    std::vector<std::byte> corrupted(bytes, bytes + nbytes);
+    corrupted[0] ^= std::byte{0xff};
+    device_.copy_now(dst, corrupted.data(), nbytes);
+    return true;
+  }
 
-devalloc_status synchronize(devalloc_instance* instance, uint32_t device, devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "synchronize");
-    return in_call([&] { return format("synchronize(device = %u)", device); }, [&] {
-      check_device(device);
-      self.device.synchronize();
-      self.faults.after_synchronize();
-    });
-  });
-}
+  FaultPlan faults_;
+  HostDevice device_;
+};
 
-devalloc_status allocate_host(devalloc_instance* instance, uint64_t nbytes, void** host,
-                              devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "allocate_host");
-    return in_call([&] { return format("allocate_host(nbytes = %" PRIu64 ")", nbytes); }, [&] {
-      if (host == nullptr) throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "host is NULL"};
-      *host = self.device.allocate_host(nbytes);
-    });
-  });
-}
+struct HostPlugin {
+  static constexpr const char* name = plugin_name;
+  static constexpr const char* version = DEVALLOC_HOST_PLUGIN_VERSION;
 
-devalloc_status free_host(devalloc_instance* instance, void* host, devalloc_error* error) {
-  return guard(error, [&] {
-    auto& self = checked(instance, "free_host");
-    return in_call([&] { return format("free_host(host = %p)", host); },
-                   [&] { self.device.free_host(host); });
-  });
-}
-
-const devalloc_plugin_api_v1 api_v1 = {
-    .struct_size = sizeof(devalloc_plugin_api_v1),
-    .abi_major = DEVALLOC_ABI_VERSION_MAJOR,
-    .abi_minor = DEVALLOC_ABI_VERSION_MINOR,
-    .plugin_name = plugin_name,
-    .plugin_version = DEVALLOC_HOST_PLUGIN_VERSION,
-    .create = create,
-    .destroy = destroy,
-    .get_capabilities = get_capabilities,
-    .get_device_count = get_device_count,
-    .get_device_properties = get_device_properties,
-    .allocate = allocate,
-    .deallocate = deallocate,
-    .copy_host_to_device = copy_host_to_device,
-    .copy_device_to_host = copy_device_to_host,
-    .synchronize = synchronize,
-    .allocate_host = allocate_host,
-    .free_host = free_host,
+  static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
+    const bool async = breaks_during_call || options.take_bool("async", false);
+    const auto faults = FaultPlan::take_settings(options);
+    options.reject_unknown(plugin_name, accepted_options);
+    return std::make_unique<HostInstance>(async, faults);
+  }
 };
 
 }  // namespace
 }  // namespace devalloc::host
 
-devalloc_status devalloc_plugin_negotiate(devalloc_negotiation* negotiation,
-                                          devalloc_error* error) {
-  return devalloc::plugin::guard(error, [&] {
-    return devalloc::plugin::negotiate_v1(negotiation, error, &devalloc::host::api_v1);
-  });
-}
+DEVALLOC_PLUGIN_KIT_ENTRY_POINT(devalloc::host::HostPlugin)

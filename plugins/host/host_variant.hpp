@@ -8,7 +8,8 @@
 //                                   the conformance suite must catch.
 #pragma once
 
-#include <plugin_support.hpp>
+#include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/options.hpp>
 
 #include <atomic>
 #include <chrono>

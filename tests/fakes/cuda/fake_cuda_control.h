@@ -31,6 +31,18 @@ void devalloc_fake_cuda_fail_next(const char* entry_point, int result);
 typedef void (*devalloc_fake_cuda_fail_next_fn)(const char* entry_point,
                                                 int result);
 
+/* The next `count` calls of entry_point return result (count <= 0: none). */
+void devalloc_fake_cuda_fail_calls(const char* entry_point, int result, int count);
+typedef void (*devalloc_fake_cuda_fail_calls_fn)(const char* entry_point,
+                                                 int result, int count);
+
+/* The next successful call of entry_point calls hook(), on the caller's
+ * thread, just before it returns (tests use it to make the plugin's very
+ * next step fail). */
+void devalloc_fake_cuda_after_next(const char* entry_point, void (*hook)(void));
+typedef void (*devalloc_fake_cuda_after_next_fn)(const char* entry_point,
+                                                 void (*hook)(void));
+
 /* The next copy that a stream executes fails as a device fault would: the
  * copy is not done and its context keeps `result` as a sticky error, so that
  * every later call in it returns result and no host function runs. */

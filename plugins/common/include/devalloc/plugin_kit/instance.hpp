@@ -1,0 +1,83 @@
+// What a vendor plugin implements: the plugin instance, as an abstract C++
+// class. The kit's ABI glue (plugin_entry.hpp) checks every argument, turns
+// failures into statuses and messages, and then calls these with arguments
+// already validated; each throws Failure (or bad_alloc) on failure, with the
+// reason alone: the glue puts the call and its arguments in front.
+#pragma once
+
+#include <devalloc/plugin_abi.h>
+#include <devalloc/plugin_kit/release.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace devalloc::plugin {
+
+struct DeviceDescription {
+  std::string name;
+  uint64_t total_memory_bytes = 0;
+  std::array<uint8_t, 16> uuid{};  // all zero if unknown
+  std::string pci_bus_id;          // "dddd:bb:dd.f", lower-case, or ""
+  int32_t dlpack_device_type = 0;
+  int32_t dlpack_device_id = 0;
+};
+
+struct MemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+
+}  // namespace devalloc::plugin
+
+// The ABI's opaque instance type, defined here as the base class of every
+// kit plugin's instance.
+struct devalloc_instance {
+  // destroy(): waits for all work, fires every pending release, frees every
+  // allocation and staging buffer (PLUGIN-9). Must not throw.
+  virtual ~devalloc_instance() = default;
+
+  // DEVALLOC_CAPABILITY_* and the largest alignment allocate() honours.
+  virtual uint64_t capability_flags() const = 0;
+  virtual uint64_t max_alignment() const = 0;
+  // What alignment 0 means; at least 256 (PLUGIN-11).
+  virtual uint64_t natural_alignment() const { return 256; }
+
+  virtual uint32_t device_count() const = 0;
+  // device < device_count() in all that take one.
+  virtual devalloc::plugin::DeviceDescription describe(uint32_t device) = 0;
+  // Free and total device memory, if the runtime can tell (ABI 1.1).
+  virtual bool memory_info(uint32_t device, devalloc::plugin::MemoryInfo& info) {
+    (void)device;
+    (void)info;
+    return false;
+  }
+
+  // nbytes > 0; alignment a power of two, at most max_alignment().
+  virtual uint64_t allocate(uint32_t device, uint64_t nbytes, uint64_t alignment) = 0;
+  // address != 0.
+  virtual void deallocate(uint32_t device, uint64_t address) = 0;
+
+  // nbytes > 0 and src non-NULL in the three copies. src has been read
+  // when this returns (PLUGIN-13).
+  virtual void copy_during_call(uint32_t device, uint64_t dst, const void* src,
+                                uint64_t nbytes) = 0;
+  // The release fires once src has been read, or once the copy failed: it
+  // may fire before this returns; if this throws, it has fired or been
+  // handed on (PLUGIN-14). It is empty when the caller passed no
+  // on_release; src must still stay unread after the copy is over.
+  virtual void copy_until_released(uint32_t device, uint64_t dst, const void* src,
+                                   uint64_t nbytes, devalloc::plugin::Release release) = 0;
+  // dst has been written when this returns (PLUGIN-16).
+  virtual void copy_to_host(uint32_t device, void* dst, uint64_t src, uint64_t nbytes) = 0;
+  // PLUGIN-17: every copy issued before has landed and been released.
+  virtual void synchronize(uint32_t device) = 0;
+
+  // Only with DEVALLOC_CAPABILITY_HOST_STAGING; nbytes > 0, host non-NULL.
+  virtual void* allocate_host(uint64_t nbytes);
+  virtual void free_host(void* host);
+};
+
+namespace devalloc::plugin {
+using Instance = ::devalloc_instance;
+}

@@ -1,0 +1,290 @@
+// The ABI function table of a kit plugin, generated from one description:
+//
+//   struct MyPlugin {
+//     static constexpr const char* name = "my";
+//     static constexpr const char* version = "1.0.0";
+//     // Takes its options (reject_unknown() included) and returns the
+//     // instance; throws Failure.
+//     static std::unique_ptr<devalloc_instance> create(devalloc::plugin::Options&);
+//   };
+//   DEVALLOC_PLUGIN_KIT_ENTRY_POINT(MyPlugin)
+//
+// Every function checks its arguments (struct sizes, NULLs, device index,
+// alignment, src_lifetime) with messages naming the call and the PLUGIN rule,
+// takes an until-released copy's release before anything can fail, puts the
+// call and its arguments in front of every failure, and lets no exception out.
+#pragma once
+
+#include <devalloc/plugin_abi.h>
+#include <devalloc/plugin_kit/abi_glue.hpp>
+#include <devalloc/plugin_kit/instance.hpp>
+#include <devalloc/plugin_kit/options.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <memory>
+
+namespace devalloc::plugin {
+
+template <class Plugin>
+struct PluginApi {
+  static Instance& instance_of(devalloc_instance* instance, const char* call) {
+    require(instance != nullptr, call, "PLUGIN-3", "instance is NULL");
+    return *instance;
+  }
+
+  static devalloc_status create(devalloc_create_args* args, devalloc_error* error) {
+    return guard(error, [&] {
+      require_struct(args, DEVALLOC_STRUCT_SIZE(devalloc_create_args, instance), "create", "args");
+      args->instance = nullptr;
+      Options options(*args);
+      args->instance = Plugin::create(options).release();
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static void destroy(devalloc_instance* instance) { delete instance; }
+
+  static devalloc_status get_capabilities(devalloc_instance* instance,
+                                          devalloc_capabilities* capabilities,
+                                          devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "get_capabilities");
+      require_struct(capabilities, DEVALLOC_STRUCT_SIZE(devalloc_capabilities, max_alignment),
+                     "get_capabilities", "capabilities");
+      capabilities->flags = self.capability_flags();
+      capabilities->max_alignment = self.max_alignment();
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status get_device_count(devalloc_instance* instance, uint32_t* count,
+                                          devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "get_device_count");
+      require(count != nullptr, "get_device_count", "PLUGIN-10", "count is NULL");
+      *count = self.device_count();
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status get_device_properties(devalloc_instance* instance, uint32_t device,
+                                               devalloc_device_properties* properties,
+                                               devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "get_device_properties");
+      require_struct(properties,
+                     DEVALLOC_STRUCT_SIZE(devalloc_device_properties, dlpack_device_id),
+                     "get_device_properties", "properties");
+      require_device(device, self.device_count(), "get_device_properties");
+      in_call([&] { return format("get_device_properties(device = %u)", device); }, [&] {
+        const DeviceDescription d = self.describe(device);
+        copy_text(properties->name, sizeof properties->name, d.name);
+        properties->total_memory_bytes = d.total_memory_bytes;
+        std::memcpy(properties->uuid, d.uuid.data(), sizeof properties->uuid);
+        copy_text(properties->pci_bus_id, sizeof properties->pci_bus_id, d.pci_bus_id);
+        properties->dlpack_device_type = d.dlpack_device_type;
+        properties->dlpack_device_id = d.dlpack_device_id;
+      });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+#if DEVALLOC_ABI_VERSION_MINOR >= 1
+  static devalloc_status get_memory_info(devalloc_instance* instance, uint32_t device,
+                                         uint64_t* free_bytes, uint64_t* total_bytes,
+                                         devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "get_memory_info");
+      require(free_bytes != nullptr && total_bytes != nullptr, "get_memory_info",
+              "PLUGIN-10", "free_bytes or total_bytes is NULL");
+      require_device(device, self.device_count(), "get_memory_info");
+      MemoryInfo info;
+      bool known = false;
+      in_call([&] { return format("get_memory_info(device = %u)", device); },
+              [&] { known = self.memory_info(device, info); });
+      if (!known) {
+        return fail(error, DEVALLOC_STATUS_UNSUPPORTED,
+                    "get_memory_info(device = %u): the runtime cannot tell", device);
+      }
+      *free_bytes = info.free_bytes;
+      *total_bytes = info.total_bytes;
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+#endif
+
+  static devalloc_status allocate(devalloc_instance* instance, devalloc_allocate_args* args,
+                                  devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "allocate");
+      require_struct(args, DEVALLOC_STRUCT_SIZE(devalloc_allocate_args, address), "allocate",
+                     "args");
+      in_call(
+          [&] {
+            return format("allocate(device = %u, nbytes = %" PRIu64 ", alignment = %" PRIu64 ")",
+                          args->device, args->nbytes, args->alignment);
+          },
+          [&] {
+            require(args->reserved0 == 0, "allocate", "PLUGIN-4", "reserved0 is not 0");
+            require_device(args->device, self.device_count(), "allocate");
+            const uint64_t natural = self.natural_alignment();
+            const uint64_t alignment = std::max(
+                checked_alignment(args->alignment, natural, self.max_alignment()), natural);
+            args->address =
+                args->nbytes == 0 ? 0 : self.allocate(args->device, args->nbytes, alignment);
+          });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status deallocate(devalloc_instance* instance, uint32_t device,
+                                    devalloc_device_address address, devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "deallocate");
+      in_call(
+          [&] {
+            return format("deallocate(device = %u, address = 0x%" PRIx64 ")", device, address);
+          },
+          [&] {
+            require_device(device, self.device_count(), "deallocate");
+            if (address != 0) self.deallocate(device, address);
+          });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status copy_host_to_device(devalloc_instance* instance,
+                                             const devalloc_copy_to_device_args* args,
+                                             devalloc_error* error) {
+    return guard(error, [&] {
+      require_struct(args, DEVALLOC_STRUCT_SIZE(devalloc_copy_to_device_args, user_data),
+                     "copy_host_to_device", "args");
+      // Taken before anything else can fail, so that every later failure
+      // still releases the source exactly once (PLUGIN-14).
+      Release release(args->src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED ? args->on_release
+                                                                         : nullptr,
+                      args->user_data);
+      Instance& self = instance_of(instance, "copy_host_to_device");
+      in_call(
+          [&] {
+            return format("copy_host_to_device(device = %u, dst = 0x%" PRIx64
+                          ", nbytes = %" PRIu64 ", src_lifetime = %s)",
+                          args->device, args->dst, args->nbytes,
+                          lifetime_name(args->src_lifetime));
+          },
+          [&] {
+            require_device(args->device, self.device_count(), "copy_host_to_device");
+            const auto lifetime = args->src_lifetime;
+            require(lifetime == DEVALLOC_SRC_DURING_CALL || lifetime == DEVALLOC_SRC_UNTIL_RELEASED,
+                    "copy_host_to_device", "PLUGIN-13/14", "unknown src_lifetime");
+            if (args->nbytes == 0) return;
+            require(args->src != nullptr, "copy_host_to_device", "PLUGIN-15",
+                    "src is NULL with nbytes > 0");
+            if (lifetime == DEVALLOC_SRC_UNTIL_RELEASED) {
+              self.copy_until_released(args->device, args->dst, args->src, args->nbytes,
+                                       std::move(release));
+            } else {
+              self.copy_during_call(args->device, args->dst, args->src, args->nbytes);
+            }
+          });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status copy_device_to_host(devalloc_instance* instance,
+                                             const devalloc_copy_to_host_args* args,
+                                             devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "copy_device_to_host");
+      require_struct(args, DEVALLOC_STRUCT_SIZE(devalloc_copy_to_host_args, nbytes),
+                     "copy_device_to_host", "args");
+      in_call(
+          [&] {
+            return format("copy_device_to_host(device = %u, src = 0x%" PRIx64
+                          ", nbytes = %" PRIu64 ")",
+                          args->device, args->src, args->nbytes);
+          },
+          [&] {
+            require(args->reserved0 == 0, "copy_device_to_host", "PLUGIN-4",
+                    "reserved0 is not 0");
+            require_device(args->device, self.device_count(), "copy_device_to_host");
+            if (args->nbytes == 0) return;
+            require(args->dst != nullptr, "copy_device_to_host", "PLUGIN-16",
+                    "dst is NULL with nbytes > 0");
+            self.copy_to_host(args->device, args->dst, args->src, args->nbytes);
+          });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status synchronize(devalloc_instance* instance, uint32_t device,
+                                     devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "synchronize");
+      in_call([&] { return format("synchronize(device = %u)", device); }, [&] {
+        require_device(device, self.device_count(), "synchronize");
+        self.synchronize(device);
+      });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status allocate_host(devalloc_instance* instance, uint64_t nbytes, void** host,
+                                       devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "allocate_host");
+      require(host != nullptr, "allocate_host", "PLUGIN-18", "host is NULL");
+      *host = nullptr;
+      in_call([&] { return format("allocate_host(nbytes = %" PRIu64 ")", nbytes); }, [&] {
+        if (nbytes > 0) *host = self.allocate_host(nbytes);
+      });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status free_host(devalloc_instance* instance, void* host,
+                                   devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "free_host");
+      in_call([&] { return format("free_host(host = %p)", host); }, [&] {
+        if (host != nullptr) self.free_host(host);
+      });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static constexpr devalloc_plugin_api_v1 table = {
+      .struct_size = sizeof(devalloc_plugin_api_v1),
+      .abi_major = DEVALLOC_ABI_VERSION_MAJOR,
+      .abi_minor = DEVALLOC_ABI_VERSION_MINOR,
+      .plugin_name = Plugin::name,
+      .plugin_version = Plugin::version,
+      .create = create,
+      .destroy = destroy,
+      .get_capabilities = get_capabilities,
+      .get_device_count = get_device_count,
+      .get_device_properties = get_device_properties,
+      .allocate = allocate,
+      .deallocate = deallocate,
+      .copy_host_to_device = copy_host_to_device,
+      .copy_device_to_host = copy_device_to_host,
+      .synchronize = synchronize,
+      .allocate_host = allocate_host,
+      .free_host = free_host,
+#if DEVALLOC_ABI_VERSION_MINOR >= 1
+      .get_memory_info = get_memory_info,
+#endif
+  };
+};
+
+}  // namespace devalloc::plugin
+
+// Defines the plugin's one exported symbol over PluginApi<Plugin>::table.
+#define DEVALLOC_PLUGIN_KIT_ENTRY_POINT(Plugin)                                            \
+  extern "C" DEVALLOC_PLUGIN_EXPORT devalloc_status devalloc_plugin_negotiate(            \
+      devalloc_negotiation* negotiation, devalloc_error* error) {                          \
+    return ::devalloc::plugin::negotiate_v1(negotiation, error,                            \
+                                            &::devalloc::plugin::PluginApi<Plugin>::table); \
+  }

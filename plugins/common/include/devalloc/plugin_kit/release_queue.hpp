@@ -1,0 +1,61 @@
+// The releases owed for copies a runtime is still running, for runtimes that
+// signal completion with a callback in stream order (a CUDA host function, a
+// HIP stream callback): each callback completes the oldest release. Every
+// release fires exactly once, outside the queue's lock, and only when the
+// plugin says its copy is over (PLUGIN-14).
+#pragma once
+
+#include <devalloc/plugin_kit/release.hpp>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+namespace devalloc::plugin {
+
+class ReleaseQueue {
+ public:
+  ReleaseQueue() = default;
+  // Fires whatever is still owed: by then the owner knows no copy runs.
+  ~ReleaseQueue() { fire_all(); }
+  ReleaseQueue(const ReleaseQueue&) = delete;
+  ReleaseQueue& operator=(const ReleaseQueue&) = delete;
+
+  // Appends the release of a copy about to be submitted and returns its
+  // ticket. Push before submitting, so that the completion cannot come
+  // first. Throws bad_alloc, firing the release (nothing was submitted).
+  uint64_t push(Release release);
+  // Removes the release of a copy whose completion will never be signalled
+  // (submitting it or its callback failed). Empty if it already fired. The
+  // caller fires it once the copy is known not to read its source anymore.
+  Release take_back(uint64_t ticket) noexcept;
+  // A stream-ordered completion callback: fires the oldest release.
+  void complete_oldest() noexcept;
+  // Fires every release still owed, oldest first. Only for when the
+  // runtime will never signal them: the device is idle or lost.
+  void fire_all() noexcept;
+  // Returns once every release pushed before the call has fired (by
+  // callbacks or by fire_all on another thread).
+  void wait_for_earlier() noexcept;
+  size_t pending() const noexcept;
+
+ private:
+  struct Entry {
+    uint64_t ticket;
+    Release release;
+  };
+  // Pops the oldest entry into out and counts it as firing; false if none.
+  bool pop_oldest(Release& out) noexcept;
+  void fired() noexcept;
+
+  mutable std::mutex mutex_;
+  std::condition_variable progress_;
+  std::deque<Entry> entries_;
+  uint64_t next_ticket_ = 1;
+  // Taken out of entries_ but not yet fired.
+  size_t firing_ = 0;
+};
+
+}  // namespace devalloc::plugin

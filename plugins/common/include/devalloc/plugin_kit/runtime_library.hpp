@@ -1,0 +1,45 @@
+// A vendor runtime opened at run time, so that a plugin has no link-time
+// dependency on it and loads where it is missing. Each entry point is looked
+// up by the symbol the library exports (versioned names such as
+// cuMemAlloc_v2 spelled out: dlsym sees no header macros).
+#pragma once
+
+#include <string>
+
+namespace devalloc::plugin {
+
+class RuntimeLibrary {
+ public:
+  // dlopen(path, RTLD_NOW | RTLD_LOCAL | extra_flags). `what` names the
+  // runtime in messages ("the CUDA driver"). Throws Failure
+  // (RUNTIME_UNAVAILABLE) with the dlerror text.
+  RuntimeLibrary(const std::string& path, const char* what, int extra_flags = 0);
+  ~RuntimeLibrary();
+  RuntimeLibrary(const RuntimeLibrary&) = delete;
+  RuntimeLibrary& operator=(const RuntimeLibrary&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // The entry point `name`; throws Failure(RUNTIME_UNAVAILABLE) naming the
+  // library and the symbol when it is missing.
+  void* symbol(const char* name) const;
+  template <class Fn>
+  void bind(Fn& entry_point, const char* name) const {
+    entry_point = reinterpret_cast<Fn>(symbol(name));
+  }
+
+ private:
+  std::string path_;
+  std::string what_;
+  void* handle_ = nullptr;
+};
+
+}  // namespace devalloc::plugin
+
+// For a table of entry points written as an X-macro list X(name):
+//   struct Hip { DEVALLOC_KIT_ENTRY_POINTS(DEVALLOC_KIT_DECLARE_ENTRY_POINT) };
+// declares `decltype(&::name) name` for each, and
+//   LIST(DEVALLOC_KIT_BIND_ENTRY_POINT)  (with a RuntimeLibrary `library` in
+// scope) looks each one up.
+#define DEVALLOC_KIT_DECLARE_ENTRY_POINT(name) decltype(&::name) name = nullptr;
+#define DEVALLOC_KIT_BIND_ENTRY_POINT(name) library.bind(name, #name);

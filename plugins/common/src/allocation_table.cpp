@@ -1,0 +1,66 @@
+#include <devalloc/plugin_kit/allocation_table.hpp>
+
+#include <cinttypes>
+
+namespace devalloc::plugin {
+
+uint64_t over_allocation(uint64_t nbytes, uint64_t alignment, uint64_t natural) {
+  const uint64_t slack = alignment > natural ? alignment - natural : 0;
+  if (nbytes > UINT64_MAX - slack) {
+    throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+                  format("%" PRIu64 " bytes aligned to %" PRIu64
+                         " exceed any device's address space (PLUGIN-11)",
+                         nbytes, alignment)};
+  }
+  return nbytes + slack;
+}
+
+bool AllocationTable::contains(uint64_t address, uint64_t nbytes) const noexcept {
+  std::lock_guard lock(mutex_);
+  auto it = live_.upper_bound(address);
+  if (it == live_.begin()) return false;
+  --it;
+  const uint64_t offset = address - it->first;
+  return offset <= it->second.nbytes && nbytes <= it->second.nbytes - offset;
+}
+
+void AllocationTable::require_range(uint64_t address, uint64_t nbytes, const char* role) const {
+  if (contains(address, nbytes)) return;
+  throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
+                format("%s [0x%" PRIx64 ", +%" PRIu64
+                       ") is not inside a live allocation of this device (PLUGIN-15)",
+                       role, address, nbytes)};
+}
+
+uint64_t AllocationTable::claim(uint64_t address) {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(address);
+  if (it == live_.end() || it->second.freeing) {
+    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
+                  format("0x%" PRIx64 " is not %s", address, live_name_)};
+  }
+  it->second.freeing = true;
+  return it->second.base;
+}
+
+void AllocationTable::unclaim(uint64_t address) noexcept {
+  std::lock_guard lock(mutex_);
+  if (auto it = live_.find(address); it != live_.end()) it->second.freeing = false;
+}
+
+void AllocationTable::erase(uint64_t address) noexcept {
+  std::lock_guard lock(mutex_);
+  live_.erase(address);
+}
+
+void AllocationTable::clear() noexcept {
+  std::lock_guard lock(mutex_);
+  live_.clear();
+}
+
+size_t AllocationTable::size() const noexcept {
+  std::lock_guard lock(mutex_);
+  return live_.size();
+}
+
+}  // namespace devalloc::plugin

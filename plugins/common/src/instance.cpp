@@ -1,0 +1,12 @@
+#include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/instance.hpp>
+
+void* devalloc_instance::allocate_host(uint64_t) {
+  throw devalloc::plugin::Failure{DEVALLOC_STATUS_UNSUPPORTED,
+                                  "this plugin offers no host staging (PLUGIN-18)"};
+}
+
+void devalloc_instance::free_host(void*) {
+  throw devalloc::plugin::Failure{DEVALLOC_STATUS_UNSUPPORTED,
+                                  "this plugin offers no host staging (PLUGIN-18)"};
+}

@@ -1,0 +1,93 @@
+#include "fake_record.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace devalloc::fake {
+
+void FakeRecord::violation(const char* format, ...) {
+  char text[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  std::lock_guard lock(mutex_);
+  violations_.emplace_back(text);
+}
+
+std::optional<int> FakeRecord::enter(const char* name) {
+  std::lock_guard lock(mutex_);
+  ++calls_[name];
+  auto it = fail_.find(name);
+  if (it == fail_.end()) return std::nullopt;
+  const int result = it->second.result;
+  if (--it->second.remaining <= 0) fail_.erase(it);
+  return result;
+}
+
+void FakeRecord::fail_calls(const char* entry_point, int result, int count) {
+  std::lock_guard lock(mutex_);
+  if (count <= 0) {
+    fail_.erase(entry_point);
+  } else {
+    fail_[entry_point] = Injected{result, count};
+  }
+}
+
+int FakeRecord::violations(char* buf, size_t cap) const {
+  std::lock_guard lock(mutex_);
+  std::string text;
+  for (const auto& v : violations_) text += v + "\n";
+  if (buf != nullptr && cap > 0) {
+    const size_t n = std::min(text.size(), cap - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(violations_.size());
+}
+
+uint64_t FakeRecord::calls(const char* entry_point) const {
+  std::lock_guard lock(mutex_);
+  auto it = calls_.find(entry_point);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+void FakeRecord::reset() {
+  std::lock_guard lock(mutex_);
+  violations_.clear();
+  calls_.clear();
+  fail_.clear();
+}
+
+void FakeRecord::strict_verdict() const {
+  const char* strict = std::getenv(strict_variable_);
+  if (strict == nullptr || std::strcmp(strict, "1") != 0) return;
+  std::lock_guard lock(mutex_);
+  if (violations_.empty()) return;
+  std::fprintf(stderr, "%s: %zu violation(s):\n", label_, violations_.size());
+  for (const auto& v : violations_) std::fprintf(stderr, "  %s\n", v.c_str());
+  std::fflush(stderr);
+  ::_exit(3);
+}
+
+bool read_env_u64(const char* label, const char* name, uint64_t fallback, uint64_t* value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    *value = fallback;
+    return true;
+  }
+  char* end = nullptr;
+  *value = std::strtoull(text, &end, 10);
+  if (*end != '\0' || *text == '-') {
+    std::fprintf(stderr, "%s: %s=\"%s\" is not a non-negative integer\n", label, name, text);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace devalloc::fake

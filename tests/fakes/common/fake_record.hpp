@@ -1,0 +1,60 @@
+// What a fake vendor runtime records for its tests: violations (misuse it
+// saw), calls per entry point, and failures a test asked it to inject. One
+// per fake, never destroyed (stream threads and unload hooks use it to the
+// end). Thread-safe; a leaf lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace devalloc::fake {
+
+class FakeRecord {
+ public:
+  // `label` prefixes the strict report ("fake libcuda"), `strict_variable`
+  // names the environment variable that makes violations fatal at exit.
+  FakeRecord(const char* label, const char* strict_variable)
+      : label_(label), strict_variable_(strict_variable) {}
+
+  void violation(const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+  // Counts the call of entry point `name`; returns the result a test asked
+  // the next call(s) of it to fail with, if any.
+  std::optional<int> enter(const char* name);
+  // The next `count` calls of entry_point return result.
+  void fail_calls(const char* entry_point, int result, int count);
+
+  // Writes the violations, one a line, into buf (truncated to cap bytes
+  // including the NUL) and returns how many there are.
+  int violations(char* buf, size_t cap) const;
+  uint64_t calls(const char* entry_point) const;
+  // Forgets violations, call counts and injected failures.
+  void reset();
+
+  // At exit or unload: with the strict variable set to 1, prints every
+  // violation to stderr and ends the process with status 3.
+  void strict_verdict() const;
+
+ private:
+  struct Injected {
+    int result;
+    int remaining;
+  };
+  const char* label_;
+  const char* strict_variable_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> violations_;
+  std::map<std::string, uint64_t> calls_;
+  std::map<std::string, Injected> fail_;
+};
+
+// Reads a non-negative decimal environment variable; fallback when unset or
+// empty. False (and a line on stderr naming `label`) when malformed.
+bool read_env_u64(const char* label, const char* name, uint64_t fallback, uint64_t* value);
+
+}  // namespace devalloc::fake

@@ -1,0 +1,94 @@
+// What tests of a vendor plugin share: the fake runtime the plugin has
+// loaded, reached through its control functions (devalloc_fake_<vendor>_*,
+// see tests/fakes/<vendor>/*_control.h), a release counter and test bytes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace devalloc::fake_test {
+
+class FakeRuntime {
+ public:
+  // path: the fake library the plugin opened; prefix: its control
+  // functions' prefix, e.g. "devalloc_fake_hip_".
+  FakeRuntime(const std::string& path, std::string prefix)
+      : handle_(::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)), prefix_(std::move(prefix)) {}
+  ~FakeRuntime() {
+    if (handle_ != nullptr) ::dlclose(handle_);
+  }
+  FakeRuntime(const FakeRuntime&) = delete;
+  FakeRuntime& operator=(const FakeRuntime&) = delete;
+
+  bool loaded() const { return handle_ != nullptr; }
+
+  // A function of the fake by name, cast to its type.
+  template <class Fn>
+  Fn get(const std::string& name) const {
+    void* symbol = ::dlsym(handle_, name.c_str());
+    EXPECT_NE(symbol, nullptr) << "the fake lacks " << name;
+    return reinterpret_cast<Fn>(symbol);
+  }
+  // A control function: prefix + name.
+  template <class Fn>
+  Fn control(const char* name) const {
+    return get<Fn>(prefix_ + name);
+  }
+
+  std::string violations() const {
+    std::string text(64 * 1024, '\0');
+    control<int (*)(char*, size_t)>("violations")(text.data(), text.size());
+    text.resize(std::char_traits<char>::length(text.c_str()));
+    return text;
+  }
+  void reset() const { control<void (*)()>("reset")(); }
+  void fail_calls(const char* entry_point, int result, int count) const {
+    control<void (*)(const char*, int, int)>("fail_calls")(entry_point, result, count);
+  }
+  void fail_next(const char* entry_point, int result) const { fail_calls(entry_point, result, 1); }
+  void pause(bool paused) const { control<void (*)(int)>("pause")(paused ? 1 : 0); }
+  uint64_t calls(const char* entry_point) const {
+    return control<uint64_t (*)(const char*)>("calls")(entry_point);
+  }
+  uint64_t live_allocations(int device) const {
+    return control<uint64_t (*)(int)>("live_allocations")(device);
+  }
+  // Device memory as the fake holds it, read without the plugin.
+  std::vector<uint8_t> read(uint64_t address, size_t nbytes) const {
+    std::vector<uint8_t> bytes(nbytes);
+    const int result =
+        control<int (*)(uint64_t, void*, size_t)>("read")(address, bytes.data(), nbytes);
+    EXPECT_EQ(result, 0) << "0x" << std::hex << address << " is not live";
+    return bytes;
+  }
+
+ private:
+  void* handle_;
+  std::string prefix_;
+};
+
+// Counts on_release calls.
+struct ReleaseCounter {
+  std::atomic<int> releases{0};
+  static void on_release(void* self) { static_cast<ReleaseCounter*>(self)->releases.fetch_add(1); }
+};
+
+inline std::vector<uint8_t> pattern(size_t nbytes, int seed) {
+  std::vector<uint8_t> bytes(nbytes);
+  uint32_t x = 2463534242u + static_cast<uint32_t>(seed) * 7919u;
+  for (auto& b : bytes) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b = static_cast<uint8_t>(x);
+  }
+  return bytes;
+}
+
+}  // namespace devalloc::fake_test

@@ -1,0 +1,186 @@
+// Releases and destroy paths when the driver misbehaves (issue 10, defects 4
+// and 5) and copies from the plugin's own pinned memory: a release fires
+// exactly once and never before its copy has read the source, whatever
+// fails; destroy never leaves a stream behind; no device memory is lost
+// when the plugin's bookkeeping fails.
+#include "cuda_fixture.hpp"
+
+#include <cstdlib>
+#include <deque>
+#include <new>
+#include <thread>
+
+namespace {
+// The next allocation on this thread throws bad_alloc: armed by a hook the
+// fake driver runs just before cuMemAlloc_v2 returns, so that the plugin's
+// first allocation after the driver's is the one that fails.
+thread_local int fail_next_allocations = 0;
+void fail_next_allocation() { fail_next_allocations = 1; }
+}  // namespace
+
+void* operator new(size_t size) {
+  if (fail_next_allocations > 0) {
+    --fail_next_allocations;
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+
+namespace devalloc::cuda_test {
+namespace {
+
+constexpr uint32_t kDevice = 0;
+constexpr size_t kChunk = 64 * 1024;
+
+using CudaReleases = CudaPluginTest;
+
+// Records, at the moment of its release, whether the copy had landed.
+struct LandedAtRelease {
+  const FakeCuda* fake = nullptr;
+  uint64_t dst = 0;
+  std::vector<uint8_t> expected;
+  std::atomic<int> releases{0};
+  std::atomic<int> early{0};
+  static void on_release(void* self) {
+    auto* me = static_cast<LandedAtRelease*>(self);
+    if (me->fake->read(me->dst, me->expected.size()) != me->expected) me->early.fetch_add(1);
+    me->releases.fetch_add(1);
+  }
+};
+
+TEST_F(CudaReleases,
+       StreamSynchronizeFailsWhileTheStreamStillRuns_NoReleaseFiresBeforeItsCopy) {
+  constexpr int kCopies = 4;
+  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<std::vector<uint8_t>> sources;
+  std::deque<ReleaseCounter> counters(kCopies);
+  fake().pause(true);
+  for (int i = 0; i < kCopies; ++i) {
+    sources.push_back(pattern(kChunk, i));
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(kDevice, *base + i * kChunk,
+                                                   sources[i].data(), kChunk,
+                                                   ReleaseCounter::on_release, &counters[i])
+                    .ok());
+  }
+  fake().fail_next("cuStreamSynchronize", CUDA_ERROR_UNKNOWN);
+  const Status failed = plugin().synchronize(kDevice);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
+  // The stream is paused: no copy has run, so no source may be released.
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(counters[i].releases, 0) << "copy " << i << " released before it ran";
+  }
+  fake().pause(false);
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(counters[i].releases, 1) << "copy " << i;
+    EXPECT_EQ(fake().read(*base + i * kChunk, kChunk), sources[i]) << "copy " << i;
+  }
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+TEST_F(CudaReleases, ContextPushFailsOnceAtDestroy_EachReleaseStillFollowsItsCopy) {
+  constexpr int kCopies = 4;
+  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<std::vector<uint8_t>> sources;
+  std::deque<LandedAtRelease> watchers(kCopies);
+  fake().pause(true);
+  for (int i = 0; i < kCopies; ++i) {
+    sources.push_back(pattern(kChunk, i));
+    watchers[i].fake = &fake();
+    watchers[i].dst = *base + i * kChunk;
+    watchers[i].expected = sources[i];
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(kDevice, watchers[i].dst, sources[i].data(),
+                                                   kChunk, LandedAtRelease::on_release,
+                                                   &watchers[i])
+                    .ok());
+  }
+  fake().fail_next("cuCtxPushCurrent_v2", CUDA_ERROR_UNKNOWN);
+  std::thread destroyer([this] { destroy_plugin(); });
+  // Let the streams go once destroy waits for them, or once it released a
+  // source without waiting (the defect).
+  const auto any_released = [&] {
+    for (const auto& w : watchers) {
+      if (w.releases > 0) return true;
+    }
+    return false;
+  };
+  while (fake().calls("cuStreamSynchronize") == 0 && !any_released()) std::this_thread::yield();
+  fake().pause(false);
+  destroyer.join();
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(watchers[i].releases, 1) << "copy " << i;
+    EXPECT_EQ(watchers[i].early, 0) << "copy " << i << " released before it landed";
+  }
+}
+
+TEST_F(CudaReleases, ContextUnreachableAtDestroy_EveryStreamIsStillDestroyed) {
+  const uint64_t devices = plugin().devices().size();
+  fake().fail_calls("cuCtxPushCurrent_v2", CUDA_ERROR_UNKNOWN, 1000);
+  destroy_plugin();
+  fake().fail_calls("cuCtxPushCurrent_v2", 0, 0);
+  EXPECT_EQ(fake().calls("cuStreamDestroy_v2"), devices);
+}
+
+TEST_F(CudaReleases, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
+  Result<uint64_t> address = plugin().allocate(kDevice, kChunk, 4096);
+  ASSERT_TRUE(address.ok());
+  fake().fail_next("cuMemFree_v2", CUDA_ERROR_UNKNOWN);
+  const Status failed = plugin().deallocate(kDevice, *address);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_NE(failed.message().find("cuMemFree_v2(dptr = 0x"), std::string::npos)
+      << failed.message();
+  EXPECT_EQ(fake().live_allocations(kDevice), 1u);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *address).ok());
+  EXPECT_EQ(fake().live_allocations(kDevice), 0u);
+}
+
+TEST_F(CudaReleases, OutOfHostMemoryRightAfterCuMemAlloc_DeviceAllocationIsFreed) {
+  fake().after_next("cuMemAlloc_v2", fail_next_allocation);
+  const Result<uint64_t> address = plugin().allocate(kDevice, kChunk, 0);
+  fail_next_allocations = 0;
+  EXPECT_EQ(address.status().code(), StatusCode::out_of_host_memory)
+      << address.status().message();
+  EXPECT_EQ(fake().calls("cuMemAlloc_v2"), 1u);
+  EXPECT_EQ(fake().calls("cuMemFree_v2"), 1u);
+  EXPECT_EQ(fake().live_allocations(-1), 0u);
+}
+
+TEST_F(CudaReleases,
+       UntilReleasedCopyFromPinnedStaging_ReturnsBeforeTheStreamRanIt_ReleasedAfter) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  const std::vector<uint8_t> zeros(kChunk, 0);
+  ASSERT_TRUE(plugin().copy_to_device(kDevice, *base, zeros.data(), kChunk).ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
+  auto* staging = static_cast<uint8_t*>(*pinned);
+  const std::vector<uint8_t> expected = pattern(kChunk, 9);
+  std::copy(expected.begin(), expected.end(), staging);
+  ReleaseCounter counter;
+  const uint64_t waits = fake().calls("cuStreamSynchronize");
+  fake().pause(true);
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(kDevice, *base, staging, kChunk,
+                                                 ReleaseCounter::on_release, &counter)
+                  .ok());
+  // Returned while the stream holds the copy: nothing waited, nothing
+  // landed, nothing released.
+  EXPECT_EQ(fake().calls("cuStreamSynchronize"), waits);
+  EXPECT_EQ(fake().read(*base, kChunk), zeros);
+  EXPECT_EQ(counter.releases, 0);
+  fake().pause(false);
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_EQ(fake().read(*base, kChunk), expected);
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+}  // namespace
+}  // namespace devalloc::cuda_test

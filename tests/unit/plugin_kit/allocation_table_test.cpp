@@ -1,0 +1,50 @@
+// The kit's allocation bookkeeping: alignment, ranges, and frees that never
+// lose a runtime allocation.
+#include <devalloc/plugin_kit/allocation_table.hpp>
+
+#include <gtest/gtest.h>
+
+#include <new>
+#include <vector>
+
+namespace devalloc::plugin {
+namespace {
+
+TEST(AllocationTable, AlignedAddressInsideTheOverAllocation_RangesCheckedAgainstIt) {
+  AllocationTable table;
+  const uint64_t request = over_allocation(100, 4096, 256);
+  EXPECT_EQ(request, 100u + 4096u - 256u);
+  const uint64_t base = 0x10100;  // 256-aligned, not 4096-aligned
+  const uint64_t address = table.adopt(base, 100, 4096, [](uint64_t) {});
+  EXPECT_EQ(address % 4096, 0u);
+  EXPECT_LE(address + 100, base + request);
+  EXPECT_TRUE(table.contains(address, 100));
+  EXPECT_FALSE(table.contains(address + 1, 100));
+  EXPECT_THROW(table.require_range(address + 50, 51, "destination"), Failure);
+}
+
+TEST(AllocationTable, FreeThatFails_KeepsTheAllocationForAnotherTry) {
+  AllocationTable table;
+  const uint64_t address = table.adopt(0x1000, 64, 256, [](uint64_t) {});
+  std::vector<uint64_t> freed;
+  EXPECT_THROW(table.free(address, [](uint64_t) { throw Failure{DEVALLOC_STATUS_DEVICE_ERROR, "no"}; }),
+               Failure);
+  EXPECT_EQ(table.size(), 1u);
+  table.free(address, [&](uint64_t base) { freed.push_back(base); });
+  EXPECT_EQ(freed, std::vector<uint64_t>{0x1000});
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_THROW(table.free(address, [](uint64_t) {}), Failure);
+}
+
+TEST(AllocationTable, OverflowingAlignedSize_IsOutOfDeviceMemory) {
+  try {
+    over_allocation(UINT64_MAX - 10, 4096, 256);
+    FAIL() << "no failure";
+  } catch (const Failure& f) {
+    EXPECT_EQ(f.status, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY);
+    EXPECT_NE(f.message.find("PLUGIN-11"), std::string::npos) << f.message;
+  }
+}
+
+}  // namespace
+}  // namespace devalloc::plugin
