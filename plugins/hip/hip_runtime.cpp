@@ -1,0 +1,31 @@
+#include "hip_runtime.hpp"
+
+#include <cstdarg>
+
+namespace devalloc::hip {
+
+Runtime::Runtime(const std::string& path) : library_(path, "the HIP runtime") {
+#define DEVALLOC_HIP_BIND(name, type) library_.bind(name, #name);
+  DEVALLOC_HIP_ENTRY_POINTS(DEVALLOC_HIP_BIND)
+#undef DEVALLOC_HIP_BIND
+}
+
+std::string Runtime::describe(hipError_t result) const {
+  const char* name = hipGetErrorName(result);
+  const char* text = hipGetErrorString(result);
+  std::string described = name != nullptr ? name : "hipError " + std::to_string(static_cast<int>(result));
+  if (text != nullptr && (name == nullptr || std::string(text) != name)) {
+    described += std::string(" (") + text + ")";
+  }
+  return described;
+}
+
+void Runtime::check(hipError_t result, plugin::CallKind kind, const char* call_format, ...) const {
+  if (result == hipSuccess) return;
+  va_list args;
+  va_start(args, call_format);
+  plugin::raise_vendor_failure(kind, result == hipErrorOutOfMemory, describe(result), call_format,
+                               args);
+}
+
+}  // namespace devalloc::hip

@@ -1,0 +1,44 @@
+/*
+ * What the fake HIP runtime (tests/fakes/hip, built as libamdhip64.so.5)
+ * exports besides the HIP API: the test's view into it. Tests look these up
+ * with dlsym on the handle of the already-loaded fake:
+ *   void* fake = dlopen("/abs/path/libamdhip64.so.5", RTLD_NOW | RTLD_NOLOAD);
+ */
+#ifndef DEVALLOC_FAKE_HIP_CONTROL_H
+#define DEVALLOC_FAKE_HIP_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The violations recorded so far, one a line, into buf (cap bytes with the
+ * NUL); returns how many there are. */
+int devalloc_fake_hip_violations(char* buf, size_t cap);
+typedef int (*devalloc_fake_hip_violations_fn)(char* buf, size_t cap);
+/* Forgets violations, call counts and injected failures; resumes streams. */
+void devalloc_fake_hip_reset(void);
+typedef void (*devalloc_fake_hip_reset_fn)(void);
+/* The next `count` calls of entry_point return result, doing nothing. */
+void devalloc_fake_hip_fail_calls(const char* entry_point, int result, int count);
+typedef void (*devalloc_fake_hip_fail_calls_fn)(const char* entry_point, int result, int count);
+/* While paused, no stream runs its work; synchronizing waits. */
+void devalloc_fake_hip_pause(int paused);
+typedef void (*devalloc_fake_hip_pause_fn)(int paused);
+/* How often entry_point was called since the last reset. */
+uint64_t devalloc_fake_hip_calls(const char* entry_point);
+typedef uint64_t (*devalloc_fake_hip_calls_fn)(const char* entry_point);
+/* Live device allocations of device (all when device < 0). */
+uint64_t devalloc_fake_hip_live_allocations(int device);
+typedef uint64_t (*devalloc_fake_hip_live_allocations_fn)(int device);
+/* Reads device memory directly: 0, or -1 when not live device memory. */
+int devalloc_fake_hip_read(uint64_t address, void* dst, size_t nbytes);
+typedef int (*devalloc_fake_hip_read_fn)(uint64_t address, void* dst, size_t nbytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DEVALLOC_FAKE_HIP_CONTROL_H */

@@ -1,0 +1,207 @@
+// The HIP plugin through the real loader against the fake HIP runtime:
+// devices and errors, the caller's current device, releases after stream
+// callbacks, HIP's synchronous pageable copies, planted misuse.
+#include <devalloc/plugin_loader.hpp>
+
+#include <hip/hip_runtime_api.h>
+
+#include <fake_hip_control.h>
+#include <fake_runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <string>
+
+namespace devalloc::hip_test {
+namespace {
+
+using fake_test::pattern;
+using fake_test::ReleaseCounter;
+
+const std::string kPlugin = DEVALLOC_HIP_PLUGIN;
+const std::string kFake = std::string(DEVALLOC_FAKE_HIP_DIR) + "/libamdhip64.so.5";
+constexpr size_t kChunk = 64 * 1024;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::pair<std::shared_ptr<Plugin>, PluginError> load_hip(const std::string& runtime) {
+  return PluginLoader().load(kPlugin, {{"runtime_library", runtime}});
+}
+
+class HipPluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto [plugin, error] = load_hip(kFake);
+    ASSERT_TRUE(plugin) << error.status.message();
+    plugin_ = std::move(plugin);
+    fake_ = std::make_unique<fake_test::FakeRuntime>(kFake, "devalloc_fake_hip_");
+    ASSERT_TRUE(fake_->loaded());
+    fake_->reset();
+  }
+  void TearDown() override {
+    if (fake_) fake_->pause(false);
+    plugin_.reset();
+    if (fake_) {
+      EXPECT_EQ(fake_->violations(), "");
+    }
+  }
+  Plugin& plugin() { return *plugin_; }
+  void destroy_plugin() { plugin_.reset(); }
+  const fake_test::FakeRuntime& fake() const { return *fake_; }
+  // The calling thread's current device, as the application sees it.
+  int current_device() const {
+    int device = -1;
+    EXPECT_EQ(fake().get<hipError_t (*)(int*)>("hipGetDevice")(&device), hipSuccess);
+    return device;
+  }
+  void set_current_device(int device) const {
+    EXPECT_EQ(fake().get<hipError_t (*)(int)>("hipSetDevice")(device), hipSuccess);
+  }
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  std::unique_ptr<fake_test::FakeRuntime> fake_;
+};
+
+TEST(HipRuntime, NoRuntimeAtThePath_CreateIsRuntimeUnavailableNamingTheFile) {
+  auto [plugin, error] = load_hip("/nonexistent/libamdhip64.so.5");
+  ASSERT_FALSE(plugin);
+  EXPECT_EQ(error.status.code(), StatusCode::runtime_unavailable);
+  EXPECT_TRUE(contains(error.status.message(),
+                       "hip: cannot open the HIP runtime \"/nonexistent/libamdhip64.so.5\""))
+      << error.status.message();
+}
+
+TEST_F(HipPluginTest, Devices_ComeFromNameUuidAndPciQueries_AsRocmDevices) {
+  const auto& devices = plugin().devices();
+  ASSERT_EQ(devices.size(), 2u);
+  for (const DeviceInfo& device : devices) {
+    EXPECT_EQ(device.name, "Fake HIP Device " + std::to_string(device.index));
+    EXPECT_EQ(device.total_memory_bytes, uint64_t{1} << 30);
+    EXPECT_TRUE(device.has_uuid());
+    EXPECT_EQ(device.pci_bus_id, device.index == 0 ? "0000:43:00.0" : "0000:44:00.0");
+    EXPECT_EQ(device.dlpack_device_type, DEVALLOC_DLPACK_ROCM);
+  }
+}
+
+TEST_F(HipPluginTest, AllocationBeyondDeviceMemory_NamesHipMallocAndHipGetErrorName) {
+  const Result<uint64_t> address = plugin().allocate(1, uint64_t{2} << 30, 0);
+  EXPECT_EQ(address.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_TRUE(contains(address.status().message(),
+                       "hipMalloc(size = 2147483648) on device 1 failed: hipErrorOutOfMemory "
+                       "(out of memory)"))
+      << address.status().message();
+}
+
+TEST_F(HipPluginTest, CallerHasDevice1Current_CallsOnDevice0LandThereAndDevice1StaysCurrent) {
+  set_current_device(1);
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 4096);
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  EXPECT_EQ(*base % 4096, 0u);
+  EXPECT_EQ(fake().live_allocations(0), 1u);
+  const auto bytes = pattern(kChunk, 1);
+  ASSERT_TRUE(plugin().copy_to_device(0, *base, bytes.data(), kChunk).ok());
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(fake().read(*base, kChunk), bytes);
+  EXPECT_EQ(current_device(), 1);
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+  EXPECT_EQ(current_device(), 1);
+  set_current_device(0);
+}
+
+TEST_F(HipPluginTest, UntilReleasedCopyFromPinnedStaging_ReleasedOnlyAfterTheStreamRanIt) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
+  const auto expected = pattern(kChunk, 2);
+  std::copy(expected.begin(), expected.end(), static_cast<uint8_t*>(*pinned));
+  ReleaseCounter counter;
+  fake().pause(true);
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(0, *base, *pinned, kChunk,
+                                                 ReleaseCounter::on_release, &counter)
+                  .ok());
+  EXPECT_EQ(counter.releases, 0);
+  fake().pause(false);
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_EQ(fake().read(*base, kChunk), expected);
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
+TEST_F(HipPluginTest, PinnedSourceChangedBeforeItsRelease_FakeReportsTheChangedSource) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok());
+  auto* source = static_cast<uint8_t*>(*pinned);
+  std::fill(source, source + kChunk, uint8_t{7});
+  ReleaseCounter counter;
+  fake().pause(true);
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(0, *base, source, kChunk,
+                                                 ReleaseCounter::on_release, &counter)
+                  .ok());
+  source[kChunk / 2] ^= 0xff;  // the planted misuse: before its release
+  fake().pause(false);
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_TRUE(contains(fake().violations(), "source of async copy changed before the copy read it"))
+      << fake().violations();
+  fake().reset();
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
+TEST_F(HipPluginTest, CallbackCannotBeQueued_ReleasedOnceAfterTheCopy_ErrorNamesTheCall) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  const auto bytes = pattern(kChunk, 3);
+  ReleaseCounter counter;
+  fake().fail_next("hipStreamAddCallback", hipErrorOutOfMemory);
+  const Status status = plugin().copy_to_device_until_released(
+      0, *base, bytes.data(), kChunk, ReleaseCounter::on_release, &counter);
+  EXPECT_EQ(status.code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(status.message(), "hipStreamAddCallback")) << status.message();
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_EQ(fake().read(*base, kChunk), bytes);
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
+TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  fake().fail_next("hipFree", hipErrorUnknown);
+  EXPECT_EQ(plugin().deallocate(0, *base).code(), StatusCode::device_error);
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+  EXPECT_EQ(fake().live_allocations(-1), 0u);
+}
+
+TEST_F(HipPluginTest, DestroyWithCopiesInFlight_WaitsAndReleasesEachOnce) {
+  constexpr int kCopies = 8;
+  Result<uint64_t> base = plugin().allocate(0, kCopies * kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kCopies * kChunk);
+  ASSERT_TRUE(pinned.ok());
+  std::deque<ReleaseCounter> counters(kCopies);
+  for (int i = 0; i < kCopies; ++i) {
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(
+                        0, *base + i * kChunk, static_cast<uint8_t*>(*pinned) + i * kChunk,
+                        kChunk, ReleaseCounter::on_release, &counters[i])
+                    .ok());
+  }
+  destroy_plugin();
+  for (int i = 0; i < kCopies; ++i) EXPECT_EQ(counters[i].releases, 1) << "copy " << i;
+  EXPECT_EQ(fake().live_allocations(-1), 0u);
+}
+
+}  // namespace
+}  // namespace devalloc::hip_test
