@@ -3,6 +3,7 @@
 // argument and turns failures into statuses.
 #include "cuda_device.hpp"
 
+#include <devalloc/plugin_kit/device_instance.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
 
 #include <memory>
@@ -18,17 +19,22 @@ namespace {
 
 using plugin::Failure;
 
-class CudaInstance final : public plugin::Instance {
+// A base before the devices, so that the driver is opened before them and
+// closed after them, also when a constructor throws.
+struct DriverHolder {
+  explicit DriverHolder(const std::string& library) : driver_(library) {}
+  Driver driver_;
+};
+
+class CudaInstance final : private DriverHolder, public plugin::DeviceInstance<CudaDevice> {
  public:
-  explicit CudaInstance(const std::string& runtime_library)
-      : driver_(runtime_library), devices_(open_devices(driver_)) {
+  explicit CudaInstance(const std::string& library)
+      : DriverHolder(library), DeviceInstance(open_devices(driver_)) {
     if (!devices_.empty()) pinned_ = std::make_unique<PinnedHostMemory>(driver_, *devices_.front());
   }
 
   ~CudaInstance() override {
-    // Pinned memory may be the source of copies still in flight on any
-    // device, so every device is quiet before it is freed.
-    for (auto& device : devices_) device->quiesce();
+    quiesce_devices();
     pinned_.reset();
     devices_.clear();
   }
@@ -36,36 +42,6 @@ class CudaInstance final : public plugin::Instance {
   uint64_t capability_flags() const override {
     return DEVALLOC_CAPABILITY_ASYNC_COPY | (pinned_ ? DEVALLOC_CAPABILITY_HOST_STAGING : 0);
   }
-  uint64_t max_alignment() const override { return CudaDevice::kMaxAlignment; }
-  uint64_t natural_alignment() const override { return CudaDevice::kNaturalAlignment; }
-  uint32_t device_count() const override { return static_cast<uint32_t>(devices_.size()); }
-
-  plugin::DeviceDescription describe(uint32_t device) override {
-    return devices_[device]->description();
-  }
-  bool memory_info(uint32_t device, plugin::MemoryInfo& info) override {
-    info = devices_[device]->memory_info();
-    return true;
-  }
-
-  uint64_t allocate(uint32_t device, uint64_t nbytes, uint64_t alignment) override {
-    return devices_[device]->allocate(nbytes, alignment);
-  }
-  void deallocate(uint32_t device, uint64_t address) override {
-    devices_[device]->deallocate(address);
-  }
-  void copy_during_call(uint32_t device, uint64_t dst, const void* src,
-                        uint64_t nbytes) override {
-    devices_[device]->copy_during_call(dst, src, nbytes);
-  }
-  void copy_until_released(uint32_t device, uint64_t dst, const void* src, uint64_t nbytes,
-                           plugin::Release release) override {
-    devices_[device]->copy_until_released(dst, src, nbytes, std::move(release));
-  }
-  void copy_to_host(uint32_t device, void* dst, uint64_t src, uint64_t nbytes) override {
-    devices_[device]->copy_to_host(dst, src, nbytes);
-  }
-  void synchronize(uint32_t device) override { devices_[device]->synchronize(); }
 
   void* allocate_host(uint64_t nbytes) override {
     if (!pinned_) {
@@ -84,8 +60,6 @@ class CudaInstance final : public plugin::Instance {
   }
 
  private:
-  Driver driver_;
-  std::vector<std::unique_ptr<CudaDevice>> devices_;
   std::unique_ptr<PinnedHostMemory> pinned_;
 };
 
@@ -94,20 +68,7 @@ struct CudaPlugin {
   static constexpr const char* version = DEVALLOC_CUDA_PLUGIN_VERSION;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
-    std::string library = "libcuda.so.1";
-    options.take("runtime_library", library);
-    options.reject_unknown("cuda", "runtime_library");
-    if (library.empty()) {
-      throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "cuda: option runtime_library is empty"};
-    }
-    try {
-      return std::make_unique<CudaInstance>(library);
-    } catch (Failure& failure) {
-      // Whatever failed, the driver could not be set up.
-      failure.status = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
-      failure.message.insert(0, "cuda: ");
-      throw;
-    }
+    return plugin::create_over_runtime<CudaInstance>(options, name, "libcuda.so.1");
   }
 };
 

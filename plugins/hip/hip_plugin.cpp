@@ -2,6 +2,7 @@
 // devices and the pinned staging memory (hipHostMalloc).
 #include "hip_device.hpp"
 
+#include <devalloc/plugin_kit/device_instance.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
 
 #include <memory>
@@ -16,16 +17,22 @@ namespace devalloc::hip {
 namespace {
 
 using plugin::CallKind;
-using plugin::Failure;
 
-class HipInstance final : public plugin::Instance {
+// A base before the devices, so that the runtime is opened before them and
+// closed after them, also when a constructor throws.
+struct RuntimeHolder {
+  explicit RuntimeHolder(const std::string& library) : runtime_(library) {}
+  Runtime runtime_;
+};
+
+class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<HipDevice> {
  public:
-  explicit HipInstance(const std::string& runtime_library)
-      : runtime_(runtime_library), devices_(open_devices(runtime_)) {}
+  explicit HipInstance(const std::string& library)
+      : RuntimeHolder(library), DeviceInstance(open_devices(runtime_)) {}
 
   ~HipInstance() override {
     // Staging memory may be the source of copies still in flight.
-    for (auto& device : devices_) device->quiesce();
+    quiesce_devices();
     staging_.for_each(
         [this](void* host, uint64_t) { static_cast<void>(runtime_.hipHostFree(host)); });
     staging_.clear();
@@ -35,35 +42,6 @@ class HipInstance final : public plugin::Instance {
   uint64_t capability_flags() const override {
     return DEVALLOC_CAPABILITY_ASYNC_COPY | DEVALLOC_CAPABILITY_HOST_STAGING;
   }
-  uint64_t max_alignment() const override { return HipDevice::kMaxAlignment; }
-  uint64_t natural_alignment() const override { return HipDevice::kNaturalAlignment; }
-  uint32_t device_count() const override { return static_cast<uint32_t>(devices_.size()); }
-
-  plugin::DeviceDescription describe(uint32_t device) override {
-    return devices_[device]->description();
-  }
-  bool memory_info(uint32_t device, plugin::MemoryInfo& info) override {
-    info = devices_[device]->memory_info();
-    return true;
-  }
-  uint64_t allocate(uint32_t device, uint64_t nbytes, uint64_t alignment) override {
-    return devices_[device]->allocate(nbytes, alignment);
-  }
-  void deallocate(uint32_t device, uint64_t address) override {
-    devices_[device]->deallocate(address);
-  }
-  void copy_during_call(uint32_t device, uint64_t dst, const void* src,
-                        uint64_t nbytes) override {
-    devices_[device]->copy_during_call(dst, src, nbytes);
-  }
-  void copy_until_released(uint32_t device, uint64_t dst, const void* src, uint64_t nbytes,
-                           plugin::Release release) override {
-    devices_[device]->copy_until_released(dst, src, nbytes, std::move(release));
-  }
-  void copy_to_host(uint32_t device, void* dst, uint64_t src, uint64_t nbytes) override {
-    devices_[device]->copy_to_host(dst, src, nbytes);
-  }
-  void synchronize(uint32_t device) override { devices_[device]->synchronize(); }
 
   void* allocate_host(uint64_t nbytes) override {
     void* host = nullptr;
@@ -82,8 +60,6 @@ class HipInstance final : public plugin::Instance {
   }
 
  private:
-  Runtime runtime_;
-  std::vector<std::unique_ptr<HipDevice>> devices_;
   plugin::StagingTable staging_;
 };
 
@@ -92,20 +68,7 @@ struct HipPlugin {
   static constexpr const char* version = DEVALLOC_HIP_PLUGIN_VERSION;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
-    std::string library = "libamdhip64.so.5";
-    options.take("runtime_library", library);
-    options.reject_unknown("hip", "runtime_library");
-    if (library.empty()) {
-      throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "hip: option runtime_library is empty"};
-    }
-    try {
-      return std::make_unique<HipInstance>(library);
-    } catch (Failure& failure) {
-      // Whatever failed, the runtime could not be set up.
-      failure.status = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
-      failure.message.insert(0, "hip: ");
-      throw;
-    }
+    return plugin::create_over_runtime<HipInstance>(options, name, "libamdhip64.so.5");
   }
 };
 

@@ -3,13 +3,17 @@
 // see tests/fakes/<vendor>/*_control.h), a release counter and test bytes.
 #pragma once
 
+#include <devalloc/plugin_loader.hpp>
+
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace devalloc::fake_test {
@@ -71,6 +75,45 @@ class FakeRuntime {
  private:
   void* handle_;
   std::string prefix_;
+};
+
+// A vendor plugin loaded through the real loader with its fake runtime
+// (runtime_library = fake_path), and the fake's controls (Fake: FakeRuntime
+// or a vendor's subclass). Every test ends with no violation left
+// unexamined: those a test plants it checks and clears itself.
+template <class Fake>
+class PluginWithFake : public ::testing::Test {
+ protected:
+  PluginWithFake(std::string plugin_path, std::string fake_path)
+      : plugin_path_(std::move(plugin_path)), fake_path_(std::move(fake_path)) {}
+
+  void SetUp() override {
+    auto [plugin, error] = PluginLoader().load(plugin_path_, {{"runtime_library", fake_path_}});
+    ASSERT_TRUE(plugin) << error.status.message();
+    plugin_ = std::move(plugin);
+    fake_ = std::make_unique<Fake>(fake_path_);
+    ASSERT_TRUE(fake_->loaded());
+    fake_->reset();
+  }
+  void TearDown() override {
+    // A test that failed while streams were paused would otherwise leave
+    // destroy waiting for them.
+    if (fake_) fake_->pause(false);
+    plugin_.reset();
+    if (fake_) {
+      EXPECT_EQ(fake_->violations(), "");
+    }
+  }
+
+  Plugin& plugin() { return *plugin_; }
+  const Fake& fake() const { return *fake_; }
+  void destroy_plugin() { plugin_.reset(); }
+
+ private:
+  std::string plugin_path_;
+  std::string fake_path_;
+  std::shared_ptr<Plugin> plugin_;
+  std::unique_ptr<Fake> fake_;
 };
 
 // Counts on_release calls.

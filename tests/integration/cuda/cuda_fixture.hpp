@@ -46,35 +46,10 @@ class FakeCuda : public fake_test::FakeRuntime {
 using fake_test::pattern;
 using fake_test::ReleaseCounter;
 
-// A plugin on two fake devices. Every test ends with no violation left
-// unexamined: those a test plants it checks and clears itself.
-class CudaPluginTest : public ::testing::Test {
+// The CUDA plugin on two fake devices.
+class CudaPluginTest : public fake_test::PluginWithFake<FakeCuda> {
  protected:
-  void SetUp() override {
-    auto [plugin, error] = load_cuda_plugin(kFakeDriver);
-    ASSERT_TRUE(plugin) << error.status.message();
-    plugin_ = std::move(plugin);
-    fake_ = std::make_unique<FakeCuda>(kFakeDriver);
-    ASSERT_TRUE(fake_->loaded());
-    fake_->reset();
-  }
-  void TearDown() override {
-    // A test that failed while streams were paused would otherwise leave
-    // destroy waiting for them.
-    if (fake_) fake_->pause(false);
-    plugin_.reset();
-    if (fake_) {
-      EXPECT_EQ(fake_->violations(), "");
-    }
-  }
-
-  Plugin& plugin() { return *plugin_; }
-  const FakeCuda& fake() const { return *fake_; }
-  void destroy_plugin() { plugin_.reset(); }
-
- private:
-  std::shared_ptr<Plugin> plugin_;
-  std::unique_ptr<FakeCuda> fake_;
+  CudaPluginTest() : PluginWithFake(kPlugin, kFakeDriver) {}
 };
 
 }  // namespace devalloc::cuda_test

@@ -33,26 +33,15 @@ std::pair<std::shared_ptr<Plugin>, PluginError> load_hip(const std::string& runt
   return PluginLoader().load(kPlugin, {{"runtime_library", runtime}});
 }
 
-class HipPluginTest : public ::testing::Test {
+class FakeHip : public fake_test::FakeRuntime {
+ public:
+  explicit FakeHip(const std::string& path) : FakeRuntime(path, "devalloc_fake_hip_") {}
+};
+
+class HipPluginTest : public fake_test::PluginWithFake<FakeHip> {
  protected:
-  void SetUp() override {
-    auto [plugin, error] = load_hip(kFake);
-    ASSERT_TRUE(plugin) << error.status.message();
-    plugin_ = std::move(plugin);
-    fake_ = std::make_unique<fake_test::FakeRuntime>(kFake, "devalloc_fake_hip_");
-    ASSERT_TRUE(fake_->loaded());
-    fake_->reset();
-  }
-  void TearDown() override {
-    if (fake_) fake_->pause(false);
-    plugin_.reset();
-    if (fake_) {
-      EXPECT_EQ(fake_->violations(), "");
-    }
-  }
-  Plugin& plugin() { return *plugin_; }
-  void destroy_plugin() { plugin_.reset(); }
-  const fake_test::FakeRuntime& fake() const { return *fake_; }
+  HipPluginTest() : PluginWithFake(kPlugin, kFake) {}
+
   // The calling thread's current device, as the application sees it.
   int current_device() const {
     int device = -1;
@@ -62,10 +51,6 @@ class HipPluginTest : public ::testing::Test {
   void set_current_device(int device) const {
     EXPECT_EQ(fake().get<hipError_t (*)(int)>("hipSetDevice")(device), hipSuccess);
   }
-
- private:
-  std::shared_ptr<Plugin> plugin_;
-  std::unique_ptr<fake_test::FakeRuntime> fake_;
 };
 
 TEST(HipRuntime, NoRuntimeAtThePath_CreateIsRuntimeUnavailableNamingTheFile) {

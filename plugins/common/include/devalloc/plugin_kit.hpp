@@ -8,6 +8,7 @@
 #include <devalloc/plugin_kit/abi_glue.hpp>
 #include <devalloc/plugin_kit/allocation_table.hpp>
 #include <devalloc/plugin_kit/completion_thread.hpp>
+#include <devalloc/plugin_kit/device_instance.hpp>
 #include <devalloc/plugin_kit/error.hpp>
 #include <devalloc/plugin_kit/instance.hpp>
 #include <devalloc/plugin_kit/options.hpp>

@@ -24,8 +24,32 @@
 #include <cinttypes>
 #include <cstring>
 #include <memory>
+#include <string>
 
 namespace devalloc::plugin {
+
+// The usual create() of a vendor plugin: the one option runtime_library
+// (default_library when absent; any other key is refused, PLUGIN-8), then
+// VendorInstance(library). Whatever fails while the runtime is set up makes
+// the plugin unavailable: RUNTIME_UNAVAILABLE, "<plugin>: <reason>".
+template <class VendorInstance>
+std::unique_ptr<Instance> create_over_runtime(Options& options, const char* plugin,
+                                              const char* default_library) {
+  std::string library = default_library;
+  options.take("runtime_library", library);
+  options.reject_unknown(plugin, "runtime_library");
+  if (library.empty()) {
+    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
+                  std::string(plugin) + ": option runtime_library is empty"};
+  }
+  try {
+    return std::make_unique<VendorInstance>(library);
+  } catch (Failure& failure) {
+    failure.status = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
+    failure.message.insert(0, std::string(plugin) + ": ");
+    throw;
+  }
+}
 
 template <class Plugin>
 struct PluginApi {
@@ -255,8 +279,19 @@ struct PluginApi {
     });
   }
 
+  // The table's struct_size: a plugin may declare an older ABI's size
+  // (static constexpr size_t api_struct_size) to hand out what a plugin
+  // built against that header would.
+  static constexpr size_t table_size() {
+    if constexpr (requires { Plugin::api_struct_size; }) {
+      return Plugin::api_struct_size;
+    } else {
+      return sizeof(devalloc_plugin_api_v1);
+    }
+  }
+
   static constexpr devalloc_plugin_api_v1 table = {
-      .struct_size = sizeof(devalloc_plugin_api_v1),
+      .struct_size = table_size(),
       .abi_major = DEVALLOC_ABI_VERSION_MAJOR,
       .abi_minor = DEVALLOC_ABI_VERSION_MINOR,
       .plugin_name = Plugin::name,
