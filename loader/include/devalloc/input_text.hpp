@@ -1,0 +1,46 @@
+// Quoting and checking text that came from an input file, a command line or a
+// plugin, so that a message about it stays short and safe to print.
+//
+// One helper for every message that repeats input: a value is cut to a
+// bounded length (the message then says how long it was) and bytes that a
+// terminal would act on are escaped, so a hostile name can neither flood
+// stderr nor move the cursor, recolour or reorder what follows it.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace devalloc {
+
+// Longest excerpt of a value that a message repeats, in bytes of input.
+inline constexpr size_t kMaxQuotedBytes = 200;
+
+// `text` for a terminal: control characters (C0, DEL, C1) and the Unicode
+// bidirectional overrides become \n, \t, \xNN, \u{202e}; bytes that are not
+// valid UTF-8 become \xNN; a backslash becomes \\. At most max_bytes of input
+// are shown; a longer value ends in "..." and " (N bytes)".
+std::string escaped(std::string_view text, size_t max_bytes = kMaxQuotedBytes);
+
+// escaped() in double quotes (a quote inside is written \"): "\"w\"".
+std::string quote(std::string_view text, size_t max_bytes = kMaxQuotedBytes);
+
+// A path at the start of a message ("<path>: reason"): escaped() with room for
+// any path the system accepts (PATH_MAX is 4096 bytes).
+inline std::string path_for_message(std::string_view path) { return escaped(path, 4096); }
+
+// Length of the valid UTF-8 sequence that starts `text` (1 to 4), or 0 when
+// it starts with none (an empty text, a stray byte, an overlong form, a
+// surrogate, a code point above U+10FFFF).
+size_t utf8_sequence_length(std::string_view text);
+
+// Offset of the first byte of `text` that does not start a valid UTF-8
+// sequence (overlong forms, surrogates, above U+10FFFF), or nullopt.
+std::optional<size_t> invalid_utf8_offset(std::string_view text);
+
+// Why `text` is unfit as a name, path or option value, or nullopt when it is
+// fine: "contains a NUL byte at offset 17" or "is not valid UTF-8 at byte 3".
+std::optional<std::string> check_text(std::string_view text);
+
+}  // namespace devalloc

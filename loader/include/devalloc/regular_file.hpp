@@ -1,0 +1,60 @@
+// Opening a file that devalloc was told to read (a safetensors file, a plan,
+// a config, a plugin library) without trusting what the path names.
+//
+// The path is opened with O_NONBLOCK, so a FIFO or a device answers at once
+// instead of blocking in open(), and then checked with fstat on the open
+// descriptor (not the path, which could be swapped in between): anything but
+// a regular file is refused before a byte is read.
+#pragma once
+
+#include <devalloc/status.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace devalloc {
+
+// An open, read-only descriptor of a regular file. Closes it when destroyed.
+class RegularFile {
+ public:
+  RegularFile() = default;
+  ~RegularFile();
+  RegularFile(RegularFile&& other) noexcept;
+  RegularFile& operator=(RegularFile&& other) noexcept;
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+
+  int fd() const { return fd_; }
+  // From fstat at open.
+  uint64_t size() const { return size_; }
+  uint64_t device() const { return device_; }
+  uint64_t inode() const { return inode_; }
+  uint32_t mode() const { return mode_; }
+  uint32_t owner() const { return owner_; }
+
+ private:
+  friend Result<RegularFile> open_regular_file(const std::filesystem::path& path);
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  uint64_t device_ = 0;
+  uint64_t inode_ = 0;
+  uint32_t mode_ = 0;
+  uint32_t owner_ = 0;
+};
+
+// Opens `path` with O_RDONLY | O_NONBLOCK | O_CLOEXEC and refuses anything
+// that fstat does not call a regular file. Errors are invalid_argument and
+// read "<path>: cannot open: <errno text>" or
+// "<path>: not a regular file (a FIFO)".
+Result<RegularFile> open_regular_file(const std::filesystem::path& path);
+
+// The whole of a regular file, refused (invalid_argument) when it is larger
+// than max_bytes: "<path>: the config is 5000000 bytes, above the limit of
+// 1048576". `what` names the file's role in that message ("config", "plan").
+// Reads stop at max_bytes even if the file grows meanwhile.
+Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_t max_bytes,
+                                      std::string_view what);
+
+}  // namespace devalloc

@@ -1,0 +1,116 @@
+#include <devalloc/input_text.hpp>
+#include <devalloc/regular_file.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+#include <utility>
+
+namespace devalloc {
+
+namespace {
+
+std::string errno_text(int error) { return std::system_category().message(error); }
+
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+Status invalid(const std::filesystem::path& path, const std::string& reason) {
+  return Status(StatusCode::invalid_argument, path_for_message(path.string()) + ": " + reason);
+}
+
+}  // namespace
+
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+RegularFile::RegularFile(RegularFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_),
+      device_(other.device_),
+      inode_(other.inode_),
+      mode_(other.mode_),
+      owner_(other.owner_) {}
+
+RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+    device_ = other.device_;
+    inode_ = other.inode_;
+    mode_ = other.mode_;
+    owner_ = other.owner_;
+  }
+  return *this;
+}
+
+Result<RegularFile> open_regular_file(const std::filesystem::path& path) {
+  if (path.native().find('\0') != std::string::npos) {
+    return invalid(path, "path contains a NUL byte");
+  }
+  RegularFile file;
+  file.fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (file.fd_ < 0) return invalid(path, "cannot open: " + errno_text(errno));
+  struct stat info {};
+  if (::fstat(file.fd_, &info) != 0) return invalid(path, "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(info.st_mode)) {
+    return invalid(path, std::string("not a regular file (") + kind_of(info.st_mode) + ")");
+  }
+  // Reads of a regular file never block; clearing the flag keeps it that way
+  // for whoever reads through this descriptor.
+  const int flags = ::fcntl(file.fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(file.fd_, F_SETFL, flags & ~O_NONBLOCK);
+  file.size_ = static_cast<uint64_t>(info.st_size);
+  file.device_ = static_cast<uint64_t>(info.st_dev);
+  file.inode_ = static_cast<uint64_t>(info.st_ino);
+  file.mode_ = static_cast<uint32_t>(info.st_mode);
+  file.owner_ = static_cast<uint32_t>(info.st_uid);
+  return file;
+}
+
+Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_t max_bytes,
+                                      std::string_view what) {
+  Result<RegularFile> file = open_regular_file(path);
+  if (!file.ok()) return file.status();
+  if (file->size() > max_bytes) {
+    return invalid(path, "the " + std::string(what) + " is " + std::to_string(file->size()) +
+                             " bytes, above the limit of " + std::to_string(max_bytes) +
+                             " bytes");
+  }
+  std::string text(static_cast<size_t>(file->size()), '\0');
+  size_t done = 0;
+  while (true) {
+    if (done == text.size()) {
+      // The file may have grown since fstat: read on, up to one byte past
+      // the limit.
+      if (text.size() > max_bytes) {
+        return invalid(path, "the " + std::string(what) + " grew past the limit of " +
+                                 std::to_string(max_bytes) + " bytes while it was read");
+      }
+      text.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes + 1, text.size() + 65536)));
+    }
+    const ssize_t got = ::read(file->fd(), text.data() + done, text.size() - done);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return invalid(path, "cannot read: " + errno_text(errno));
+    }
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  text.resize(done);
+  return text;
+}
+
+}  // namespace devalloc

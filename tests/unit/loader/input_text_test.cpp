@@ -1,0 +1,58 @@
+// Quoting input in messages and checking names and paths (issue 9).
+#include <devalloc/input_text.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace devalloc {
+namespace {
+
+TEST(Quote, GivenPlainText_ThenItIsQuotedAsIs) {
+  EXPECT_EQ(quote("blk.0.attn.weight"), "\"blk.0.attn.weight\"");
+  EXPECT_EQ(quote("größe"), "\"größe\"");
+  EXPECT_EQ(escaped("a/b"), "a/b");
+}
+
+TEST(Quote, GivenTerminalControls_ThenTheyAreEscaped) {
+  EXPECT_EQ(quote("a\x1b[2Jb"), "\"a\\x1b[2Jb\"");
+  EXPECT_EQ(quote("line\nnext\ttab\r"), "\"line\\nnext\\ttab\\r\"");
+  EXPECT_EQ(quote(std::string("nul\0x", 5)), "\"nul\\x00x\"");
+  EXPECT_EQ(quote("del\x7f"), "\"del\\x7f\"");
+  // C1 control (U+009B, CSI) and a right-to-left override.
+  EXPECT_EQ(quote("c1\xc2\x9b" "31m"), "\"c1\\u{009b}31m\"");
+  EXPECT_EQ(quote("abc\xe2\x80\xae" "fdp.exe"), "\"abc\\u{202e}fdp.exe\"");
+  EXPECT_EQ(quote("say \"hi\" \\"), "\"say \\\"hi\\\" \\\\\"");
+}
+
+TEST(Quote, GivenInvalidUtf8_ThenEachBadByteIsShownInHex) {
+  EXPECT_EQ(quote("a\xff\xfe" "b"), "\"a\\xff\\xfeb\"");
+  EXPECT_EQ(quote("\xc0\xaf"), "\"\\xc0\\xaf\"");          // overlong '/'
+  EXPECT_EQ(quote("\xed\xa0\x80"), "\"\\xed\\xa0\\x80\"");  // a surrogate
+}
+
+TEST(Quote, GivenLongValue_ThenCutWithItsLengthSaid) {
+  const std::string value(10'000'000, 'x');
+  const std::string shown = quote(value);
+  EXPECT_EQ(shown, "\"" + std::string(kMaxQuotedBytes, 'x') + "...\" (10000000 bytes)");
+  EXPECT_EQ(escaped("abcdef", 3), "abc... (6 bytes)");
+}
+
+TEST(Quote, GivenCutInsideACharacter_ThenTheCharacterIsLeftOutWhole) {
+  // "é" is two bytes; a cut after 2 bytes keeps "a" only.
+  EXPECT_EQ(quote("aé", 2), "\"a...\" (3 bytes)");
+}
+
+TEST(CheckText, GivenNulOrInvalidUtf8_ThenTheReasonGivesTheOffset) {
+  EXPECT_EQ(check_text("fine/path.safetensors"), std::nullopt);
+  EXPECT_EQ(check_text(std::string("model.safetensors\0/../../etc/passwd", 35)),
+            "contains a NUL byte at offset 17");
+  EXPECT_EQ(check_text("ab\xff"), "is not valid UTF-8 at byte 2");
+  EXPECT_EQ(invalid_utf8_offset("ok\xe2\x82"), 2u);  // cut short
+  EXPECT_EQ(invalid_utf8_offset("\xf4\x90\x80\x80"), 0u);  // above U+10FFFF
+  EXPECT_EQ(invalid_utf8_offset("\xf0\x9f\x98\x80"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace devalloc

@@ -1,0 +1,88 @@
+// Opening only regular files, at once, and reading them within a limit
+// (issue 9: FIFOs hung every reader; /dev/zero filled memory).
+#include <devalloc/regular_file.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace devalloc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::EndsWith;
+
+class RegularFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "devalloc-file-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    // A hang fails the test instead of stalling the suite.
+    ::alarm(30);
+  }
+  void TearDown() override {
+    ::alarm(0);
+    fs::remove_all(dir_);
+  }
+  fs::path write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return dir_ / name;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(RegularFileTest, GivenFile_ThenOpenedWithItsSizeAndRead) {
+  const fs::path path = write("a.toml", "hello");
+  Result<RegularFile> file = open_regular_file(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_GE(file->fd(), 0);
+  EXPECT_EQ(file->size(), 5u);
+  Result<std::string> text = read_regular_file(path, 5, "config");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(*text, "hello");
+}
+
+TEST_F(RegularFileTest, GivenFifo_ThenRefusedAtOnce) {
+  const fs::path fifo = dir_ / "plan.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result<std::string> text = read_regular_file(fifo, 1024, "plan");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(text.status().message(), fifo.string() + ": not a regular file (a FIFO)");
+}
+
+TEST_F(RegularFileTest, GivenDevices_ThenRefusedBeforeReading) {
+  EXPECT_EQ(read_regular_file("/dev/zero", 1024, "config").status().message(),
+            "/dev/zero: not a regular file (a character device)");
+  EXPECT_EQ(open_regular_file(dir_).status().message(),
+            dir_.string() + ": not a regular file (a directory)");
+}
+
+TEST_F(RegularFileTest, GivenFileAboveTheLimit_ThenRefusedWithoutReadingIt) {
+  // Sparse: a size above the limit costs no disk.
+  const fs::path path = write("big.toml", "");
+  fs::resize_file(path, 5'000'000'000ull);
+  EXPECT_EQ(read_regular_file(path, 1 << 20, "config").status().message(),
+            path.string() + ": the config is 5000000000 bytes, above the limit of 1048576 bytes");
+  const fs::path exact = write("exact.toml", "12345");
+  EXPECT_EQ(read_regular_file(exact, 4, "plan").status().message(),
+            exact.string() + ": the plan is 5 bytes, above the limit of 4 bytes");
+}
+
+TEST_F(RegularFileTest, GivenMissingFileOrNulInPath_ThenReason) {
+  EXPECT_EQ(open_regular_file(dir_ / "absent").status().message(),
+            (dir_ / "absent").string() + ": cannot open: No such file or directory");
+  EXPECT_THAT(open_regular_file(std::string("a\0b", 3)).status().message(),
+              EndsWith(": path contains a NUL byte"));
+}
+
+}  // namespace
+}  // namespace devalloc
