@@ -1,4 +1,5 @@
 #include <devalloc/core/config.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <algorithm>
 #include <array>
@@ -91,8 +92,9 @@ std::optional<DeviceSelector> by_identity(SelectorKind kind,
 }  // namespace
 
 std::string SourceLocation::to_string() const {
-  if (line == 0) return file;
-  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+  const std::string shown = path_for_message(file);
+  if (line == 0) return shown;
+  return shown + ":" + std::to_string(line) + ":" + std::to_string(column);
 }
 
 std::string DeviceTag::to_string() const {
@@ -170,7 +172,7 @@ std::optional<std::string> normalize_pci_bus_id(std::string_view text) {
 Result<uint64_t> parse_byte_size(std::string_view text) {
   const auto invalid = [&](const std::string& why) {
     return Status(StatusCode::invalid_argument,
-                  "invalid size \"" + std::string(text) + "\": " + why);
+                  "invalid size " + quote(text) + ": " + why);
   };
   size_t pos = 0;
   uint64_t count = 0;
@@ -192,8 +194,7 @@ Result<uint64_t> parse_byte_size(std::string_view text) {
     if (count > kMax / unit.factor) return invalid("does not fit in 64 bits");
     return count * unit.factor;
   }
-  return invalid("unknown unit \"" + std::string(unit_text) +
-                 "\" (known: " + known_units() + ")");
+  return invalid("unknown unit " + quote(unit_text) + " (known: " + known_units() + ")");
 }
 
 const char* to_string(SelectorKind kind) {

@@ -3,13 +3,13 @@
 
 #include <toml++/toml.h>
 
+#include <devalloc/input_text.hpp>
+#include <devalloc/regular_file.hpp>
+
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <sstream>
+#include <new>
 #include <system_error>
 #include <utility>
 
@@ -41,13 +41,9 @@ const char* type_name(toml::node_type type) {
   return "an unknown value";
 }
 
-std::string in_quotes(std::string_view text) {
-  return "\"" + std::string(text) + "\"";
-}
-
 // A key as TOML would need it written inside a [section] header.
 std::string key_text(std::string_view key) {
-  return is_valid_plugin_name(key) ? std::string(key) : in_quotes(key);
+  return is_valid_plugin_name(key) ? std::string(key) : quote(key);
 }
 
 struct Located {
@@ -77,6 +73,14 @@ class ConfigReader {
   // Reports every key of table not in known (which is sorted, as listed).
   void check_keys(const toml::table& table, std::string_view section,
                   std::initializer_list<std::string_view> known);
+  // False (and an error at node) when text has a NUL or is not UTF-8.
+  bool check(const toml::node& node, const std::string& what, std::string_view text) {
+    if (const auto why = check_text(text)) {
+      error(node.source(), what + " " + quote(text) + " " + *why);
+      return false;
+    }
+    return true;
+  }
   fs::path resolve(std::string_view text) const {
     const fs::path path(text);
     return (path.is_absolute() ? path : base_dir_ / path).lexically_normal();
@@ -118,7 +122,7 @@ void ConfigReader::check_keys(const toml::table& table,
       if (!list.empty()) list += ", ";
       list += name;
     }
-    error(key.source(), "unknown key " + in_quotes(key.str()) + " " +
+    error(key.source(), "unknown key " + quote(key.str()) + " " +
                             std::string(section) + " (known: " + list + ")");
   }
 }
@@ -193,7 +197,7 @@ void ConfigReader::read_plugin_path(const toml::node& node) {
       type_error(entry, "each \"plugin_path\" entry", "a string");
     } else if (dir->get().empty()) {
       error(entry.source(), "a \"plugin_path\" entry is empty");
-    } else {
+    } else if (check(entry, "the \"plugin_path\" entry", dir->get())) {
       config_.plugin_path.push_back(resolve(dir->get()));
     }
   }
@@ -202,7 +206,7 @@ void ConfigReader::read_plugin_path(const toml::node& node) {
 void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
   const std::string name(key.str());
   if (!is_valid_plugin_name(name)) {
-    error(key.source(), "invalid plugin name " + in_quotes(name) +
+    error(key.source(), "invalid plugin name " + quote(name) +
                             " in [plugins]: " + std::string(kPluginNameSyntax));
     return;
   }
@@ -223,7 +227,7 @@ void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
       type_error(*library, "\"library\" in " + section, "a string");
     } else if (text->get().empty()) {
       error(library->source(), "\"library\" in " + section + " is empty");
-    } else {
+    } else if (check(*library, "\"library\" in " + section, text->get())) {
       plugin.library = resolve(text->get());
     }
   }
@@ -242,12 +246,16 @@ void ConfigReader::read_options(const toml::node& node, PluginConfig& plugin,
   }
   for (const auto& [key, value] : *table) {
     const std::string what =
-        "option " + in_quotes(key.str()) + " of plugin " + in_quotes(plugin.name);
+        "option " + quote(key.str()) + " of plugin " + quote(plugin.name);
     if (key.str().empty()) {
-      error(key.source(), "an option of plugin " + in_quotes(plugin.name) +
+      error(key.source(), "an option of plugin " + quote(plugin.name) +
                               " has an empty name");
+    } else if (const auto why = check_text(key.str())) {
+      error(key.source(), "the name of " + what + " " + *why);
     } else if (const auto* text = value.as_string()) {
-      plugin.options.emplace_back(key.str(), text->get());
+      if (check(value, "the value of " + what, text->get())) {
+        plugin.options.emplace_back(key.str(), text->get());
+      }
     } else if (const auto* integer = value.as_integer()) {
       plugin.options.emplace_back(key.str(), std::to_string(integer->get()));
     } else if (const auto* boolean = value.as_boolean()) {
@@ -262,7 +270,7 @@ void ConfigReader::read_device(const toml::key& key, const toml::node& node) {
   const std::string tag_text(key.str());
   const auto tag = parse_device_tag(tag_text);
   if (!tag) {
-    error(key.source(), "invalid device tag " + in_quotes(tag_text) +
+    error(key.source(), "invalid device tag " + quote(tag_text) +
                             " in [devices]: " + std::string(kTagSyntax));
     return;
   }
@@ -309,13 +317,13 @@ std::optional<DeviceBinding> ConfigReader::read_use(const toml::node& node,
   }
   // "cuda:1" is a tag, not a plugin; say how to write what was meant.
   if (const auto as_tag = parse_device_tag(plugin); as_tag && as_tag->index) {
-    error(node.source(), what + " names " + in_quotes(plugin) +
+    error(node.source(), what + " names " + quote(plugin) +
                              ", which is a device tag, not a plugin; write "
-                             "use = [" + in_quotes(as_tag->name) +
+                             "use = [" + quote(as_tag->name) +
                              ", { index = " + std::to_string(*as_tag->index) +
                              " }]");
   } else {
-    error(node.source(), what + ": invalid plugin name " + in_quotes(plugin) +
+    error(node.source(), what + ": invalid plugin name " + quote(plugin) +
                              ": " + std::string(kPluginNameSyntax));
   }
   return std::nullopt;
@@ -337,7 +345,7 @@ std::optional<DeviceBinding> ConfigReader::read_binding_array(
   }
   if (!is_valid_plugin_name(plugin->get())) {
     error(array[0].source(), what + ": invalid plugin name " +
-                                 in_quotes(plugin->get()) + ": " +
+                                 quote(plugin->get()) + ": " +
                                  std::string(kPluginNameSyntax));
     return std::nullopt;
   }
@@ -377,7 +385,7 @@ std::optional<DeviceSelector> ConfigReader::read_selector(
   if (errors_.size() != errors_before) return std::nullopt;
 
   const toml::node& value = *table->get(given[0]);
-  const std::string value_what = in_quotes(given[0]) + " of " + what;
+  const std::string value_what = quote(given[0]) + " of " + what;
   if (given[0] == "index") {
     const auto* index = value.as_integer();
     if (!index) {
@@ -403,7 +411,7 @@ std::optional<DeviceSelector> ConfigReader::read_selector(
     auto selector = DeviceSelector::by_uuid(text->get());
     if (!selector) {
       error(value.source(),
-            "invalid uuid " + in_quotes(text->get()) + " in " + what +
+            "invalid uuid " + quote(text->get()) + " in " + what +
                 ": expected 32 hex digits as 8-4-4-4-12, optionally after "
                 "\"GPU-\", such as \"GPU-0f3c2a1e-5b6d-4e7f-8a9b-0c1d2e3f4a5b\"");
     }
@@ -411,7 +419,7 @@ std::optional<DeviceSelector> ConfigReader::read_selector(
   }
   auto selector = DeviceSelector::by_pci_bus_id(text->get());
   if (!selector) {
-    error(value.source(), "invalid PCI bus id " + in_quotes(text->get()) +
+    error(value.source(), "invalid PCI bus id " + quote(text->get()) +
                               " in " + what +
                               ": expected [domain:]bus:device.function "
                               "in hex, such as \"0000:3b:00.0\"");
@@ -433,7 +441,7 @@ void ConfigReader::read_fallbacks(const toml::node& node,
     fallback.where = at(entry.source());
     if (const auto* text = entry.as_string()) {
       if (!parse_device_tag(text->get())) {
-        error(entry.source(), what + " refers to " + in_quotes(text->get()) +
+        error(entry.source(), what + " refers to " + quote(text->get()) +
                                   ", which is not a device tag: " +
                                   std::string(kTagSyntax));
         continue;
@@ -456,7 +464,7 @@ void ConfigReader::read_fallbacks(const toml::node& node,
 void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
   const auto id = parse_memory_id(key.str());
   if (!id) {
-    error(key.source(), "memory id " + in_quotes(key.str()) +
+    error(key.source(), "memory id " + quote(key.str()) +
                             " in [memory] is not an unsigned 32-bit integer "
                             "(decimal, without sign or leading zeros)");
     return;
@@ -468,7 +476,7 @@ void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
     return;
   }
   if (!parse_device_tag(tag->get())) {
-    error(node.source(), what + " maps to " + in_quotes(tag->get()) +
+    error(node.source(), what + " maps to " + quote(tag->get()) +
                              ", which is not a device tag: " +
                              std::string(kTagSyntax));
     return;
@@ -540,38 +548,31 @@ Result<RuntimeConfig> parse_config(std::string_view text,
   fs::path base_dir = fs::absolute(fs::path(source_name), ec).parent_path();
   if (ec) base_dir.clear();
 
-  toml::table root;
   try {
-    root = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    const SourceLocation where{std::string(source_name), e.source().begin.line,
-                               e.source().begin.column};
-    return Status(StatusCode::invalid_argument,
-                  where.to_string() + ": " + std::string(e.description()));
+    toml::table root;
+    try {
+      root = toml::parse(text, source_name);
+    } catch (const toml::parse_error& e) {
+      const SourceLocation where{std::string(source_name), e.source().begin.line,
+                                 e.source().begin.column};
+      return Status(StatusCode::invalid_argument,
+                    where.to_string() + ": " + escaped(e.description()));
+    }
+    return ConfigReader(source_name, std::move(base_dir)).read(root);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_host_memory,
+                  path_for_message(source_name) + ": out of host memory while reading the config");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::internal, path_for_message(source_name) +
+                                            ": internal error while reading the config: " +
+                                            e.what());
   }
-  return ConfigReader(source_name, std::move(base_dir)).read(root);
 }
 
 Result<RuntimeConfig> read_config(const fs::path& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    return Status(StatusCode::invalid_argument,
-                  path.string() + ": cannot read config: it is a directory");
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return Status(StatusCode::invalid_argument,
-                  path.string() + ": cannot open config: " +
-                      std::strerror(errno));
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) {
-    return Status(StatusCode::invalid_argument,
-                  path.string() + ": cannot read config: " +
-                      std::strerror(errno));
-  }
-  return parse_config(text.str(), path.string());
+  Result<std::string> text = read_regular_file(path, kMaxConfigBytes, "config");
+  if (!text.ok()) return text.status();
+  return parse_config(*text, path.string());
 }
 
 }  // namespace devalloc

@@ -1,14 +1,11 @@
 #include <devalloc/core/device_selection.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <algorithm>
 
 namespace devalloc {
 
 namespace {
-
-std::string in_quotes(std::string_view text) {
-  return "\"" + std::string(text) + "\"";
-}
 
 std::string prefixed(const SourceLocation* where, const std::string& message) {
   if (where == nullptr || where->file.empty()) return message;
@@ -26,17 +23,17 @@ class CandidateExpander {
       std::string cycle;
       for (auto it = std::find(chain_.begin(), chain_.end(), tag);
            it != chain_.end(); ++it) {
-        cycle += in_quotes(*it) + " -> ";
+        cycle += quote(*it) + " -> ";
       }
       return Status(StatusCode::invalid_argument,
                     prefixed(referenced_at,
-                             "fallback cycle: " + cycle + in_quotes(tag)));
+                             "fallback cycle: " + cycle + quote(tag)));
     }
     const auto parsed = parse_device_tag(tag);
     if (!parsed) {
       return Status(StatusCode::invalid_argument,
                     prefixed(referenced_at,
-                             "invalid device tag " + in_quotes(tag) +
+                             "invalid device tag " + quote(tag) +
                                  ": expected \"name\" or \"name:index\""));
     }
     const auto device = config_.devices.find(tag);
@@ -161,7 +158,7 @@ std::string no_match_reason(const DeviceSelector& selector,
 
 Status no_device_error(std::string_view tag, std::optional<uint32_t> memory_id,
                        const std::vector<SelectionAttempt>& attempts) {
-  std::string message = "no device for " + in_quotes(tag);
+  std::string message = "no device for " + quote(tag);
   if (memory_id) message += " (memory id " + std::to_string(*memory_id) + ")";
   message += ": ";
   if (attempts.empty()) message += "nothing was tried";
@@ -171,7 +168,7 @@ Status no_device_error(std::string_view tag, std::optional<uint32_t> memory_id,
     if (candidate.is_fallback) message += "fallback ";
     message += candidate.binding.to_string();
     if (candidate.via_tag != tag) {
-      message += " (device " + in_quotes(candidate.via_tag) + ")";
+      message += " (device " + quote(candidate.via_tag) + ")";
     }
     message += ": " + attempts[i].reason;
   }

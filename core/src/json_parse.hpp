@@ -1,10 +1,17 @@
-// Strict JSON parsing shared by the safetensors and plan readers:
-// nlohmann::json keeps the last of two equal keys, which would let a file say
-// two things at once; this parser reports the first duplicate instead.
+// Strict, bounded JSON parsing shared by the safetensors and plan readers.
+//
+// A purpose-written reader rather than nlohmann's own parser, because input
+// files come from strangers: time and memory are linear in the text, nesting
+// is capped before it is entered (no recursion anywhere), the first key that
+// appears twice in an object is an error (nlohmann keeps the last, which would
+// let a file say two things at once), a number that is not a finite double is
+// an error, not an exception, and every error carries line:column. The result
+// is an nlohmann::json value, which the readers walk.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,23 +20,33 @@
 
 namespace devalloc::detail {
 
-struct JsonSyntaxError {
-  uint64_t byte = 0;     // 1-based index of the last byte read
-  std::string position;  // "line 3, column 14"
-  std::string reason;    // "syntax error while parsing value - ..."
-};
-
 struct DuplicateKey {
   std::string object_pointer;  // JSON pointer of the object: "/tensors/3"
   std::string key;
 };
 
-struct ParsedJson {
-  nlohmann::json value;
-  std::optional<DuplicateKey> duplicate;  // the first one in document order
+struct JsonError {
+  uint64_t byte = 0;    // 0-based offset in the text of the byte at fault
+  uint64_t line = 1;    // 1-based
+  uint64_t column = 1;  // 1-based, in bytes
+  std::string reason;   // "expected ',' or '}' after an object member"
+  // Set when the error is a key that appears twice in one object.
+  std::optional<DuplicateKey> duplicate;
+
+  // "line 3, column 14"
+  std::string position() const;
 };
 
-std::variant<ParsedJson, JsonSyntaxError> parse_json(std::string_view text);
+// Parses one JSON value followed by nothing but whitespace. Containers may
+// nest at most max_depth deep (the root object or array is depth 1; scalars
+// add none). Strings must be valid UTF-8 without NUL (raw or "\u0000").
+std::variant<nlohmann::json, JsonError> parse_json(std::string_view text,
+                                                   size_t max_depth);
+
+// `value` as compact JSON for a message: ASCII only (anything else is a \u
+// escape, so it is safe on a terminal) and cut after kMaxQuotedBytes bytes,
+// saying how long it was: [1,2,3,...] (10000001 bytes).
+std::string json_excerpt(const nlohmann::json& value);
 
 // A key as one JSON pointer reference token ("~" -> "~0", "/" -> "~1").
 std::string json_pointer_token(std::string_view key);

@@ -1,4 +1,5 @@
 #include <devalloc/core/placement.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/core/plan.hpp>
@@ -28,8 +29,8 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     p.offset = t.offset;
     auto nbytes = byte_size(t.dtype, t.shape);
     if (!nbytes.ok()) {
-      return nbytes.status().with_context(plan.path.string() + ": tensor \"" +
-                                          t.name + "\"");
+      return nbytes.status().with_context(path_for_message(plan.path.string()) + ": tensor " +
+                                          quote(t.name));
     }
     p.nbytes = *nbytes;
     if (t.source) {

@@ -1,5 +1,6 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/plan.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <fnmatch.h>
 
@@ -15,11 +16,9 @@ Status invalid(const std::string& message) {
   return Status(StatusCode::invalid_argument, message);
 }
 
-std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
-
 Status check_device(std::string_view device, const std::string& context) {
   if (parse_device_tag(device)) return Status();
-  return invalid(context + ": " + in_quotes(device) +
+  return invalid(context + ": " + quote(device) +
                  " is not a device tag (\"name\" or \"name:index\", e.g. \"cuda:0\")");
 }
 
@@ -32,7 +31,7 @@ Status check_options(const PlanBuildOptions& options) {
     return status;
   }
   for (const PlacementRule& rule : options.rules) {
-    const std::string context = "placement rule " + in_quotes(rule.pattern + "=" + rule.device);
+    const std::string context = "placement rule " + quote(rule.pattern + "=" + rule.device);
     if (rule.pattern.empty()) return invalid(context + ": empty glob");
     if (Status status = check_device(rule.device, context); !status.ok()) return status;
   }
@@ -41,7 +40,7 @@ Status check_options(const PlanBuildOptions& options) {
   for (const std::string& method : options.methods) {
     if (method.empty()) return invalid("empty method name");
     if (!methods.insert(method).second) {
-      return invalid("method " + in_quotes(method) + " given twice");
+      return invalid("method " + quote(method) + " given twice");
     }
   }
   return Status();
@@ -66,7 +65,7 @@ Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
 
 Result<PlacementRule> parse_placement_rule(std::string_view text) {
   const size_t equals = text.rfind('=');
-  const std::string context = "placement rule " + in_quotes(text);
+  const std::string context = "placement rule " + quote(text);
   if (equals == std::string_view::npos) {
     return invalid(context + ": expected GLOB=DEVICE, e.g. 'blk.*=cuda:0'");
   }
@@ -104,7 +103,7 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
 
     for (const SafetensorsTensor& tensor : (*file)->tensors()) {
       if (const auto [it, inserted] = owner.emplace(tensor.name, f); !inserted) {
-        return invalid("tensor " + in_quotes(tensor.name) + " is in both " +
+        return invalid("tensor " + quote(tensor.name) + " is in both " +
                        files[it->second].string() + " and " + files[f].string());
       }
       const std::string& device = device_for(tensor.name, options);
@@ -120,8 +119,8 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
       uint64_t end = 0;
       if (__builtin_add_overflow(buffer.size, options.alignment - 1, &offset) ||
           __builtin_add_overflow(offset & ~(options.alignment - 1), tensor.nbytes, &end)) {
-        return invalid("buffer for " + in_quotes(device) + " would exceed 2^64 bytes at tensor " +
-                       in_quotes(tensor.name));
+        return invalid("buffer for " + quote(device) + " would exceed 2^64 bytes at tensor " +
+                       quote(tensor.name));
       }
       offset &= ~(options.alignment - 1);
       buffer.size = end;

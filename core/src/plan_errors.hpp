@@ -2,6 +2,7 @@
 #pragma once
 
 #include <devalloc/core/plan.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <string>
 
@@ -9,12 +10,13 @@ namespace devalloc::detail {
 
 // "/tensors/4 \"blk.0.attn.weight\"", "/methods/1 \"decode\"".
 inline std::string named_place(const char* section, size_t index, const std::string& name) {
-  return "/" + std::string(section) + "/" + std::to_string(index) + " \"" + name + "\"";
+  return "/" + std::string(section) + "/" + std::to_string(index) + " " + quote(name);
 }
 
 inline Status plan_error(const Plan& plan, const std::string& place, const std::string& reason) {
   return Status(StatusCode::invalid_argument,
-                plan.path.string() + ": " + (place.empty() ? "" : place + ": ") + reason);
+                path_for_message(plan.path.string()) + ": " + (place.empty() ? "" : place + ": ") +
+                    reason);
 }
 
 // Plan::source_path with errors placed at `place` (may be empty).

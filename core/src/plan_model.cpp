@@ -1,4 +1,5 @@
 #include <devalloc/core/plan.hpp>
+#include <devalloc/input_text.hpp>
 
 #include "plan_errors.hpp"
 
@@ -33,7 +34,7 @@ Result<std::filesystem::path> Plan::source_path(const PlanSource& source) const 
 Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const PlanSource& source,
                                                      const std::string& place) {
   const std::string& name = source.file;
-  const std::string quoted = "\"" + name + "\"";
+  const std::string quoted = quote(name);
   if (name.empty()) return plan_error(plan, place, "source file is empty");
   const std::filesystem::path file(name);
   if (file.is_absolute() && !plan.allow_external_files) {
@@ -78,12 +79,12 @@ Result<PlanSelection> Plan::tensors_for_methods(
     if (method == methods.end()) {
       std::string known;
       for (const PlanMethod& m : methods) known += (known.empty() ? "" : ", ") + m.name;
-      return plan_error(*this, "", "no method \"" + name + "\" (methods: " +
+      return plan_error(*this, "", "no method " + quote(name) + " (methods: " +
                                    (known.empty() ? "none" : known) + ")");
     }
     for (uint32_t id : method->memory_ids) {
       if (known_ids.count(id) == 0) {
-        return plan_error(*this, "", "method \"" + name + "\" uses memory id " +
+        return plan_error(*this, "", "method " + quote(name) + " uses memory id " +
                                      std::to_string(id) + ", which has no buffer");
       }
       memory_ids.insert(id);
@@ -91,8 +92,8 @@ Result<PlanSelection> Plan::tensors_for_methods(
     for (const std::string& tensor : method->tensors) {
       const auto it = tensor_index.find(tensor);
       if (it == tensor_index.end()) {
-        return plan_error(*this, "", "method \"" + name + "\" lists tensor \"" + tensor +
-                                     "\", which is not in the plan");
+        return plan_error(*this, "", "method " + quote(name) + " lists tensor " + quote(tensor) +
+                                     ", which is not in the plan");
       }
       selected.insert(it->second);
     }

@@ -1,10 +1,12 @@
-#include <devalloc/core/mapped_file.hpp>
 #include <devalloc/core/plan.hpp>
+#include <devalloc/input_text.hpp>
+#include <devalloc/regular_file.hpp>
 
 #include "json_parse.hpp"
 
 #include <initializer_list>
 #include <limits>
+#include <new>
 
 namespace devalloc {
 
@@ -23,7 +25,7 @@ struct StructureError {
 }
 
 std::string describe(const json& value) {
-  return std::string(value.type_name()) + " " + value.dump();
+  return std::string(value.type_name()) + " " + detail::json_excerpt(value);
 }
 
 void require_object(const json& value, const std::string& pointer) {
@@ -101,7 +103,7 @@ PlanTensor read_tensor(const json& value, const std::string& pointer) {
   const std::optional<DType> parsed = parse_dtype(dtype);
   if (!parsed) {
     fail(pointer + "/dtype",
-         "unknown dtype \"" + dtype + "\" (known: " + known_dtype_names() + ")");
+         "unknown dtype " + quote(dtype) + " (known: " + known_dtype_names() + ")");
   }
   tensor.dtype = *parsed;
   const json& shape = read_array(value["shape"], pointer + "/shape");
@@ -184,37 +186,47 @@ void read_root(const json& root, Plan& plan) {
 
 // "/tensors/3: ", or nothing for the top level.
 std::string place(const std::string& pointer) {
-  return pointer.empty() ? std::string() : pointer + ": ";
+  return pointer.empty() ? std::string() : escaped(pointer) + ": ";
 }
 
-}  // namespace
-
-Result<Plan> read_plan(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path);
-  if (!mapped.ok()) return mapped.status();
-  const std::span<const std::byte> bytes = (*mapped)->bytes();
-  auto parsed = detail::parse_json(
-      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  if (const auto* error = std::get_if<detail::JsonSyntaxError>(&parsed)) {
+Result<Plan> read_plan_checked(const std::filesystem::path& path) {
+  const std::string file = path_for_message(path.string());
+  Result<std::string> text = read_regular_file(path, kMaxPlanBytes, "plan");
+  if (!text.ok()) return text.status();
+  auto parsed = detail::parse_json(*text, kMaxPlanDepth);
+  if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
+    if (const auto& duplicate = error->duplicate) {
+      return Status(StatusCode::invalid_argument,
+                    file + ": " + place(duplicate->object_pointer) + "duplicate key " +
+                        quote(duplicate->key) + " at " + error->position());
+    }
     return Status(StatusCode::invalid_argument,
-                  file + ": invalid JSON at " + error->position + ": " + error->reason);
-  }
-  const auto& [root, duplicate] = std::get<detail::ParsedJson>(parsed);
-  if (duplicate) {
-    return Status(StatusCode::invalid_argument,
-                  file + ": " + place(duplicate->object_pointer) + "duplicate key \"" +
-                      duplicate->key + "\"");
+                  file + ": invalid JSON at " + error->position() + ": " + error->reason);
   }
   Plan plan;
   plan.path = path;
   try {
-    read_root(root, plan);
+    read_root(std::get<json>(parsed), plan);
   } catch (const StructureError& error) {
     return Status(StatusCode::invalid_argument,
                   file + ": " + place(error.pointer) + error.reason);
   }
   return plan;
+}
+
+}  // namespace
+
+Result<Plan> read_plan(const std::filesystem::path& path) {
+  try {
+    return read_plan_checked(path);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_host_memory,
+                  path_for_message(path.string()) + ": out of host memory while reading the plan");
+  } catch (const std::exception& error) {
+    return Status(StatusCode::internal, path_for_message(path.string()) +
+                                            ": internal error while reading the plan: " +
+                                            error.what());
+  }
 }
 
 }  // namespace devalloc

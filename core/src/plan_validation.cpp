@@ -1,5 +1,6 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/plan.hpp>
+#include <devalloc/input_text.hpp>
 
 #include "plan_errors.hpp"
 
@@ -18,8 +19,6 @@ using detail::named_place;
 std::string at_index(const char* section, size_t index) {
   return "/" + std::string(section) + "/" + std::to_string(index);
 }
-
-std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
 
 bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
 
@@ -75,7 +74,7 @@ class Validator {
                                 " of memory id " + id + " is not a power of two");
       }
       if (!parse_device_tag(buffer.device)) {
-        return error(place, "device " + in_quotes(buffer.device) + " of memory id " + id +
+        return error(place, "device " + quote(buffer.device) + " of memory id " + id +
                                 " is not a device tag (\"name\" or \"name:index\", "
                                 "e.g. \"cuda:0\" or \"host\")");
       }
@@ -148,7 +147,7 @@ class Validator {
         return error(place, "name also used by " + at_index("methods", it->second));
       }
       const std::string prefix = at_index("methods", m);
-      const std::string who = "method " + in_quotes(method.name);
+      const std::string who = "method " + quote(method.name);
       std::set<uint32_t> ids;
       for (size_t k = 0; k < method.memory_ids.size(); ++k) {
         const uint32_t id = method.memory_ids[k];
@@ -168,15 +167,15 @@ class Validator {
         const std::string at = prefix + "/tensors/" + std::to_string(k);
         const auto tensor = tensor_index_.find(name);
         if (tensor == tensor_index_.end()) {
-          return error(at, who + " lists tensor " + in_quotes(name) +
+          return error(at, who + " lists tensor " + quote(name) +
                                ", which is not in the plan");
         }
         if (!names.insert(name).second) {
-          return error(at, who + " lists tensor " + in_quotes(name) + " twice");
+          return error(at, who + " lists tensor " + quote(name) + " twice");
         }
         const uint32_t id = plan_.tensors[tensor->second].memory_id;
         if (ids.count(id) == 0) {
-          return error(at, who + " uses tensor " + in_quotes(name) + " in memory id " +
+          return error(at, who + " uses tensor " + quote(name) + " in memory id " +
                                std::to_string(id) + ", which is not in its memory_ids");
         }
       }
@@ -200,10 +199,10 @@ class Validator {
       const std::string in_file = " in " + tensor.source->file;
       const SafetensorsTensor* source = (*file)->find(tensor.source->key);
       if (source == nullptr) {
-        return error(tensor_place(i), "source key " + in_quotes(tensor.source->key) +
+        return error(tensor_place(i), "source key " + quote(tensor.source->key) +
                                           " is not" + in_file);
       }
-      const std::string of_source = " of " + in_quotes(source->name) + in_file;
+      const std::string of_source = " of " + quote(source->name) + in_file;
       if (source->dtype != tensor.dtype) {
         return error(tensor_place(i), "dtype " + std::string(to_string(tensor.dtype)) +
                                           " differs from " +

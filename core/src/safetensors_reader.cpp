@@ -1,8 +1,11 @@
 #include <devalloc/core/safetensors.hpp>
 
+#include <devalloc/input_text.hpp>
+
 #include "json_parse.hpp"
 
 #include <algorithm>
+#include <new>
 #include <optional>
 
 namespace devalloc {
@@ -11,10 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
-
 // "-3", "2.5", "\"x\"": a JSON value as it appears in the file, for messages.
-std::string shown(const json& value) { return value.dump(); }
+std::string shown(const json& value) { return detail::json_excerpt(value); }
 
 // A non-negative integer as written in JSON; 1.0 and -0 are not integers here.
 std::optional<uint64_t> as_unsigned(const json& value) {
@@ -34,17 +35,18 @@ class HeaderReader {
     return Status(StatusCode::invalid_argument, file_ + ": " + reason);
   }
   Status fail(std::string_view tensor, const std::string& reason) const {
-    return fail("tensor " + in_quotes(tensor) + ": " + reason);
+    return fail("tensor " + quote(tensor) + ": " + reason);
   }
 
   Status read_metadata(const json& value, std::map<std::string, std::string>& out) const {
+    if (value.is_null()) return Status();  // as the reference reads it: no metadata
     if (!value.is_object()) {
       return fail("__metadata__ is " + shown(value) +
                   ", expected an object of strings");
     }
     for (const auto& [key, item] : value.items()) {
       if (!item.is_string()) {
-        return fail("__metadata__ " + in_quotes(key) + " is " + shown(item) +
+        return fail("__metadata__ " + quote(key) + " is " + shown(item) +
                     ", expected a string");
       }
       out.emplace(key, item.get<std::string>());
@@ -60,7 +62,7 @@ class HeaderReader {
     }
     for (auto it = entry.begin(); it != entry.end(); ++it) {
       if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets") {
-        return fail(name, "unknown field " + in_quotes(it.key()) +
+        return fail(name, "unknown field " + quote(it.key()) +
                               " (expected dtype, shape, data_offsets)");
       }
     }
@@ -147,9 +149,24 @@ class HeaderReader {
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
     const std::filesystem::path& path) {
+  // Nothing below throws on purpose; this keeps an allocation failure on a
+  // huge header a Status too.
+  try {
+    return open_checked(path);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_host_memory,
+                  path_for_message(path.string()) + ": out of host memory while reading the header");
+  } catch (const std::exception& error) {
+    return Status(StatusCode::internal,
+                  path_for_message(path.string()) + ": internal error while reading the header: " + error.what());
+  }
+}
+
+Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
+    const std::filesystem::path& path) {
   Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path);
   if (!mapped.ok()) return mapped.status();
-  const std::string file = path.string();
+  const std::string file = path_for_message(path.string());
   const auto fail = [&](const std::string& reason) {
     return Status(StatusCode::invalid_argument, file + ": " + reason);
   };
@@ -176,22 +193,23 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
   const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8,
                                 static_cast<size_t>(header_size));
 
-  auto parsed = detail::parse_json(header);
-  if (const auto* error = std::get_if<detail::JsonSyntaxError>(&parsed)) {
-    return fail("header is not valid JSON at byte " + std::to_string(8 + error->byte - 1) +
-                " of the file: " + error->reason);
+  auto parsed = detail::parse_json(header, kMaxSafetensorsHeaderDepth);
+  if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
+    const std::string where = "header " + error->position() + " (byte " +
+                              std::to_string(8 + error->byte) + " of the file): ";
+    if (const auto& duplicate = error->duplicate) {
+      // Top-level keys are tensor names; deeper ones are fields of an entry.
+      if (duplicate->object_pointer.empty()) {
+        return fail(where + "tensor " + quote(duplicate->key) + " appears twice");
+      }
+      return fail(where + "duplicate key " + quote(duplicate->key) + " in " +
+                  quote(duplicate->object_pointer));
+    }
+    return fail(where + error->reason);
   }
-  auto& [root, duplicate] = std::get<detail::ParsedJson>(parsed);
+  const json& root = std::get<json>(parsed);
   if (!root.is_object()) {
     return fail("header is " + std::string(root.type_name()) + ", expected a JSON object");
-  }
-  if (duplicate) {
-    // Top-level keys are tensor names; deeper ones are fields of an entry.
-    if (duplicate->object_pointer.empty()) {
-      return fail("tensor " + in_quotes(duplicate->key) + " appears twice in the header");
-    }
-    return fail("duplicate key " + in_quotes(duplicate->key) + " in the header at " +
-                duplicate->object_pointer);
   }
 
   std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
@@ -213,25 +231,43 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
     tensors.emplace_back(begin, std::move(tensor));
   }
 
-  // Empty tensors go first among equal offsets so that they never look like
-  // they overlap the tensor that starts where they are.
+  // As the reference reader requires, the tensors tile the data section
+  // exactly: each starts where the one before it ends, the first at 0, the
+  // last at the end of the file. A gap would hold bytes that no tool shows.
+  // Empty tensors go first among equal offsets, so one at a boundary fits.
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
     return std::pair(a.first, a.second.nbytes) < std::pair(b.first, b.second.nbytes);
   });
+  const auto range = [](const std::pair<uint64_t, SafetensorsTensor>& t) {
+    return "[" + std::to_string(t.first) + ", " + std::to_string(t.first + t.second.nbytes) +
+           "]";
+  };
+  const uint64_t data_size = bytes.size() - data_offset;
+  uint64_t covered = 0;  // data bytes [0, covered) belong to the tensors so far
   const std::pair<uint64_t, SafetensorsTensor>* previous = nullptr;
   for (const auto& entry : tensors) {
-    if (entry.second.nbytes == 0) continue;
-    if (previous != nullptr && entry.first < previous->first + previous->second.nbytes) {
-      const auto range = [](const std::pair<uint64_t, SafetensorsTensor>& t) {
-        return "[" + std::to_string(t.first) + ", " +
-               std::to_string(t.first + t.second.nbytes) + "]";
-      };
-      return reader.fail(entry.second.name, "data_offsets " + range(entry) +
-                                                " overlap tensor " +
-                                                in_quotes(previous->second.name) + " at " +
-                                                range(*previous));
+    const std::string& name = entry.second.name;
+    if (entry.first < covered) {
+      return reader.fail(name, "data_offsets " + range(entry) + " overlap tensor " +
+                                   quote(previous->second.name) + " at " + range(*previous));
     }
+    if (entry.first > covered) {
+      const std::string where =
+          previous == nullptr ? "at the start of the data section"
+                              : "after tensor " + quote(previous->second.name) + " at " +
+                                    range(*previous);
+      return reader.fail(name, "data_offsets " + range(entry) + " leave a gap " + where +
+                                   ": data bytes " + std::to_string(covered) + " to " +
+                                   std::to_string(entry.first) + " belong to no tensor");
+    }
+    covered = entry.first + entry.second.nbytes;
     previous = &entry;
+  }
+  if (covered != data_size) {
+    return fail("the data section has " + std::to_string(data_size) +
+                " bytes, the tensors end at " + std::to_string(covered) + ": data bytes " +
+                std::to_string(covered) + " to " + std::to_string(data_size) +
+                " belong to no tensor");
   }
 
   result->mapping_ = std::move(*mapped);

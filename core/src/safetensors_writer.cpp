@@ -1,4 +1,5 @@
 #include <devalloc/core/safetensors.hpp>
+#include <devalloc/input_text.hpp>
 
 #include "atomic_write.hpp"
 
@@ -21,7 +22,7 @@ Status write_safetensors(const std::filesystem::path& path,
   std::set<std::string_view> names;
   uint64_t offset = 0;
   for (const SafetensorsWriteTensor& tensor : tensors) {
-    const std::string name = "tensor \"" + tensor.name + "\": ";
+    const std::string name = "tensor " + quote(tensor.name) + ": ";
     if (tensor.name == "__metadata__") return fail(name + "the name is reserved");
     if (!names.insert(tensor.name).second) return fail(name + "given twice");
     Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);

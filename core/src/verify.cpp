@@ -1,4 +1,5 @@
 #include <devalloc/core/verify.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <xxhash.h>
 
@@ -41,8 +42,8 @@ Status verify_copies(const std::vector<CopyRequest>& requests,
       Status s = d.plugin->copy_to_host(d.device, chunk.data(),
                                         r.buffer->address() + r.buffer_offset + done, n);
       if (!s.ok()) {
-        return s.with_context("verify: reading back tensor \"" + r.tensor +
-                              "\" from buffer " +
+        return s.with_context("verify: reading back tensor " + quote(r.tensor) +
+                              " from buffer " +
                               std::to_string(r.buffer->memory_id()) + " on " +
                               d.describe());
       }
@@ -53,9 +54,9 @@ Status verify_copies(const std::vector<CopyRequest>& requests,
     const XXH64_hash_t in_file = XXH3_64bits(r.file->data() + r.file_offset, r.nbytes);
     if (on_device != in_file) {
       return Status(StatusCode::device_error,
-                    "verify: tensor \"" + r.tensor + "\" in buffer " +
+                    "verify: tensor " + quote(r.tensor) + " in buffer " +
                         std::to_string(r.buffer->memory_id()) + " on " +
-                        d.describe() + " differs from " + r.file->path().string() +
+                        d.describe() + " differs from " + path_for_message(r.file->path().string()) +
                         " (xxh3 " + hex(on_device) + " on the device, " +
                         hex(in_file) + " in the file)");
     }

@@ -141,6 +141,37 @@ inspect_shows_resolved_devices)
     || fail "buffer 0 not shown on its fallback"
   grep -q 'kv_cache .*(scratch)' out.txt || fail "scratch tensor not listed"
   ;;
+hostile_inputs_are_refused_with_exit_3)
+  # Issue 9: each is refused at once, naming the file, with exit code 3;
+  # `timeout` turns a hang into a failure.
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  "$python" - <<'PY'
+import json, struct
+header = b'{"w": {"dtype": "U8", "shape": [1e400], "data_offsets": [0, 1]}}'
+open("huge_number.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + b"\0")
+plan = json.load(open("plan.json"))
+text = json.dumps(plan).replace('"version": 1', '"version": 1e400')
+open("huge_number_plan.json", "w").write(text)
+PY
+  expect_failure 3 'huge_number.safetensors: header line 1, column 33 .*1e400 is out of the range' \
+    timeout 20 "$devalloc" plan huge_number.safetensors -o out_plan.json
+  expect_failure 3 'huge_number_plan.json: invalid JSON at line 1, column [0-9]+: number 1e400' \
+    timeout 20 "$devalloc" load huge_number_plan.json
+  mkfifo fifo.safetensors fifo_plan.json fifo.toml
+  expect_failure 3 'fifo.safetensors: not a regular file \(a FIFO\)' \
+    timeout 20 "$devalloc" plan fifo.safetensors -o out_plan.json
+  expect_failure 3 'fifo_plan.json: not a regular file \(a FIFO\)' \
+    timeout 20 "$devalloc" load fifo_plan.json
+  expect_failure 3 'fifo.toml: not a regular file \(a FIFO\)' \
+    timeout 20 "$devalloc" load plan.json --config fifo.toml
+  expect_failure 3 '/dev/zero: not a regular file \(a character device\)' \
+    timeout 20 "$devalloc" load plan.json --config /dev/zero
+  # A source file that is a FIFO.
+  mv model.safetensors real.safetensors && mkfifo model.safetensors
+  expect_failure 3 'model.safetensors: not a regular file \(a FIFO\)' \
+    timeout 20 "$devalloc" load plan.json
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"

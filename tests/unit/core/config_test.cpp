@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace devalloc {
@@ -490,13 +491,49 @@ TEST_F(ReadConfigTest, GivenMissingFile_WhenReading_ThenErrorNamesPathAndReason)
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().message(),
             (dir_ / "absent.toml").string() +
-                ": cannot open config: No such file or directory");
+                ": cannot open: No such file or directory");
 }
 
 TEST_F(ReadConfigTest, GivenDirectory_WhenReading_ThenError) {
   const auto config = read_config(dir_);
   ASSERT_FALSE(config.ok());
-  EXPECT_THAT(config.status().message(), HasSubstr("it is a directory"));
+  EXPECT_EQ(config.status().message(), dir_.string() + ": not a regular file (a directory)");
+}
+
+// Issue 9: a FIFO blocked the reader forever, /dev/zero filled memory.
+TEST_F(ReadConfigTest, GivenFifoOrDevice_WhenReading_ThenRefusedAtOnce) {
+  ::alarm(30);  // a hang fails instead of stalling the suite
+  const fs::path fifo = dir_ / "fifo.toml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(read_config(fifo).status().message(),
+            fifo.string() + ": not a regular file (a FIFO)");
+  EXPECT_EQ(read_config("/dev/zero").status().message(),
+            "/dev/zero: not a regular file (a character device)");
+  ::alarm(0);
+}
+
+TEST_F(ReadConfigTest, GivenFileAboveTheSizeLimit_WhenReading_ThenRefusedUnread) {
+  const fs::path path = write("huge.toml", "");
+  fs::resize_file(path, kMaxConfigBytes + 1);  // sparse
+  EXPECT_EQ(read_config(path).status().message(),
+            path.string() + ": the config is 1048577 bytes, above the limit of 1048576 bytes");
+}
+
+TEST(ParseConfigErrors, GivenNulOrInvalidUtf8InPathsAndOptions_WhenParsing_ThenErrorWithTheOffset) {
+  const auto config = parse_config(
+      "plugin_path = [\"dir\\u0000x\"]\n"
+      "[plugins.mine]\n"
+      "library = \"lib\\u0000.so\"\n"
+      "options = { path = \"model.safetensors\\u0000/../../etc/passwd\" }\n",
+      "/cfg/devalloc.toml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "/cfg/devalloc.toml:1:16: the \"plugin_path\" entry \"dir\\x00x\" contains a NUL "
+            "byte at offset 3\n"
+            "/cfg/devalloc.toml:3:11: \"library\" in [plugins.mine] \"lib\\x00.so\" contains a "
+            "NUL byte at offset 3\n"
+            "/cfg/devalloc.toml:4:20: the value of option \"path\" of plugin \"mine\" "
+            "\"model.safetensors\\x00/../../etc/passwd\" contains a NUL byte at offset 17");
 }
 
 TEST(ParseByteSize, GivenEachUnit_WhenParsing_ThenItsFactorApplies) {

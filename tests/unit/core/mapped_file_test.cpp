@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
 
 namespace devalloc {
@@ -48,7 +51,19 @@ TEST(MappedFile, GivenDirectory_ThenNotARegularFile) {
   TempDir dir;
   auto file = MappedFile::open(dir.path());
   ASSERT_FALSE(file.ok());
-  EXPECT_EQ(file.status().message(), dir.path().string() + ": not a regular file");
+  EXPECT_EQ(file.status().message(), dir.path().string() + ": not a regular file (a directory)");
+}
+
+// Issue 9: opening a FIFO blocked until a writer came, which may be never.
+TEST(MappedFile, GivenFifo_ThenRefusedAtOnce) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "model.safetensors").c_str(), 0600), 0);
+  ::alarm(30);  // a hang fails instead of stalling the suite
+  auto file = MappedFile::open(dir / "model.safetensors");
+  ::alarm(0);
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().message(),
+            (dir / "model.safetensors").string() + ": not a regular file (a FIFO)");
 }
 
 TEST(MappedFile, GivenFileReplacedByRename_ThenExistingMappingKeepsOldBytes) {

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
@@ -142,7 +145,8 @@ TEST_F(PlanTest, GivenMissingFile_ThenCannotOpen) {
 
 TEST_F(PlanTest, GivenInvalidJson_ThenLineAndColumn) {
   const std::string message = read_error("{\n  \"format\": \"devalloc-plan\",\n  \"version\": 1,,\n}");
-  EXPECT_THAT(message, StartsWith("invalid JSON at line 3, column 16: syntax error"));
+  EXPECT_EQ(message,
+            "invalid JSON at line 3, column 16: expected a key in double quotes, found ','");
 }
 
 TEST_F(PlanTest, GivenOtherJson_ThenNotAPlan) {
@@ -218,7 +222,52 @@ TEST_F(PlanTest, GivenMalformedSource_ThenRejected) {
 TEST_F(PlanTest, GivenDuplicateKey_ThenRejected) {
   EXPECT_EQ(read_error(R"({"format": "devalloc-plan", "version": 1, "buffers": [],)"
                        R"( "tensors": [{"name": "a", "offset": 0, "offset": 8}], "methods": []})"),
-            "/tensors/0: duplicate key \"offset\"");
+            "/tensors/0: duplicate key \"offset\" at line 1, column 97");
+}
+
+// ---------------------------------------------------------------------------
+// Hostile plans (issue 9).
+
+TEST_F(PlanTest, GivenDeepNesting_ThenRefusedWhereItStarts) {
+  EXPECT_EQ(read_error(R"({"format": "devalloc-plan", "version": 1, "buffers": [],)"
+                       R"( "tensors": [{"shape": [[1]]}], "methods": []})"),
+            "invalid JSON at line 1, column 81: nesting deeper than 4 levels");
+  EXPECT_EQ(read_error(std::string(100000, '[') + std::string(100000, ']')),
+            "invalid JSON at line 1, column 5: nesting deeper than 4 levels");
+}
+
+TEST_F(PlanTest, GivenNumberOutOfDoubleRange_ThenStatusWithLineAndColumn) {
+  EXPECT_EQ(read_error("{\"format\": \"devalloc-plan\",\n \"version\": 1e400}"),
+            "invalid JSON at line 2, column 13: number 1e400 is out of the range of a 64-bit "
+            "float");
+}
+
+TEST_F(PlanTest, GivenNulInASourceFile_ThenRefusedNotCutShort) {
+  plan_["tensors"][0]["source"]["file"] = std::string("model.safetensors\0/../../etc/passwd", 35);
+  const std::string message = read_error();
+  EXPECT_THAT(message, ::testing::EndsWith(": \\u0000 (NUL) inside a string")) << message;
+}
+
+TEST_F(PlanTest, GivenFifo_ThenRefusedAtOnce) {
+  ASSERT_EQ(::mkfifo(plan_path().c_str(), 0600), 0);
+  ::alarm(30);  // a hang fails instead of stalling the suite
+  const Status status = read_plan(plan_path()).status();
+  ::alarm(0);
+  EXPECT_EQ(without_file(status), "not a regular file (a FIFO)");
+}
+
+TEST_F(PlanTest, GivenFileAboveTheSizeLimit_ThenRefusedUnread) {
+  test::write_file(plan_path(), "");
+  fs::resize_file(plan_path(), kMaxPlanBytes + 1);  // sparse
+  EXPECT_EQ(without_file(read_plan(plan_path()).status()),
+            "the plan is 268435457 bytes, above the limit of 268435456 bytes");
+}
+
+TEST_F(PlanTest, GivenUnknownKeyWithControlCharacters_ThenThePointerIsEscaped) {
+  EXPECT_EQ(read_error(R"({"format": "devalloc-plan", "version": 1, "buffers": [],)"
+                       R"( "tensors": [], "methods": [], "x\u001b[31m": 1})"),
+            "/x\\x1b[31m: unknown key (expected one of: format, version, "
+            "allow_external_files, buffers, tensors, methods)");
 }
 
 // ---------------------------------------------------------------------------

@@ -162,7 +162,12 @@ RuntimeConfig default_config();
 Result<RuntimeConfig> parse_config(std::string_view text,
                                    std::string_view source_name);
 
-// Reads and parses a config file.
+// A config file above this size is refused before it is read: configs are
+// written by hand and are a few KiB.
+inline constexpr uint64_t kMaxConfigBytes = 1ull << 20;
+
+// Reads and parses a config file: a regular file of at most kMaxConfigBytes
+// (a FIFO or /dev/zero is refused at once; devalloc/regular_file.hpp).
 Result<RuntimeConfig> read_config(const std::filesystem::path& path);
 
 }  // namespace devalloc

@@ -18,10 +18,12 @@ namespace devalloc {
 
 class MappedFile {
  public:
-  // Opens and maps `path` (a regular file) with PROT_READ and MAP_PRIVATE.
-  // An empty file is not mapped: bytes() is then empty with a null data().
-  // Errors (invalid_argument) read "<path>: cannot open: <errno text>",
-  // "<path>: not a regular file", "<path>: cannot map 123 bytes: <errno text>".
+  // Opens `path` with open_regular_file (devalloc/regular_file.hpp: a FIFO or
+  // device is refused at once, never waited on) and maps it with PROT_READ
+  // and MAP_PRIVATE. An empty file is not mapped: bytes() is then empty with a
+  // null data(). Errors (invalid_argument) read "<path>: cannot open: <errno
+  // text>", "<path>: not a regular file (a FIFO)", "<path>: cannot map 123
+  // bytes: <errno text>".
   //
   // The mapping reflects the file: if another process truncates it while it is
   // mapped, reading the lost pages raises SIGBUS. devalloc never writes to the

@@ -27,6 +27,13 @@ inline constexpr std::string_view kPlanFormat = "devalloc-plan";
 // The newest version this build reads and the one write_plan writes; every
 // older version is read too.
 inline constexpr uint32_t kPlanVersion = 1;
+// A plan nests at most this deep (the root object, an array of it, an entry,
+// and a shape, memory_ids, tensors or source inside the entry); deeper
+// nesting is refused where it starts, before it is read.
+inline constexpr size_t kMaxPlanDepth = 4;
+// A plan file above this size is refused before it is read: 256 MiB holds
+// well over a million tensors.
+inline constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 
 // One device allocation, shared by every method that uses its memory id.
 struct PlanBuffer {

@@ -21,9 +21,14 @@
 
 namespace devalloc {
 
-// Headers above this are rejected before parsing (the reference
-// implementation's limit is 100 000 000 bytes).
-inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+// Headers above this are rejected before parsing; the reference
+// implementation's limit.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
+// A header nests at most this deep: the header object, a tensor entry or
+// "__metadata__", and a shape or data_offsets array. Deeper nesting is refused
+// where it starts, before it is read.
+inline constexpr size_t kMaxSafetensorsHeaderDepth = 3;
 
 struct SafetensorsTensor {
   std::string name;
@@ -37,8 +42,8 @@ struct SafetensorsTensor {
 // mapped while any shared_ptr to it, or to its mapping(), is alive.
 class SafetensorsFile {
  public:
-  // Maps the file and validates the whole header; on success every tensor's
-  // bytes lie inside the file. Errors are invalid_argument and read
+  // Maps the file and validates the whole header; on success the tensors'
+  // bytes tile the data section exactly (no overlap, no gap, nothing after). Errors are invalid_argument and read
   // "<path>: <reason>" or "<path>: tensor \"<name>\": <reason>".
   static Result<std::shared_ptr<const SafetensorsFile>> open(
       const std::filesystem::path& path);
@@ -58,6 +63,8 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  static Result<std::shared_ptr<const SafetensorsFile>> open_checked(
+      const std::filesystem::path& path);
 
   std::shared_ptr<const MappedFile> mapping_;
   std::vector<SafetensorsTensor> tensors_;
