@@ -9,9 +9,11 @@ packages=(
   libboost1.81-dev
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdlpack-dev
   libamdhip64-dev
+  clang-14 libclang-rt-14-dev
 )
 # libamdhip64-dev: the HIP plugin's headers, and the real runtime whose
 # no-device answer a test checks (the plugin opens it at run time).
+# clang-14 and its runtime (libFuzzer, ASan, UBSan) are for scripts/fuzz.sh.
 # The CUDA plugin needs only cuda.h; it is built when CMake finds a CUDA
 # toolkit (as under /usr/local/cuda) and skipped otherwise.
 

@@ -113,6 +113,15 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
       !s.ok()) {
     return create_failed(s);
   }
+  // A count from a broken plugin must not make the host ask 4 billion times
+  // and keep every answer (found by tests/fuzz/fuzz_plugin_answers).
+  if (count > kMaxPluginDevices) {
+    return create_failed(Status(StatusCode::internal,
+                                "plugin " + plugin->name() + ": get_device_count reported " +
+                                    std::to_string(count) + " devices, more than the " +
+                                    std::to_string(kMaxPluginDevices) + " a host accepts"));
+  }
+  plugin->devices_.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
     devalloc_device_properties p{};
     p.struct_size = sizeof p;

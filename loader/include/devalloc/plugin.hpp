@@ -65,6 +65,9 @@ struct Capabilities {
 
 using PluginOptions = std::vector<std::pair<std::string, std::string>>;
 
+// Plugin::create refuses a plugin that reports more devices than this.
+inline constexpr uint32_t kMaxPluginDevices = 4096;
+
 // A created plugin instance. Not copyable; share it with shared_ptr.
 class Plugin {
  public:

@@ -1,0 +1,35 @@
+// The loader's handling of what a plugin answers: negotiation, the function
+// table, create, capabilities, the device count and each device's properties,
+// all taken from the fuzz input by a fake plugin (fuzz_plugin.cpp).
+#include <devalloc/input_text.hpp>
+#include <devalloc/plugin.hpp>
+
+#include <cstdlib>
+
+// Read by the plugin; exported by this executable (ENABLE_EXPORTS).
+extern "C" {
+__attribute__((visibility("default"))) const uint8_t* devalloc_fuzz_answers = nullptr;
+__attribute__((visibility("default"))) size_t devalloc_fuzz_answers_size = 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  devalloc_fuzz_answers = data;
+  devalloc_fuzz_answers_size = size;
+  auto [library, error] = devalloc::PluginLibrary::open(DEVALLOC_FUZZ_PLUGIN);
+  if (library == nullptr) {
+    if (error.status.ok() || error.status.message().empty()) std::abort();
+    return 0;
+  }
+  auto [plugin, create_error] = devalloc::Plugin::create(library, {});
+  if (plugin == nullptr) {
+    if (create_error.status.ok() || create_error.status.message().empty()) std::abort();
+    return 0;
+  }
+  // What a listing prints of each device.
+  for (const devalloc::DeviceInfo& device : plugin->devices()) {
+    (void)devalloc::quote(device.name);
+    (void)devalloc::quote(device.pci_bus_id);
+    (void)device.uuid_string();
+  }
+  return 0;
+}
