@@ -4,6 +4,8 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 
 // Read by the plugin; exported by this executable (ENABLE_EXPORTS).
@@ -13,6 +15,11 @@ __attribute__((visibility("default"))) size_t devalloc_fuzz_answers_size = 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // libFuzzer keeps counting coverage in the plugin's code after each run:
+  // it must never be unmapped, so the plugin stays open (RTLD_NODELETE) and
+  // the loader's dlclose only drops a reference.
+  static void* const keep_loaded = ::dlopen(DEVALLOC_FUZZ_PLUGIN, RTLD_NOW | RTLD_NODELETE);
+  if (keep_loaded == nullptr) std::abort();
   devalloc_fuzz_answers = data;
   devalloc_fuzz_answers_size = size;
   auto [library, error] = devalloc::PluginLibrary::open(DEVALLOC_FUZZ_PLUGIN);
