@@ -39,6 +39,9 @@ Status check_options(const PlanBuildOptions& options) {
   std::set<std::string_view> methods;
   for (const std::string& method : options.methods) {
     if (method.empty()) return invalid("empty method name");
+    if (const auto why = check_text(method)) {
+      return invalid("method name " + quote(method) + " " + *why);
+    }
     if (!methods.insert(method).second) {
       return invalid("method " + quote(method) + " given twice");
     }

@@ -207,6 +207,10 @@ TEST_F(PlanBuilder, GivenBadOptions_ThenRejected) {
   EXPECT_EQ(error(build(options)), "a plan needs at least one method");
   options.methods = {"main", "main"};
   EXPECT_EQ(error(build(options)), "method \"main\" given twice");
+  // A plan is JSON, which holds only UTF-8 (issue 9: strings are checked).
+  options.methods = {"ma\xffin"};
+  EXPECT_EQ(error(build(options)),
+            "method name \"ma\\xffin\" is not valid UTF-8 at byte 2");
 }
 
 TEST_F(PlanBuilder, GivenUnreadableFile_ThenItsError) {
