@@ -1,3 +1,4 @@
+#include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
 
 #include <cstring>
@@ -14,6 +15,12 @@ devalloc_error make_error() {
 
 std::string text_of(const char* chars, size_t capacity) {
   return std::string(chars, strnlen(chars, capacity));
+}
+
+// A plugin's error message as it goes into a Status: escaped for the
+// terminal like any other text that did not come from devalloc.
+std::string message_text(const devalloc_error& error) {
+  return escaped(text_of(error.message, sizeof error.message), sizeof error.message);
 }
 
 }  // namespace
@@ -38,7 +45,7 @@ const devalloc_plugin_api_v1& Plugin::api() const { return library_->api(); }
 Status Plugin::check(devalloc_status status, const devalloc_error& error,
                      const char* call) const {
   if (status == DEVALLOC_STATUS_OK) return Status();
-  std::string message = text_of(error.message, sizeof error.message);
+  std::string message = message_text(error);
   if (message.empty()) {
     // PLUGIN rule: every failure carries a message. Say who broke it.
     message = std::string(call) + " failed with " +
@@ -69,9 +76,9 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   const devalloc_status status = api.create(&args, &error);
 
   const std::string who = "plugin " + library->name() + " (" +
-                          library->path().string() + ")";
+                          path_for_message(library->path().string()) + ")";
   if (status != DEVALLOC_STATUS_OK || args.instance == nullptr) {
-    std::string message = text_of(error.message, sizeof error.message);
+    std::string message = message_text(error);
     if (status == DEVALLOC_STATUS_OK) message = "create returned no instance";
     if (message.empty()) message = "(no message)";
     return {nullptr,

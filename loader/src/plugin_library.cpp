@@ -1,3 +1,4 @@
+#include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
 
 #include <boost/dll/shared_library.hpp>
@@ -21,12 +22,13 @@ namespace {
 PluginError refuse(PluginOutcome outcome, StatusCode code,
                    const std::filesystem::path& path,
                    const std::string& reason) {
-  return {outcome, Status(code, "plugin " + path.string() + ": " + reason)};
+  return {outcome, Status(code, "plugin " + path_for_message(path.string()) + ": " + reason)};
 }
 
 std::string message_of(const devalloc_error& error) {
   const size_t n = strnlen(error.message, sizeof error.message);
-  return n == 0 ? std::string("(no message)") : std::string(error.message, n);
+  return n == 0 ? std::string("(no message)")
+                : escaped(std::string_view(error.message, n), sizeof error.message);
 }
 
 // Every v1 function a host needs; allocate_host/free_host are optional.
@@ -153,8 +155,12 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
 
   std::shared_ptr<PluginLibrary> library(new PluginLibrary(std::move(impl)));
   library->path_ = path;
-  library->name_ = api->plugin_name != nullptr ? api->plugin_name : "";
-  library->version_ = api->plugin_version != nullptr ? api->plugin_version : "";
+  // The plugin's own words, bounded and escaped: they go into messages.
+  const auto own_text = [](const char* text) {
+    return text == nullptr ? std::string() : escaped(std::string_view(text, strnlen(text, 256)));
+  };
+  library->name_ = own_text(api->plugin_name);
+  library->version_ = own_text(api->plugin_version);
   library->abi_major_ = n.plugin_major;
   library->abi_minor_ = n.plugin_minor;
   library->api_ = api;

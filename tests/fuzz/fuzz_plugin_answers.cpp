@@ -14,6 +14,20 @@ __attribute__((visibility("default"))) const uint8_t* devalloc_fuzz_answers = nu
 __attribute__((visibility("default"))) size_t devalloc_fuzz_answers_size = 0;
 }
 
+namespace {
+
+// A failure names what failed, and what the plugin said is escaped: no byte
+// of it can drive the terminal.
+void check_message(const devalloc::Status& status) {
+  if (status.ok() || status.message().empty()) std::abort();
+  for (const char c : status.message()) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) std::abort();
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // libFuzzer keeps counting coverage in the plugin's code after each run:
   // it must never be unmapped, so the plugin stays open (RTLD_NODELETE) and
@@ -24,12 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   devalloc_fuzz_answers_size = size;
   auto [library, error] = devalloc::PluginLibrary::open(DEVALLOC_FUZZ_PLUGIN);
   if (library == nullptr) {
-    if (error.status.ok() || error.status.message().empty()) std::abort();
+    check_message(error.status);
     return 0;
   }
   auto [plugin, create_error] = devalloc::Plugin::create(library, {});
   if (plugin == nullptr) {
-    if (create_error.status.ok() || create_error.status.message().empty()) std::abort();
+    check_message(create_error.status);
     return 0;
   }
   // What a listing prints of each device.
