@@ -10,12 +10,15 @@ packages=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdlpack-dev
   libamdhip64-dev
   clang-14 libclang-rt-14-dev
+  libze-dev libze1
 )
 # libamdhip64-dev: the HIP plugin's headers, and the real runtime whose
 # no-device answer a test checks (the plugin opens it at run time).
 # clang-14 and its runtime (libFuzzer, ASan, UBSan) are for scripts/fuzz.sh.
 # The CUDA plugin needs only cuda.h; it is built when CMake finds a CUDA
 # toolkit (as under /usr/local/cuda) and skipped otherwise.
+# The Level Zero plugin needs the headers of libze-dev; its tests run the
+# fake driver (tests/fakes/level_zero) under Debian's real loader from libze1.
 
 missing=()
 for p in "${packages[@]}"; do

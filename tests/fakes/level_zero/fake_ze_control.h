@@ -1,0 +1,63 @@
+/*
+ * What the fake Level Zero driver (tests/fakes/level_zero) exports besides
+ * its *ProcAddrTable functions: the test's view into it. The driver is
+ * loaded by the real Level Zero loader (ZE_ENABLE_ALT_DRIVERS), so tests
+ * reach these with dlsym on the already-loaded driver:
+ *   void* fake = dlopen("/abs/path/libdevalloc_fake_ze.so.1",
+ *                       RTLD_NOW | RTLD_NOLOAD);
+ * Names of calls are the API names, e.g. "zeMemAllocDevice".
+ */
+#ifndef DEVALLOC_FAKE_ZE_CONTROL_H
+#define DEVALLOC_FAKE_ZE_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes the recorded violations, one per line, into buf (truncated to cap
+ * bytes including the NUL; buf may be NULL when cap is 0) and returns how
+ * many there are. */
+int devalloc_fake_ze_violations(char* buf, size_t cap);
+typedef int (*devalloc_fake_ze_violations_fn)(char* buf, size_t cap);
+
+/* Forgets violations, call counts and injected failures; resumes lists. */
+void devalloc_fake_ze_reset(void);
+typedef void (*devalloc_fake_ze_reset_fn)(void);
+
+/* The next call of api (e.g. "zeMemAllocDevice") returns result (a
+ * ze_result_t) without doing anything. */
+void devalloc_fake_ze_fail_next(const char* api, int result);
+typedef void (*devalloc_fake_ze_fail_next_fn)(const char* api, int result);
+
+/* The next copy a command list executes fails as a hung device would: the
+ * copy is not done, its event never signals, and its device is lost (every
+ * later call on it returns ZE_RESULT_ERROR_DEVICE_LOST). */
+void devalloc_fake_ze_lose_device_on_next_copy(void);
+typedef void (*devalloc_fake_ze_lose_device_on_next_copy_fn)(void);
+
+/* While paused (non-zero), no command list executes work. */
+void devalloc_fake_ze_pause(int paused);
+typedef void (*devalloc_fake_ze_pause_fn)(int paused);
+
+/* How often api was called since the last reset. */
+uint64_t devalloc_fake_ze_calls(const char* api);
+typedef uint64_t (*devalloc_fake_ze_calls_fn)(const char* api);
+
+/* Live device allocations of device (all devices when device < 0). */
+uint64_t devalloc_fake_ze_live_allocations(int device);
+typedef uint64_t (*devalloc_fake_ze_live_allocations_fn)(int device);
+
+/* Reads device memory directly: 0 on success, -1 when
+ * [address, address + nbytes) is not live device memory. */
+int devalloc_fake_ze_read(uint64_t address, void* dst, size_t nbytes);
+typedef int (*devalloc_fake_ze_read_fn)(uint64_t address, void* dst,
+                                        size_t nbytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DEVALLOC_FAKE_ZE_CONTROL_H */
