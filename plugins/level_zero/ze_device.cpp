@@ -1,0 +1,314 @@
+#include "ze_device.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <future>
+
+namespace devalloc::level_zero {
+
+namespace {
+
+using plugin::Failure;
+
+constexpr devalloc_status kDeviceError = DEVALLOC_STATUS_DEVICE_ERROR;
+
+// A copy-capable queue group, preferring a copy engine that does not
+// compute (a dedicated blitter) over the compute group.
+uint32_t copy_group(const Runtime& ze, ze_device_handle_t device,
+                    uint32_t index) {
+  uint32_t count = 0;
+  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count, nullptr),
+           kDeviceError,
+           "zeDeviceGetCommandQueueGroupProperties(device %u, count)", index);
+  std::vector<ze_command_queue_group_properties_t> groups(count);
+  for (auto& g : groups) {
+    g = {};
+    g.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
+  }
+  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count,
+                                                      groups.data()),
+           kDeviceError, "zeDeviceGetCommandQueueGroupProperties(device %u)",
+           index);
+  constexpr auto kCopy = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY;
+  constexpr auto kCompute = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE;
+  uint32_t chosen = UINT32_MAX;
+  for (uint32_t i = 0; i < count; ++i) {
+    if ((groups[i].flags & kCopy) == 0) continue;
+    if ((groups[i].flags & kCompute) == 0) return i;
+    if (chosen == UINT32_MAX) chosen = i;
+  }
+  if (chosen == UINT32_MAX) {
+    throw Failure{kDeviceError,
+                  plugin::format("device %u has no queue group that copies "
+                                 "(%u groups)",
+                                 index, count)};
+  }
+  return chosen;
+}
+
+plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device,
+                                   uint32_t index) {
+  plugin::DeviceDescription d;
+  ze_device_properties_t properties = {};
+  properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  ze.check(ze.zeDeviceGetProperties(device, &properties), kDeviceError,
+           "zeDeviceGetProperties(device %u)", index);
+  d.name.assign(properties.name, strnlen(properties.name, sizeof properties.name));
+  std::memcpy(d.uuid.data(), properties.uuid.id, d.uuid.size());
+
+  uint32_t count = 0;
+  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, nullptr),
+           kDeviceError, "zeDeviceGetMemoryProperties(device %u, count)",
+           index);
+  std::vector<ze_device_memory_properties_t> memories(count);
+  for (auto& m : memories) {
+    m = {};
+    m.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES;
+  }
+  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, memories.data()),
+           kDeviceError, "zeDeviceGetMemoryProperties(device %u)", index);
+  for (uint32_t i = 0; i < count; ++i) d.total_memory_bytes += memories[i].totalSize;
+
+  // ze_pci_ext: a driver without the extension leaves the bus id unknown.
+  ze_pci_ext_properties_t pci = {};
+  pci.stype = ZE_STRUCTURE_TYPE_PCI_EXT_PROPERTIES;
+  const ze_result_t r = ze.zeDevicePciGetPropertiesExt(device, &pci);
+  if (r == ZE_RESULT_SUCCESS) {
+    d.pci_bus_id = plugin::format("%04x:%02x:%02x.%x", pci.address.domain,
+                                  pci.address.bus, pci.address.device,
+                                  pci.address.function);
+  } else if (r != ZE_RESULT_ERROR_UNSUPPORTED_FEATURE) {
+    ze.check(r, kDeviceError, "zeDevicePciGetPropertiesExt(device %u)", index);
+  }
+  d.dlpack_device_type = DEVALLOC_DLPACK_ONEAPI;
+  d.dlpack_device_id = static_cast<int32_t>(index);
+  return d;
+}
+
+}  // namespace
+
+ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context,
+                   ze_device_handle_t device, uint32_t index)
+    : ze_(ze), context_(context), device_(device), index_(index) {
+  try {
+    description_ = describe(ze, device, index);
+
+    ze_command_queue_desc_t queue = {};
+    queue.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC;
+    queue.ordinal = copy_group(ze, device, index);
+    queue.mode = ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS;
+    queue.priority = ZE_COMMAND_QUEUE_PRIORITY_NORMAL;
+    ze.check(ze.zeCommandListCreateImmediate(context, device, &queue, &list_),
+             kDeviceError,
+             "zeCommandListCreateImmediate(device %u, ordinal %u)", index,
+             queue.ordinal);
+
+    ze_event_pool_desc_t pool = {};
+    pool.stype = ZE_STRUCTURE_TYPE_EVENT_POOL_DESC;
+    pool.flags = ZE_EVENT_POOL_FLAG_HOST_VISIBLE;
+    pool.count = kEvents;
+    ze.check(ze.zeEventPoolCreate(context, &pool, 1, &device_, &pool_),
+             kDeviceError, "zeEventPoolCreate(device %u, count %u)", index,
+             kEvents);
+    events_.reserve(kEvents);
+    free_events_.reserve(kEvents);
+    for (uint32_t i = 0; i < kEvents; ++i) {
+      ze_event_desc_t event = {};
+      event.stype = ZE_STRUCTURE_TYPE_EVENT_DESC;
+      event.index = i;
+      event.signal = ZE_EVENT_SCOPE_FLAG_HOST;
+      event.wait = ZE_EVENT_SCOPE_FLAG_HOST;
+      ze_event_handle_t handle = nullptr;
+      ze.check(ze.zeEventCreate(pool_, &event, &handle), kDeviceError,
+               "zeEventCreate(device %u, index %u)", index, i);
+      events_.push_back(handle);
+      free_events_.push_back(kEvents - 1 - i);
+    }
+  } catch (...) {
+    destroy_objects();
+    throw;
+  }
+}
+
+ZeDevice::~ZeDevice() {
+  // Every release fires once its copy is over; then nothing reads the
+  // allocations or signals the events any more.
+  completions_.wait_for_earlier();
+  allocations_.for_each([this](const plugin::AllocationTable::Allocation& a) {
+    ze_.zeMemFree(context_, reinterpret_cast<void*>(a.base));
+  });
+  allocations_.clear();
+  destroy_objects();
+}
+
+void ZeDevice::destroy_objects() noexcept {
+  for (ze_event_handle_t event : events_) ze_.zeEventDestroy(event);
+  events_.clear();
+  if (pool_ != nullptr) ze_.zeEventPoolDestroy(pool_);
+  if (list_ != nullptr) ze_.zeCommandListDestroy(list_);
+  pool_ = nullptr;
+  list_ = nullptr;
+}
+
+plugin::MemoryInfo ZeDevice::memory_info() const {
+  // Level Zero's core API reports no free memory; what this instance has
+  // not allocated is what it can still count on.
+  const uint64_t total = description_.total_memory_bytes;
+  const uint64_t used = std::min<uint64_t>(used_bytes_, total);
+  return plugin::MemoryInfo{total - used, total};
+}
+
+void ZeDevice::require_alive() const {
+  if (lost_) {
+    throw Failure{kDeviceError,
+                  plugin::format("device %u is lost (a copy's event reported "
+                                 "ZE_RESULT_ERROR_DEVICE_LOST)",
+                                 index_)};
+  }
+}
+
+uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
+  require_alive();
+  ze_device_mem_alloc_desc_t desc = {};
+  desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
+  void* p = nullptr;
+  ze_.check(ze_.zeMemAllocDevice(context_, &desc, nbytes, alignment, device_, &p),
+            kDeviceError,
+            "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64
+            ", device %u)",
+            nbytes, alignment, index_);
+  const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
+    ze_.zeMemFree(context_, p);
+  });
+  used_bytes_ += nbytes;
+  return address;
+}
+
+void ZeDevice::deallocate(uint64_t address) {
+  uint64_t nbytes = 0;
+  allocations_.for_each([&](const plugin::AllocationTable::Allocation& a) {
+    if (a.address == address) nbytes = a.nbytes;
+  });
+  allocations_.free(address, [&](uint64_t base) {
+    ze_.check(ze_.zeMemFree(context_, reinterpret_cast<void*>(base)),
+              kDeviceError, "zeMemFree(0x%" PRIx64 ")", base);
+  });
+  used_bytes_ -= nbytes;
+}
+
+uint32_t ZeDevice::take_event() {
+  std::unique_lock lock(events_mutex_);
+  event_freed_.wait(lock, [this] { return !free_events_.empty(); });
+  const uint32_t slot = free_events_.back();
+  free_events_.pop_back();
+  return slot;
+}
+
+void ZeDevice::recycle(uint32_t slot) noexcept {
+  // Reset before reuse: a signaled event would otherwise report the next
+  // copy complete at once.
+  ze_.zeEventHostReset(events_[slot]);
+  {
+    std::lock_guard lock(events_mutex_);
+    free_events_.push_back(slot);
+  }
+  event_freed_.notify_one();
+}
+
+uint32_t ZeDevice::append_copy(void* dst, const void* src, uint64_t nbytes,
+                               const char* what, bool after_earlier) {
+  require_alive();
+  const uint32_t slot = take_event();
+  append_on(slot, dst, src, nbytes, what, after_earlier);
+  return slot;
+}
+
+void ZeDevice::append_on(uint32_t slot, void* dst, const void* src,
+                         uint64_t nbytes, const char* what,
+                         bool after_earlier) {
+  ze_result_t r = ZE_RESULT_SUCCESS;
+  const char* call = "zeCommandListAppendMemoryCopy";
+  {
+    std::lock_guard lock(list_mutex_);
+    // Commands of one list may overlap unless a barrier orders them.
+    if (after_earlier) {
+      r = ze_.zeCommandListAppendBarrier(list_, nullptr, 0, nullptr);
+      if (r != ZE_RESULT_SUCCESS) call = "zeCommandListAppendBarrier";
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+      r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, nbytes,
+                                            events_[slot], 0, nullptr);
+    }
+  }
+  if (r == ZE_RESULT_SUCCESS) return;
+  recycle(slot);
+  if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+  ze_.check(r, kDeviceError, "%s(%s, %" PRIu64 " bytes, device %u)", call,
+            what, nbytes, index_);
+}
+
+void ZeDevice::wait_and_recycle(uint32_t slot, const char* what) {
+  const ze_result_t r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
+  recycle(slot);
+  if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+  ze_.check(r, kDeviceError, "zeEventHostSynchronize(%s copy, device %u)",
+            what, index_);
+}
+
+void ZeDevice::copy_during_call(uint64_t dst, const void* src,
+                                uint64_t nbytes) {
+  allocations_.require_range(dst, nbytes, "the destination");
+  const uint32_t slot = append_copy(reinterpret_cast<void*>(dst), src, nbytes,
+                                    "host to device", false);
+  wait_and_recycle(slot, "host to device");
+}
+
+void ZeDevice::copy_until_released(uint64_t dst, const void* src,
+                                   uint64_t nbytes, plugin::Release release) {
+  allocations_.require_range(dst, nbytes, "the destination");
+  require_alive();
+  const uint32_t slot = take_event();
+  // The job is queued before the copy is appended, so that the release has
+  // an owner whatever happens next; it waits to learn whether the append
+  // succeeded, and only then for the event.
+  std::promise<bool> appended;
+  std::shared_future<bool> outcome = appended.get_future().share();
+  try {
+    completions_.push(
+        [this, slot, outcome] {
+          if (outcome.get()) wait_and_recycle(slot, "host to device");
+        },
+        std::move(release));
+  } catch (...) {
+    recycle(slot);
+    throw;
+  }
+  try {
+    append_on(slot, reinterpret_cast<void*>(dst), src, nbytes,
+              "host to device", false);
+  } catch (...) {
+    appended.set_value(false);
+    throw;
+  }
+  appended.set_value(true);
+}
+
+void ZeDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
+  allocations_.require_range(src, nbytes, "the source");
+  // After every copy appended before (PLUGIN-16): a barrier first.
+  const uint32_t slot = append_copy(dst, reinterpret_cast<const void*>(src),
+                                    nbytes, "device to host", true);
+  wait_and_recycle(slot, "device to host");
+}
+
+void ZeDevice::synchronize() {
+  completions_.wait_for_earlier();
+  require_alive();
+  if (auto failure = completions_.take_error()) {
+    throw Failure{kDeviceError, "an earlier copy failed: " + *failure};
+  }
+}
+
+}  // namespace devalloc::level_zero

@@ -1,0 +1,98 @@
+// One Level Zero device as the plugin drives it: its immediate command list
+// (on a copy-capable queue group), a pool of events that copies signal and
+// that are reset and reused, and a completion thread that waits on the
+// events of "until released" copies and then releases their sources, with
+// no call from the host needed.
+#pragma once
+
+#include "ze_runtime.hpp"
+
+#include <devalloc/plugin_kit/allocation_table.hpp>
+#include <devalloc/plugin_kit/completion_thread.hpp>
+#include <devalloc/plugin_kit/instance.hpp>
+#include <devalloc/plugin_kit/release.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace devalloc::level_zero {
+
+class ZeDevice {
+ public:
+  // zeMemAllocDevice takes the alignment itself; the largest one asked of
+  // it is a large page.
+  static constexpr uint64_t kMaxAlignment = uint64_t{2} << 20;
+  // Events in the device's pool: copies in flight at once. A copy waits
+  // for a free event when all are in use.
+  static constexpr uint32_t kEvents = 64;
+
+  // Reads the properties, creates the command list, the event pool and its
+  // events. Throws Failure; what was created is destroyed again.
+  ZeDevice(const Runtime& ze, ze_context_handle_t context,
+           ze_device_handle_t device, uint32_t index);
+  // Waits for every copy and releases it, then frees every live allocation
+  // and destroys the events, the pool and the list. Never throws.
+  ~ZeDevice();
+  ZeDevice(const ZeDevice&) = delete;
+  ZeDevice& operator=(const ZeDevice&) = delete;
+
+  const plugin::DeviceDescription& description() const { return description_; }
+  plugin::MemoryInfo memory_info() const;
+
+  uint64_t allocate(uint64_t nbytes, uint64_t alignment);
+  void deallocate(uint64_t address);
+
+  void copy_during_call(uint64_t dst, const void* src, uint64_t nbytes);
+  void copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
+                           plugin::Release release);
+  void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
+  // Waits until every copy issued before has completed and been released;
+  // reports (once) a copy that failed since the last synchronize, and a
+  // lost device every time.
+  void synchronize();
+
+ private:
+  // Appends a copy that signals a free event of the pool (after a barrier
+  // when after_earlier); returns the event's index.
+  uint32_t append_copy(void* dst, const void* src, uint64_t nbytes,
+                       const char* what, bool after_earlier);
+  // Appends the copy signalling event `slot`; on failure recycles the event
+  // and throws.
+  void append_on(uint32_t slot, void* dst, const void* src, uint64_t nbytes,
+                 const char* what, bool after_earlier);
+  // Waits for the event on the calling thread, recycles it, and throws
+  // when the copy failed.
+  void wait_and_recycle(uint32_t slot, const char* what);
+  uint32_t take_event();
+  void recycle(uint32_t slot) noexcept;
+  void require_alive() const;
+  void destroy_objects() noexcept;
+
+  const Runtime& ze_;
+  ze_context_handle_t context_;
+  ze_device_handle_t device_;
+  uint32_t index_;
+  plugin::DeviceDescription description_;
+
+  // Level Zero command lists are not thread-safe: one append at a time.
+  std::mutex list_mutex_;
+  ze_command_list_handle_t list_ = nullptr;
+
+  ze_event_pool_handle_t pool_ = nullptr;
+  std::vector<ze_event_handle_t> events_;
+  std::mutex events_mutex_;
+  std::condition_variable event_freed_;
+  std::vector<uint32_t> free_events_;
+
+  std::atomic<bool> lost_{false};
+  std::atomic<uint64_t> used_bytes_{0};
+  plugin::AllocationTable allocations_;
+  // Waits on the events of "until released" copies and fires their
+  // releases, oldest first.
+  plugin::CompletionThread completions_;
+};
+
+}  // namespace devalloc::level_zero
