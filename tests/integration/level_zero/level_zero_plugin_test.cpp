@@ -1,0 +1,218 @@
+// The Level Zero plugin against the fake driver, through Debian's loader:
+// what it reports about devices, how it completes "until released" copies
+// (events, a completion thread, no host call needed), and how Level Zero
+// failures reach the caller.
+#include "level_zero_fixture.hpp"
+
+#include <level_zero/ze_api.h>
+
+#include <deque>
+#include <thread>
+
+namespace devalloc::level_zero_test {
+namespace {
+
+constexpr uint32_t kDevice = 0;
+constexpr size_t kChunk = 64 * 1024;
+// ZeDevice::kEvents: the size of each device's event pool.
+constexpr int kEventsPerDevice = 64;
+
+using LevelZeroDevices = LevelZeroPluginTest;
+using LevelZeroCopies = LevelZeroPluginTest;
+using LevelZeroErrors = LevelZeroPluginTest;
+
+TEST_F(LevelZeroDevices,
+       TwoFakeDevices_PropertiesComeFromTheDriver_UuidPciAndOneApiType) {
+  const auto& devices = plugin().devices();
+  ASSERT_EQ(devices.size(), 2u);
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(devices[i].name, "Fake Level Zero Device " + std::to_string(i));
+    EXPECT_EQ(devices[i].total_memory_bytes, uint64_t{1} << 30);
+    EXPECT_EQ(devices[i].uuid_string(),
+              "1e7e1020-de5a-4000-8000-0000000000" +
+                  std::string(i == 0 ? "00" : "01"));
+    EXPECT_EQ(devices[i].pci_bus_id, i == 0 ? "0000:3a:00.0" : "0000:3b:00.0");
+    EXPECT_EQ(devices[i].dlpack_device_type, DEVALLOC_DLPACK_ONEAPI);
+    EXPECT_EQ(devices[i].dlpack_device_id, static_cast<int32_t>(i));
+  }
+  EXPECT_TRUE(plugin().capabilities().host_staging);
+  EXPECT_TRUE(plugin().capabilities().async_copy);
+}
+
+TEST_F(LevelZeroCopies,
+       UntilReleasedCopies_ReleasedAfterTheListRan_WithoutSynchronize) {
+  constexpr int kCopies = 8;
+  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  std::vector<std::vector<uint8_t>> sources;
+  ReleaseCounter counter;
+  fake().pause(true);
+  for (int i = 0; i < kCopies; ++i) {
+    sources.push_back(pattern(kChunk, i));
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(
+                        kDevice, *base + i * kChunk, sources[i].data(), kChunk,
+                        ReleaseCounter::on_release, &counter)
+                    .ok());
+  }
+  EXPECT_EQ(counter.releases, 0) << "released before the command list ran";
+  fake().pause(false);
+  // No synchronize: the completion thread sees the events and releases.
+  ASSERT_TRUE(counter.wait_for(kCopies))
+      << "only " << counter.releases << " of " << kCopies
+      << " releases came without a synchronize";
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(fake().read(*base + i * kChunk, kChunk), sources[i]) << i;
+  }
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_EQ(counter.releases, kCopies);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+TEST_F(LevelZeroCopies,
+       ManyMoreCopiesThanEvents_EventsOfThePoolAreResetAndReused) {
+  const int copies = 3 * kEventsPerDevice;
+  Result<uint64_t> base = plugin().allocate(kDevice, copies * 256, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> source = pattern(copies * 256, 5);
+  ReleaseCounter counter;
+  for (int i = 0; i < copies; ++i) {
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(
+                        kDevice, *base + i * 256, source.data() + i * 256, 256,
+                        ReleaseCounter::on_release, &counter)
+                    .ok());
+  }
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_EQ(counter.releases, copies);
+  EXPECT_EQ(fake().read(*base, source.size()), source);
+  EXPECT_EQ(fake().calls("zeEventCreate"), 0u) << "events made per copy";
+  EXPECT_EQ(fake().calls("zeEventPoolCreate"), 0u);
+  EXPECT_EQ(fake().calls("zeEventHostReset"), static_cast<uint64_t>(copies));
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+TEST_F(LevelZeroCopies,
+       UntilReleasedSourceChangedBeforeRelease_FakeReportsTheChangedSource) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> source = pattern(kChunk, 1);
+  ReleaseCounter counter;
+  fake().pause(true);
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(kDevice, *base, source.data(),
+                                                 kChunk,
+                                                 ReleaseCounter::on_release,
+                                                 &counter)
+                  .ok());
+  // The misuse: the caller touches src before its release.
+  source[kChunk / 2] ^= 0xff;
+  fake().pause(false);
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_EQ(counter.releases, 1);
+  const std::string violations = fake().violations();
+  EXPECT_NE(violations.find("changed between the append"), std::string::npos)
+      << violations;
+  fake().reset();
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+TEST_F(LevelZeroCopies,
+       DuringCallAndDeviceToHost_SourceReusedAtOnce_BytesRoundTrip) {
+  Result<uint64_t> base = plugin().allocate(1, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> source = pattern(kChunk, 7);
+  const std::vector<uint8_t> expected = source;
+  ASSERT_TRUE(plugin().copy_to_device(1, *base, source.data(), kChunk).ok());
+  std::fill(source.begin(), source.end(), uint8_t{0xee});
+  std::vector<uint8_t> back(kChunk);
+  ASSERT_TRUE(plugin().copy_to_host(1, back.data(), *base, kChunk).ok());
+  EXPECT_EQ(back, expected);
+  EXPECT_TRUE(plugin().deallocate(1, *base).ok());
+}
+
+TEST_F(LevelZeroCopies,
+       CopiesFromFourThreadsOnOneDevice_TheCommandListIsNeverSharedAtOnce) {
+  constexpr int kThreads = 4;
+  constexpr int kCopies = 32;
+  Result<uint64_t> base =
+      plugin().allocate(kDevice, kThreads * kCopies * 1024, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> source = pattern(kThreads * kCopies * 1024, 9);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCopies; ++i) {
+        const size_t offset = (t * kCopies + i) * 1024;
+        if (!plugin()
+                 .copy_to_device(kDevice, *base + offset,
+                                 source.data() + offset, 1024)
+                 .ok()) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures, 0);
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_EQ(fake().read(*base, source.size()), source);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+TEST_F(LevelZeroErrors,
+       AllocationRefusedByTheDriver_ErrorNamesTheCallAndTheResult) {
+  fake().fail_next("zeMemAllocDevice", ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY);
+  Result<uint64_t> base = plugin().allocate(kDevice, 4096, 0);
+  ASSERT_FALSE(base.ok());
+  EXPECT_EQ(base.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_NE(base.status().message().find("zeMemAllocDevice(size = 4096"),
+            std::string::npos)
+      << base.status().message();
+  EXPECT_NE(
+      base.status().message().find("ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"),
+      std::string::npos)
+      << base.status().message();
+}
+
+TEST_F(LevelZeroErrors, MoreThanTheDeviceHolds_OutOfDeviceMemory) {
+  Result<uint64_t> all = plugin().allocate(kDevice, uint64_t{1} << 30, 0);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  Result<uint64_t> more = plugin().allocate(kDevice, 4096, 0);
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *all).ok());
+}
+
+TEST_F(LevelZeroErrors,
+       DeviceLostDuringACopy_ReleasedAnyway_SynchronizeAndLaterCallsFail) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> source = pattern(kChunk, 2);
+  ReleaseCounter counter;
+  fake().lose_device_on_next_copy();
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(kDevice, *base, source.data(),
+                                                 kChunk,
+                                                 ReleaseCounter::on_release,
+                                                 &counter)
+                  .ok());
+  Status sync = plugin().synchronize(kDevice);
+  EXPECT_EQ(counter.releases, 1);
+  ASSERT_FALSE(sync.ok());
+  EXPECT_EQ(sync.code(), StatusCode::device_error);
+  EXPECT_NE(sync.message().find("ZE_RESULT_ERROR_DEVICE_LOST"),
+            std::string::npos)
+      << sync.message();
+  // A lost device keeps failing.
+  EXPECT_FALSE(plugin().synchronize(kDevice).ok());
+  EXPECT_FALSE(plugin().copy_to_device(kDevice, *base, source.data(), 64).ok());
+  // The other device is unaffected.
+  EXPECT_TRUE(plugin().synchronize(1).ok());
+  fake().reset();
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+}  // namespace
+}  // namespace devalloc::level_zero_test
