@@ -110,6 +110,10 @@ struct Fake {
   std::set<ze_event_pool_handle_t> pools;
   std::set<ze_event_handle_t> events;
   bool lose_next_copy = false;
+  // Destroyed objects stay allocated, and reachable, until exit: late work
+  // may still touch them, and their addresses never come back as new
+  // handles, so that a stale handle is recognized.
+  std::vector<std::shared_ptr<void>> graveyard;
 
   // Event state; waiters sleep on events_changed.
   std::mutex events_mutex;
@@ -123,6 +127,12 @@ Fake& fake() {
 }
 
 #define violation(...) fake().record.violation(__VA_ARGS__)
+
+// With fake().mutex held.
+template <class Handle>
+void bury(Handle* object) {
+  fake().graveyard.emplace_back(std::shared_ptr<Handle>(object));
+}
 
 // Counts the call, then refuses it when a test told it to fail or it
 // precedes zeInit.
@@ -511,8 +521,8 @@ ze_result_t ZE_APICALL fake_zeContextDestroy(ze_context_handle_t context) {
                 static_cast<void*>(pool));
     }
   }
-  // The object stays, so that a stale handle is recognized.
   f.contexts.erase(context);
+  bury(context);
   return ZE_RESULT_SUCCESS;
 }
 
@@ -632,9 +642,10 @@ ze_result_t ZE_APICALL fake_zeCommandListDestroy(
     std::lock_guard lock(fake().mutex);
     fake().lists.erase(list);
   }
-  // Work still queued runs first: the fake never drops a command. The
-  // object stays, so that a stale handle is recognized.
+  // Work still queued runs first: the fake never drops a command.
   list->queue.stop();
+  std::lock_guard lock(fake().mutex);
+  bury(list);
   return ZE_RESULT_SUCCESS;
 }
 
@@ -770,6 +781,7 @@ ze_result_t ZE_APICALL fake_zeEventPoolDestroy(ze_event_pool_handle_t pool) {
     violation("zeEventPoolDestroy: %u event(s) of the pool not destroyed",
               pool->live_events);
   }
+  bury(pool);
   return ZE_RESULT_SUCCESS;
 }
 
@@ -819,6 +831,7 @@ ze_result_t ZE_APICALL fake_zeEventDestroy(ze_event_handle_t event) {
     return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
   }
   --event->pool->live_events;
+  bury(event);
   return ZE_RESULT_SUCCESS;
 }
 
