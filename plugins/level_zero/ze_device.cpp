@@ -304,11 +304,28 @@ void ZeDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
 }
 
 void ZeDevice::synchronize() {
+  // A barrier covers everything appended so far, by any thread (also
+  // copies whose calls have not returned yet); then every release owed.
+  ze_result_t drained = ZE_RESULT_SUCCESS;
+  if (!lost_) {
+    const uint32_t slot = take_event();
+    {
+      std::lock_guard lock(list_mutex_);
+      drained = ze_.zeCommandListAppendBarrier(list_, events_[slot], 0, nullptr);
+    }
+    if (drained == ZE_RESULT_SUCCESS)
+      drained = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
+    recycle(slot);
+    if (drained == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+  }
   completions_.wait_for_earlier();
   require_alive();
   if (auto failure = completions_.take_error()) {
     throw Failure{kDeviceError, "an earlier copy failed: " + *failure};
   }
+  ze_.check(drained, kDeviceError,
+            "zeCommandListAppendBarrier + zeEventHostSynchronize(device %u)",
+            index_);
 }
 
 }  // namespace devalloc::level_zero

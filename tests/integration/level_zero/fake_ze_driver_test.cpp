@@ -48,6 +48,7 @@ class FakeZeMisuse : public ::testing::Test {
               ZE_RESULT_SUCCESS);
   }
   void TearDown() override {
+    if (!fake_ || context_ == nullptr) return;  // SetUp failed
     fake_->pause(false);
     for (ze_event_handle_t e : events_) {
       if (e != nullptr) {
