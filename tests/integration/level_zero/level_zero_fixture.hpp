@@ -126,9 +126,10 @@ class LevelZeroPluginTest : public ::testing::Test {
     fake_->reset();
   }
   void TearDown() override {
-    if (fake_) fake_->pause(false);
+    if (!fake_) return;  // SetUp failed
+    fake_->pause(false);
     plugin_.reset();
-    if (fake_) EXPECT_EQ(fake_->violations(), "");
+    EXPECT_EQ(fake_->violations(), "");
   }
 
   Plugin& plugin() { return *plugin_; }
