@@ -1,15 +1,15 @@
-// The Level Zero plugin: the loader opened at run time, the devices of
-// every driver it reports in one context each, and host (staging) memory
-// from zeMemAllocHost. The ABI glue is the kit's.
-#include "ze_device.hpp"
-#include "ze_runtime.hpp"
-
-#include <devalloc/plugin_kit/plugin_entry.hpp>
-
+// The Level Zero plugin as a kit plugin: the loader opened at run time, one
+// context per driver, the devices of every driver, and host (staging)
+// memory from zeMemAllocHost.
 #include <cinttypes>
+#include <devalloc/plugin_kit/device_instance.hpp>
+#include <devalloc/plugin_kit/plugin_entry.hpp>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "ze_device.hpp"
+#include "ze_runtime.hpp"
 
 #ifndef DEVALLOC_LEVEL_ZERO_PLUGIN_VERSION
 #error "DEVALLOC_LEVEL_ZERO_PLUGIN_VERSION must be defined by the build"
@@ -18,181 +18,133 @@
 namespace devalloc::level_zero {
 namespace {
 
+using plugin::CallKind;
 using plugin::Failure;
 
-constexpr devalloc_status kUnavailable = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
+// A base before the devices, so that the loader and the contexts exist
+// before them and are closed after them, also when a constructor throws.
+class Contexts {
+ public:
+  struct Driver {
+    ze_context_handle_t context = nullptr;
+    std::vector<ze_device_handle_t> devices;
+  };
 
-// One driver's context, created before and destroyed after its devices.
-struct Driver {
-  ze_driver_handle_t handle = nullptr;
-  ze_context_handle_t context = nullptr;
+  explicit Contexts(const std::string& library);
+  ~Contexts() { destroy(); }
+  Contexts(const Contexts&) = delete;
+  Contexts& operator=(const Contexts&) = delete;
+
+ protected:
+  std::vector<std::unique_ptr<ZeDevice>> open_devices() const;
+
+  Runtime ze_;
+  // Drivers that have devices, each with its context.
+  std::vector<Driver> drivers_;
+
+ private:
+  void destroy() noexcept {
+    for (const Driver& driver : drivers_) ze_.zeContextDestroy(driver.context);
+    drivers_.clear();
+  }
 };
 
-class LevelZeroInstance final : public devalloc_instance {
+Contexts::Contexts(const std::string& library) : ze_(library) {
+  // Without a driver (none installed, or none that found its hardware) the
+  // loader answers ZE_RESULT_ERROR_UNINITIALIZED: the runtime cannot serve,
+  // and its own words say why.
+  ze_.check(ze_.zeInit(0), CallKind::work, "zeInit(0)");
+  uint32_t count = 0;
+  ze_.check(ze_.zeDriverGet(&count, nullptr), CallKind::work, "zeDriverGet(count)");
+  std::vector<ze_driver_handle_t> handles(count);
+  ze_.check(ze_.zeDriverGet(&count, handles.data()), CallKind::work, "zeDriverGet(%u)", count);
+  handles.resize(count);
+  try {
+    for (size_t d = 0; d < handles.size(); ++d) {
+      uint32_t n = 0;
+      ze_.check(ze_.zeDeviceGet(handles[d], &n, nullptr), CallKind::work,
+                "zeDeviceGet(driver %zu, count)", d);
+      if (n == 0) continue;
+      Driver driver;
+      driver.devices.resize(n);
+      ze_.check(ze_.zeDeviceGet(handles[d], &n, driver.devices.data()), CallKind::work,
+                "zeDeviceGet(driver %zu)", d);
+      driver.devices.resize(n);
+      ze_context_desc_t desc = {};
+      desc.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
+      ze_.check(ze_.zeContextCreate(handles[d], &desc, &driver.context), CallKind::work,
+                "zeContextCreate(driver %zu)", d);
+      drivers_.push_back(std::move(driver));
+    }
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+std::vector<std::unique_ptr<ZeDevice>> Contexts::open_devices() const {
+  std::vector<std::unique_ptr<ZeDevice>> devices;
+  for (const Driver& driver : drivers_) {
+    for (ze_device_handle_t device : driver.devices) {
+      devices.push_back(std::make_unique<ZeDevice>(ze_, driver.context, device,
+                                                   static_cast<uint32_t>(devices.size())));
+    }
+  }
+  return devices;
+}
+
+class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<ZeDevice> {
  public:
-  explicit LevelZeroInstance(const std::string& library);
-  ~LevelZeroInstance() override;
+  explicit LevelZeroInstance(const std::string& library)
+      : Contexts(library), DeviceInstance(open_devices()) {}
+
+  ~LevelZeroInstance() override {
+    // Staging memory may be the source of copies still in flight.
+    quiesce_devices();
+    staging_.for_each([this](void* host, uint64_t) { ze_.zeMemFree(staging_context(), host); });
+    staging_.clear();
+    devices_.clear();
+  }
 
   uint64_t capability_flags() const override {
     uint64_t flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
     if (!drivers_.empty()) flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
     return flags;
   }
-  uint64_t max_alignment() const override { return ZeDevice::kMaxAlignment; }
-  uint32_t device_count() const override {
-    return static_cast<uint32_t>(devices_.size());
+
+  void* allocate_host(uint64_t nbytes) override {
+    if (drivers_.empty()) {
+      throw Failure{DEVALLOC_STATUS_UNSUPPORTED,
+                    "host memory needs a Level Zero context, and this instance has no device"};
+    }
+    ze_host_mem_alloc_desc_t desc = {};
+    desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
+    void* host = nullptr;
+    ze_.check(ze_.zeMemAllocHost(staging_context(), &desc, nbytes, 0, &host),
+              CallKind::host_allocation, "zeMemAllocHost(size = %" PRIu64 ")", nbytes);
+    staging_.adopt(host, nbytes, [this](void* p) { ze_.zeMemFree(staging_context(), p); });
+    return host;
   }
-  plugin::DeviceDescription describe(uint32_t device) override {
-    return devices_[device]->description();
+  void free_host(void* host) override {
+    staging_.free(host, [this](void* p) {
+      ze_.check(ze_.zeMemFree(staging_context(), p), CallKind::work, "zeMemFree(%p)", p);
+    });
   }
-  bool memory_info(uint32_t device, plugin::MemoryInfo& info) override {
-    info = devices_[device]->memory_info();
-    return true;
-  }
-  uint64_t allocate(uint32_t device, uint64_t nbytes,
-                    uint64_t alignment) override {
-    return devices_[device]->allocate(nbytes, alignment);
-  }
-  void deallocate(uint32_t device, uint64_t address) override {
-    devices_[device]->deallocate(address);
-  }
-  void copy_during_call(uint32_t device, uint64_t dst, const void* src,
-                        uint64_t nbytes) override {
-    devices_[device]->copy_during_call(dst, src, nbytes);
-  }
-  void copy_until_released(uint32_t device, uint64_t dst, const void* src,
-                           uint64_t nbytes, plugin::Release release) override {
-    devices_[device]->copy_until_released(dst, src, nbytes, std::move(release));
-  }
-  void copy_to_host(uint32_t device, void* dst, uint64_t src,
-                    uint64_t nbytes) override {
-    devices_[device]->copy_to_host(dst, src, nbytes);
-  }
-  void synchronize(uint32_t device) override { devices_[device]->synchronize(); }
-  void* allocate_host(uint64_t nbytes) override;
-  void free_host(void* host) override;
 
  private:
-  void open_drivers();
-  void close() noexcept;
+  // Host memory of the first driver's context: Level Zero host allocations
+  // are visible to every device of that driver.
+  ze_context_handle_t staging_context() const { return drivers_.front().context; }
 
-  Runtime ze_;
-  std::vector<Driver> drivers_;
-  std::vector<std::unique_ptr<ZeDevice>> devices_;
-  // Host memory of the first driver's context; copies on every device read
-  // it, as Level Zero host allocations are visible to all devices of the
-  // driver.
   plugin::StagingTable staging_;
 };
-
-LevelZeroInstance::LevelZeroInstance(const std::string& library)
-    : ze_(library) {
-  try {
-    open_drivers();
-  } catch (...) {
-    close();
-    throw;
-  }
-}
-
-LevelZeroInstance::~LevelZeroInstance() { close(); }
-
-void LevelZeroInstance::open_drivers() {
-  // Without a driver (none installed, or none that found its hardware),
-  // the loader answers ZE_RESULT_ERROR_UNINITIALIZED: the runtime cannot
-  // serve, and its own words say why.
-  ze_.check(ze_.zeInit(0), kUnavailable, "zeInit(0)");
-  uint32_t count = 0;
-  ze_.check(ze_.zeDriverGet(&count, nullptr), kUnavailable,
-            "zeDriverGet(count)");
-  std::vector<ze_driver_handle_t> handles(count);
-  ze_.check(ze_.zeDriverGet(&count, handles.data()), kUnavailable,
-            "zeDriverGet(%u)", count);
-  handles.resize(count);
-  for (ze_driver_handle_t handle : handles) {
-    uint32_t n = 0;
-    ze_.check(ze_.zeDeviceGet(handle, &n, nullptr), kUnavailable,
-              "zeDeviceGet(driver %zu, count)", drivers_.size());
-    if (n == 0) continue;
-    std::vector<ze_device_handle_t> devices(n);
-    ze_.check(ze_.zeDeviceGet(handle, &n, devices.data()), kUnavailable,
-              "zeDeviceGet(driver %zu)", drivers_.size());
-    ze_context_desc_t desc = {};
-    desc.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
-    Driver driver{handle, nullptr};
-    ze_.check(ze_.zeContextCreate(handle, &desc, &driver.context),
-              kUnavailable, "zeContextCreate(driver %zu)", drivers_.size());
-    drivers_.push_back(driver);
-    for (uint32_t i = 0; i < n; ++i) {
-      devices_.push_back(std::make_unique<ZeDevice>(
-          ze_, driver.context, devices[i],
-          static_cast<uint32_t>(devices_.size())));
-    }
-  }
-}
-
-void LevelZeroInstance::close() noexcept {
-  // Devices first: they wait for their copies, whose sources may be
-  // staging memory freed next.
-  devices_.clear();
-  if (!drivers_.empty()) {
-    const ze_context_handle_t context = drivers_.front().context;
-    staging_.for_each([&](void* host, uint64_t) { ze_.zeMemFree(context, host); });
-    staging_.clear();
-  }
-  for (const Driver& driver : drivers_) ze_.zeContextDestroy(driver.context);
-  drivers_.clear();
-}
-
-void* LevelZeroInstance::allocate_host(uint64_t nbytes) {
-  if (drivers_.empty()) {
-    throw Failure{DEVALLOC_STATUS_UNSUPPORTED,
-                  "host memory needs a Level Zero context, and this instance "
-                  "has no device"};
-  }
-  const ze_context_handle_t context = drivers_.front().context;
-  ze_host_mem_alloc_desc_t desc = {};
-  desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
-  void* host = nullptr;
-  ze_.check(ze_.zeMemAllocHost(context, &desc, nbytes, 0, &host),
-            DEVALLOC_STATUS_OUT_OF_HOST_MEMORY,
-            "zeMemAllocHost(size = %" PRIu64 ")", nbytes);
-  staging_.adopt(host, nbytes, [&](void* p) { ze_.zeMemFree(context, p); });
-  return host;
-}
-
-void LevelZeroInstance::free_host(void* host) {
-  if (drivers_.empty()) {
-    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
-                  "this instance has no device and allocated no host memory"};
-  }
-  const ze_context_handle_t context = drivers_.front().context;
-  staging_.free(host, [&](void* p) {
-    ze_.check(ze_.zeMemFree(context, p), DEVALLOC_STATUS_INVALID_ARGUMENT,
-              "zeMemFree(%p)", p);
-  });
-}
 
 struct LevelZeroPlugin {
   static constexpr const char* name = "level_zero";
   static constexpr const char* version = DEVALLOC_LEVEL_ZERO_PLUGIN_VERSION;
 
-  static std::unique_ptr<devalloc_instance> create(plugin::Options& options) {
-    std::string library = "libze_loader.so.1";
-    options.take("runtime_library", library);
-    options.reject_unknown("level_zero", "runtime_library");
-    if (library.empty()) {
-      throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
-                    "level_zero: option runtime_library is empty"};
-    }
-    try {
-      return std::make_unique<LevelZeroInstance>(library);
-    } catch (Failure& failure) {
-      // Whatever failed, the runtime could not be set up.
-      failure.status = kUnavailable;
-      failure.message.insert(0, "level_zero: ");
-      throw;
-    }
+  static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
+    return plugin::create_over_runtime<LevelZeroInstance>(options, name, "libze_loader.so.1");
   }
 };
 

@@ -11,25 +11,23 @@ namespace {
 
 using plugin::Failure;
 
+using plugin::CallKind;
+constexpr CallKind kWork = CallKind::work;
 constexpr devalloc_status kDeviceError = DEVALLOC_STATUS_DEVICE_ERROR;
 
 // A copy-capable queue group, preferring a copy engine that does not
 // compute (a dedicated blitter) over the compute group.
-uint32_t copy_group(const Runtime& ze, ze_device_handle_t device,
-                    uint32_t index) {
+uint32_t copy_group(const Runtime& ze, ze_device_handle_t device, uint32_t index) {
   uint32_t count = 0;
-  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count, nullptr),
-           kDeviceError,
+  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count, nullptr), kWork,
            "zeDeviceGetCommandQueueGroupProperties(device %u, count)", index);
   std::vector<ze_command_queue_group_properties_t> groups(count);
   for (auto& g : groups) {
     g = {};
     g.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
   }
-  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count,
-                                                      groups.data()),
-           kDeviceError, "zeDeviceGetCommandQueueGroupProperties(device %u)",
-           index);
+  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count, groups.data()), kWork,
+           "zeDeviceGetCommandQueueGroupProperties(device %u)", index);
   constexpr auto kCopy = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY;
   constexpr auto kCompute = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE;
   uint32_t chosen = UINT32_MAX;
@@ -39,35 +37,32 @@ uint32_t copy_group(const Runtime& ze, ze_device_handle_t device,
     if (chosen == UINT32_MAX) chosen = i;
   }
   if (chosen == UINT32_MAX) {
-    throw Failure{kDeviceError,
-                  plugin::format("device %u has no queue group that copies "
-                                 "(%u groups)",
-                                 index, count)};
+    throw Failure{kDeviceError, plugin::format("device %u has no queue group that copies "
+                                               "(%u groups)",
+                                               index, count)};
   }
   return chosen;
 }
 
-plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device,
-                                   uint32_t index) {
+plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device, uint32_t index) {
   plugin::DeviceDescription d;
   ze_device_properties_t properties = {};
   properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
-  ze.check(ze.zeDeviceGetProperties(device, &properties), kDeviceError,
-           "zeDeviceGetProperties(device %u)", index);
+  ze.check(ze.zeDeviceGetProperties(device, &properties), kWork, "zeDeviceGetProperties(device %u)",
+           index);
   d.name.assign(properties.name, strnlen(properties.name, sizeof properties.name));
   std::memcpy(d.uuid.data(), properties.uuid.id, d.uuid.size());
 
   uint32_t count = 0;
-  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, nullptr),
-           kDeviceError, "zeDeviceGetMemoryProperties(device %u, count)",
-           index);
+  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, nullptr), kWork,
+           "zeDeviceGetMemoryProperties(device %u, count)", index);
   std::vector<ze_device_memory_properties_t> memories(count);
   for (auto& m : memories) {
     m = {};
     m.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES;
   }
-  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, memories.data()),
-           kDeviceError, "zeDeviceGetMemoryProperties(device %u)", index);
+  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, memories.data()), kWork,
+           "zeDeviceGetMemoryProperties(device %u)", index);
   for (uint32_t i = 0; i < count; ++i) d.total_memory_bytes += memories[i].totalSize;
 
   // ze_pci_ext: a driver without the extension leaves the bus id unknown.
@@ -75,11 +70,10 @@ plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device,
   pci.stype = ZE_STRUCTURE_TYPE_PCI_EXT_PROPERTIES;
   const ze_result_t r = ze.zeDevicePciGetPropertiesExt(device, &pci);
   if (r == ZE_RESULT_SUCCESS) {
-    d.pci_bus_id = plugin::format("%04x:%02x:%02x.%x", pci.address.domain,
-                                  pci.address.bus, pci.address.device,
-                                  pci.address.function);
+    d.pci_bus_id = plugin::format("%04x:%02x:%02x.%x", pci.address.domain, pci.address.bus,
+                                  pci.address.device, pci.address.function);
   } else if (r != ZE_RESULT_ERROR_UNSUPPORTED_FEATURE) {
-    ze.check(r, kDeviceError, "zeDevicePciGetPropertiesExt(device %u)", index);
+    ze.check(r, kWork, "zeDevicePciGetPropertiesExt(device %u)", index);
   }
   d.dlpack_device_type = DEVALLOC_DLPACK_ONEAPI;
   d.dlpack_device_id = static_cast<int32_t>(index);
@@ -88,8 +82,8 @@ plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device,
 
 }  // namespace
 
-ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context,
-                   ze_device_handle_t device, uint32_t index)
+ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context, ze_device_handle_t device,
+                   uint32_t index)
     : ze_(ze), context_(context), device_(device), index_(index) {
   try {
     description_ = describe(ze, device, index);
@@ -99,18 +93,15 @@ ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context,
     queue.ordinal = copy_group(ze, device, index);
     queue.mode = ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS;
     queue.priority = ZE_COMMAND_QUEUE_PRIORITY_NORMAL;
-    ze.check(ze.zeCommandListCreateImmediate(context, device, &queue, &list_),
-             kDeviceError,
-             "zeCommandListCreateImmediate(device %u, ordinal %u)", index,
-             queue.ordinal);
+    ze.check(ze.zeCommandListCreateImmediate(context, device, &queue, &list_), kWork,
+             "zeCommandListCreateImmediate(device %u, ordinal %u)", index, queue.ordinal);
 
     ze_event_pool_desc_t pool = {};
     pool.stype = ZE_STRUCTURE_TYPE_EVENT_POOL_DESC;
     pool.flags = ZE_EVENT_POOL_FLAG_HOST_VISIBLE;
     pool.count = kEvents;
-    ze.check(ze.zeEventPoolCreate(context, &pool, 1, &device_, &pool_),
-             kDeviceError, "zeEventPoolCreate(device %u, count %u)", index,
-             kEvents);
+    ze.check(ze.zeEventPoolCreate(context, &pool, 1, &device_, &pool_), kWork,
+             "zeEventPoolCreate(device %u, count %u)", index, kEvents);
     events_.reserve(kEvents);
     free_events_.reserve(kEvents);
     for (uint32_t i = 0; i < kEvents; ++i) {
@@ -120,7 +111,7 @@ ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context,
       event.signal = ZE_EVENT_SCOPE_FLAG_HOST;
       event.wait = ZE_EVENT_SCOPE_FLAG_HOST;
       ze_event_handle_t handle = nullptr;
-      ze.check(ze.zeEventCreate(pool_, &event, &handle), kDeviceError,
+      ze.check(ze.zeEventCreate(pool_, &event, &handle), kWork,
                "zeEventCreate(device %u, index %u)", index, i);
       events_.push_back(handle);
       free_events_.push_back(kEvents - 1 - i);
@@ -134,7 +125,7 @@ ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context,
 ZeDevice::~ZeDevice() {
   // Every release fires once its copy is over; then nothing reads the
   // allocations or signals the events any more.
-  completions_.wait_for_earlier();
+  quiesce();
   allocations_.for_each([this](const plugin::AllocationTable::Allocation& a) {
     ze_.zeMemFree(context_, reinterpret_cast<void*>(a.base));
   });
@@ -161,10 +152,9 @@ plugin::MemoryInfo ZeDevice::memory_info() const {
 
 void ZeDevice::require_alive() const {
   if (lost_) {
-    throw Failure{kDeviceError,
-                  plugin::format("device %u is lost (a copy's event reported "
-                                 "ZE_RESULT_ERROR_DEVICE_LOST)",
-                                 index_)};
+    throw Failure{kDeviceError, plugin::format("device %u is lost (a copy's event reported "
+                                               "ZE_RESULT_ERROR_DEVICE_LOST)",
+                                               index_)};
   }
 }
 
@@ -174,14 +164,12 @@ uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
   void* p = nullptr;
   ze_.check(ze_.zeMemAllocDevice(context_, &desc, nbytes, alignment, device_, &p),
-            kDeviceError,
-            "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64
-            ", device %u)",
-            nbytes, alignment, index_);
+            CallKind::device_allocation,
+            "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64 ", device %u)", nbytes,
+            alignment, index_);
   const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
-  const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
-    ze_.zeMemFree(context_, p);
-  });
+  const uint64_t address =
+      allocations_.adopt(base, nbytes, alignment, [&](uint64_t) { ze_.zeMemFree(context_, p); });
   used_bytes_ += nbytes;
   return address;
 }
@@ -192,8 +180,8 @@ void ZeDevice::deallocate(uint64_t address) {
     if (a.address == address) nbytes = a.nbytes;
   });
   allocations_.free(address, [&](uint64_t base) {
-    ze_.check(ze_.zeMemFree(context_, reinterpret_cast<void*>(base)),
-              kDeviceError, "zeMemFree(0x%" PRIx64 ")", base);
+    ze_.check(ze_.zeMemFree(context_, reinterpret_cast<void*>(base)), kWork,
+              "zeMemFree(0x%" PRIx64 ")", base);
   });
   used_bytes_ -= nbytes;
 }
@@ -217,17 +205,16 @@ void ZeDevice::recycle(uint32_t slot) noexcept {
   event_freed_.notify_one();
 }
 
-uint32_t ZeDevice::append_copy(void* dst, const void* src, uint64_t nbytes,
-                               const char* what, bool after_earlier) {
+uint32_t ZeDevice::append_copy(void* dst, const void* src, uint64_t nbytes, const char* what,
+                               bool after_earlier) {
   require_alive();
   const uint32_t slot = take_event();
   append_on(slot, dst, src, nbytes, what, after_earlier);
   return slot;
 }
 
-void ZeDevice::append_on(uint32_t slot, void* dst, const void* src,
-                         uint64_t nbytes, const char* what,
-                         bool after_earlier) {
+void ZeDevice::append_on(uint32_t slot, void* dst, const void* src, uint64_t nbytes,
+                         const char* what, bool after_earlier) {
   ze_result_t r = ZE_RESULT_SUCCESS;
   const char* call = "zeCommandListAppendMemoryCopy";
   {
@@ -238,35 +225,31 @@ void ZeDevice::append_on(uint32_t slot, void* dst, const void* src,
       if (r != ZE_RESULT_SUCCESS) call = "zeCommandListAppendBarrier";
     }
     if (r == ZE_RESULT_SUCCESS) {
-      r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, nbytes,
-                                            events_[slot], 0, nullptr);
+      r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, nbytes, events_[slot], 0, nullptr);
     }
   }
   if (r == ZE_RESULT_SUCCESS) return;
   recycle(slot);
   if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
-  ze_.check(r, kDeviceError, "%s(%s, %" PRIu64 " bytes, device %u)", call,
-            what, nbytes, index_);
+  ze_.check(r, kWork, "%s(%s, %" PRIu64 " bytes, device %u)", call, what, nbytes, index_);
 }
 
 void ZeDevice::wait_and_recycle(uint32_t slot, const char* what) {
   const ze_result_t r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
   recycle(slot);
   if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
-  ze_.check(r, kDeviceError, "zeEventHostSynchronize(%s copy, device %u)",
-            what, index_);
+  ze_.check(r, kWork, "zeEventHostSynchronize(%s copy, device %u)", what, index_);
 }
 
-void ZeDevice::copy_during_call(uint64_t dst, const void* src,
-                                uint64_t nbytes) {
+void ZeDevice::copy_during_call(uint64_t dst, const void* src, uint64_t nbytes) {
   allocations_.require_range(dst, nbytes, "the destination");
-  const uint32_t slot = append_copy(reinterpret_cast<void*>(dst), src, nbytes,
-                                    "host to device", false);
+  const uint32_t slot =
+      append_copy(reinterpret_cast<void*>(dst), src, nbytes, "host to device", false);
   wait_and_recycle(slot, "host to device");
 }
 
-void ZeDevice::copy_until_released(uint64_t dst, const void* src,
-                                   uint64_t nbytes, plugin::Release release) {
+void ZeDevice::copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
+                                   plugin::Release release) {
   allocations_.require_range(dst, nbytes, "the destination");
   require_alive();
   const uint32_t slot = take_event();
@@ -286,8 +269,7 @@ void ZeDevice::copy_until_released(uint64_t dst, const void* src,
     throw;
   }
   try {
-    append_on(slot, reinterpret_cast<void*>(dst), src, nbytes,
-              "host to device", false);
+    append_on(slot, reinterpret_cast<void*>(dst), src, nbytes, "host to device", false);
   } catch (...) {
     appended.set_value(false);
     throw;
@@ -298,8 +280,8 @@ void ZeDevice::copy_until_released(uint64_t dst, const void* src,
 void ZeDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
   allocations_.require_range(src, nbytes, "the source");
   // After every copy appended before (PLUGIN-16): a barrier first.
-  const uint32_t slot = append_copy(dst, reinterpret_cast<const void*>(src),
-                                    nbytes, "device to host", true);
+  const uint32_t slot =
+      append_copy(dst, reinterpret_cast<const void*>(src), nbytes, "device to host", true);
   wait_and_recycle(slot, "device to host");
 }
 
@@ -323,8 +305,7 @@ void ZeDevice::synchronize() {
   if (auto failure = completions_.take_error()) {
     throw Failure{kDeviceError, "an earlier copy failed: " + *failure};
   }
-  ze_.check(drained, kDeviceError,
-            "zeCommandListAppendBarrier + zeEventHostSynchronize(device %u)",
+  ze_.check(drained, kWork, "zeCommandListAppendBarrier + zeEventHostSynchronize(device %u)",
             index_);
 }
 

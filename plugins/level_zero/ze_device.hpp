@@ -5,18 +5,17 @@
 // no call from the host needed.
 #pragma once
 
-#include "ze_runtime.hpp"
-
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <devalloc/plugin_kit/allocation_table.hpp>
 #include <devalloc/plugin_kit/completion_thread.hpp>
 #include <devalloc/plugin_kit/instance.hpp>
 #include <devalloc/plugin_kit/release.hpp>
-
-#include <atomic>
-#include <condition_variable>
-#include <cstdint>
 #include <mutex>
 #include <vector>
+
+#include "ze_runtime.hpp"
 
 namespace devalloc::level_zero {
 
@@ -24,6 +23,7 @@ class ZeDevice {
  public:
   // zeMemAllocDevice takes the alignment itself; the largest one asked of
   // it is a large page.
+  static constexpr uint64_t kNaturalAlignment = 256;
   static constexpr uint64_t kMaxAlignment = uint64_t{2} << 20;
   // Events in the device's pool: copies in flight at once. A copy waits
   // for a free event when all are in use.
@@ -31,8 +31,8 @@ class ZeDevice {
 
   // Reads the properties, creates the command list, the event pool and its
   // events. Throws Failure; what was created is destroyed again.
-  ZeDevice(const Runtime& ze, ze_context_handle_t context,
-           ze_device_handle_t device, uint32_t index);
+  ZeDevice(const Runtime& ze, ze_context_handle_t context, ze_device_handle_t device,
+           uint32_t index);
   // Waits for every copy and releases it, then frees every live allocation
   // and destroys the events, the pool and the list. Never throws.
   ~ZeDevice();
@@ -46,23 +46,25 @@ class ZeDevice {
   void deallocate(uint64_t address);
 
   void copy_during_call(uint64_t dst, const void* src, uint64_t nbytes);
-  void copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
-                           plugin::Release release);
+  void copy_until_released(uint64_t dst, const void* src, uint64_t nbytes, plugin::Release release);
   void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
   // Waits until every copy issued before has completed and been released;
   // reports (once) a copy that failed since the last synchronize, and a
   // lost device every time.
   void synchronize();
+  // Waits until every copy issued before has completed and been released,
+  // reporting nothing: for destroy.
+  void quiesce() noexcept { completions_.wait_for_earlier(); }
 
  private:
   // Appends a copy that signals a free event of the pool (after a barrier
   // when after_earlier); returns the event's index.
-  uint32_t append_copy(void* dst, const void* src, uint64_t nbytes,
-                       const char* what, bool after_earlier);
+  uint32_t append_copy(void* dst, const void* src, uint64_t nbytes, const char* what,
+                       bool after_earlier);
   // Appends the copy signalling event `slot`; on failure recycles the event
   // and throws.
-  void append_on(uint32_t slot, void* dst, const void* src, uint64_t nbytes,
-                 const char* what, bool after_earlier);
+  void append_on(uint32_t slot, void* dst, const void* src, uint64_t nbytes, const char* what,
+                 bool after_earlier);
   // Waits for the event on the calling thread, recycles it, and throws
   // when the copy failed.
   void wait_and_recycle(uint32_t slot, const char* what);

@@ -4,7 +4,6 @@
 
 #include <cstdarg>
 #include <cstdio>
-#include <utility>
 
 namespace devalloc::level_zero {
 
@@ -46,23 +45,17 @@ std::string result_name(ze_result_t result) {
 
 // RTLD_NODELETE: the loader keeps its drivers (and their threads) once zeInit
 // ran, and Level Zero has no call that undoes zeInit.
-Runtime::Runtime(const std::string& path)
-    : library(path, "the Level Zero loader", RTLD_NODELETE) {
+Runtime::Runtime(const std::string& path) : library(path, "the Level Zero loader", RTLD_NODELETE) {
   DEVALLOC_ZE_ENTRY_POINTS(DEVALLOC_KIT_BIND_ENTRY_POINT)
 }
 
-void Runtime::check(ze_result_t result, devalloc_status status,
-                    const char* call_format, ...) const {
+void Runtime::check(ze_result_t result, plugin::CallKind kind, const char* call_format, ...) const {
   if (result == ZE_RESULT_SUCCESS) return;
-  if (result == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)
-    status = DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY;
-  if (result == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY)
-    status = DEVALLOC_STATUS_OUT_OF_HOST_MEMORY;
+  const bool out_of_memory = result == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY ||
+                             result == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   va_list args;
   va_start(args, call_format);
-  std::string message = plugin::vformat(call_format, args);
-  va_end(args);
-  plugin::raise_call_failure(status, std::move(message), result_name(result));
+  plugin::raise_vendor_failure(kind, out_of_memory, result_name(result), call_format, args);
 }
 
 }  // namespace devalloc::level_zero

@@ -8,33 +8,32 @@
 
 #include <devalloc/plugin_kit/error.hpp>
 #include <devalloc/plugin_kit/runtime_library.hpp>
-
 #include <string>
 
 namespace devalloc::level_zero {
 
-#define DEVALLOC_ZE_ENTRY_POINTS(X)      \
-  X(zeInit)                              \
-  X(zeDriverGet)                         \
-  X(zeDeviceGet)                         \
-  X(zeDeviceGetProperties)               \
-  X(zeDeviceGetMemoryProperties)         \
+#define DEVALLOC_ZE_ENTRY_POINTS(X)         \
+  X(zeInit)                                 \
+  X(zeDriverGet)                            \
+  X(zeDeviceGet)                            \
+  X(zeDeviceGetProperties)                  \
+  X(zeDeviceGetMemoryProperties)            \
   X(zeDeviceGetCommandQueueGroupProperties) \
-  X(zeDevicePciGetPropertiesExt)         \
-  X(zeContextCreate)                     \
-  X(zeContextDestroy)                    \
-  X(zeCommandListCreateImmediate)        \
-  X(zeCommandListDestroy)                \
-  X(zeCommandListAppendMemoryCopy)       \
-  X(zeCommandListAppendBarrier)          \
-  X(zeEventPoolCreate)                   \
-  X(zeEventPoolDestroy)                  \
-  X(zeEventCreate)                       \
-  X(zeEventDestroy)                      \
-  X(zeEventHostSynchronize)              \
-  X(zeEventHostReset)                    \
-  X(zeMemAllocDevice)                    \
-  X(zeMemAllocHost)                      \
+  X(zeDevicePciGetPropertiesExt)            \
+  X(zeContextCreate)                        \
+  X(zeContextDestroy)                       \
+  X(zeCommandListCreateImmediate)           \
+  X(zeCommandListDestroy)                   \
+  X(zeCommandListAppendMemoryCopy)          \
+  X(zeCommandListAppendBarrier)             \
+  X(zeEventPoolCreate)                      \
+  X(zeEventPoolDestroy)                     \
+  X(zeEventCreate)                          \
+  X(zeEventDestroy)                         \
+  X(zeEventHostSynchronize)                 \
+  X(zeEventHostReset)                       \
+  X(zeMemAllocDevice)                       \
+  X(zeMemAllocHost)                         \
   X(zeMemFree)
 
 // "ZE_RESULT_ERROR_DEVICE_LOST", or "ze_result_t 0x..." for a code this
@@ -47,12 +46,10 @@ class Runtime {
   // (RUNTIME_UNAVAILABLE) with the dlerror text when either fails.
   explicit Runtime(const std::string& path);
 
-  // Throws Failure(status) unless result is ZE_RESULT_SUCCESS, with the
-  // message "<call> failed: <result_name>", the call printf-formatted.
-  // OUT_OF_DEVICE_MEMORY / OUT_OF_HOST_MEMORY results keep their meaning
-  // whatever status is asked for.
-  void check(ze_result_t result, devalloc_status status,
-             const char* call_format, ...) const
+  // Throws Failure unless result is ZE_RESULT_SUCCESS, with the message
+  // "<call> failed: <result_name>", the call printf-formatted; the status
+  // follows from kind (plugin::status_of_failed_call).
+  void check(ze_result_t result, plugin::CallKind kind, const char* call_format, ...) const
       __attribute__((format(printf, 4, 5)));
 
   // First, so that the entry points below are bound after it is open.

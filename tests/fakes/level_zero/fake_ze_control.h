@@ -27,10 +27,11 @@ typedef int (*devalloc_fake_ze_violations_fn)(char* buf, size_t cap);
 void devalloc_fake_ze_reset(void);
 typedef void (*devalloc_fake_ze_reset_fn)(void);
 
-/* The next call of api (e.g. "zeMemAllocDevice") returns result (a
+/* The next `count` calls of api (e.g. "zeMemAllocDevice") return result (a
  * ze_result_t) without doing anything. */
-void devalloc_fake_ze_fail_next(const char* api, int result);
-typedef void (*devalloc_fake_ze_fail_next_fn)(const char* api, int result);
+void devalloc_fake_ze_fail_calls(const char* api, int result, int count);
+typedef void (*devalloc_fake_ze_fail_calls_fn)(const char* api, int result,
+                                               int count);
 
 /* The next copy a command list executes fails as a hung device would: the
  * copy is not done, its event never signals, and its device is lost (every

@@ -1083,8 +1083,8 @@ void devalloc_fake_ze_reset(void) {
   devalloc_fake_ze_pause(0);
 }
 
-void devalloc_fake_ze_fail_next(const char* api, int result) {
-  fake().record.fail_calls(api, result, 1);
+void devalloc_fake_ze_fail_calls(const char* api, int result, int count) {
+  fake().record.fail_calls(api, result, count);
 }
 
 void devalloc_fake_ze_lose_device_on_next_copy(void) {

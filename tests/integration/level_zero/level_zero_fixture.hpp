@@ -6,119 +6,49 @@
 
 #include <devalloc/plugin_loader.hpp>
 
+#include <fake_runtime.hpp>
 #include <fake_ze_control.h>
 
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
-
-#include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 namespace devalloc::level_zero_test {
+
+using fake_test::pattern;
+using fake_test::ReleaseCounter;
 
 inline const std::string kPlugin = DEVALLOC_LEVEL_ZERO_PLUGIN;
 inline const std::string kFakeDriver = DEVALLOC_FAKE_ZE_DRIVER;
 
 // The fake driver, loaded by the Level Zero loader, found by its path.
-class FakeZe {
+class FakeZe : public fake_test::FakeRuntime {
  public:
-  FakeZe() : handle_(::dlopen(kFakeDriver.c_str(), RTLD_NOW | RTLD_NOLOAD)) {}
-  ~FakeZe() {
-    if (handle_ != nullptr) ::dlclose(handle_);
-  }
-  FakeZe(const FakeZe&) = delete;
-  FakeZe& operator=(const FakeZe&) = delete;
-
-  bool loaded() const { return handle_ != nullptr; }
-
-  template <class Fn>
-  Fn get(const char* name) const {
-    void* symbol = ::dlsym(handle_, name);
-    EXPECT_NE(symbol, nullptr) << "the fake driver lacks " << name;
-    return reinterpret_cast<Fn>(symbol);
-  }
-
-  std::string violations() const {
-    std::string text(64 * 1024, '\0');
-    get<devalloc_fake_ze_violations_fn>("devalloc_fake_ze_violations")(
-        text.data(), text.size());
-    text.resize(std::char_traits<char>::length(text.c_str()));
-    return text;
-  }
-  void reset() const {
-    get<devalloc_fake_ze_reset_fn>("devalloc_fake_ze_reset")();
-  }
-  void fail_next(const char* api, int result) const {
-    get<devalloc_fake_ze_fail_next_fn>("devalloc_fake_ze_fail_next")(api,
-                                                                     result);
-  }
+  FakeZe() : FakeRuntime(kFakeDriver, "devalloc_fake_ze_") {}
   void lose_device_on_next_copy() const {
-    get<devalloc_fake_ze_lose_device_on_next_copy_fn>(
-        "devalloc_fake_ze_lose_device_on_next_copy")();
-  }
-  void pause(bool paused) const {
-    get<devalloc_fake_ze_pause_fn>("devalloc_fake_ze_pause")(paused ? 1 : 0);
-  }
-  uint64_t calls(const char* api) const {
-    return get<devalloc_fake_ze_calls_fn>("devalloc_fake_ze_calls")(api);
-  }
-  uint64_t live_allocations(int device) const {
-    return get<devalloc_fake_ze_live_allocations_fn>(
-        "devalloc_fake_ze_live_allocations")(device);
-  }
-  std::vector<uint8_t> read(uint64_t address, size_t nbytes) const {
-    std::vector<uint8_t> bytes(nbytes);
-    const int result = get<devalloc_fake_ze_read_fn>("devalloc_fake_ze_read")(
-        address, bytes.data(), nbytes);
-    EXPECT_EQ(result, 0) << "0x" << std::hex << address << " is not live";
-    return bytes;
-  }
-
- private:
-  void* handle_;
-};
-
-// Counts on_release calls.
-struct ReleaseCounter {
-  std::atomic<int> releases{0};
-  static void on_release(void* self) {
-    static_cast<ReleaseCounter*>(self)->releases.fetch_add(1);
-  }
-  // Waits (at most a minute, so that a plugin that never releases fails
-  // instead of hanging) until `count` releases came.
-  bool wait_for(int count) const {
-    for (int i = 0; i < 60000 && releases.load() < count; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return releases.load() >= count;
+    control<devalloc_fake_ze_lose_device_on_next_copy_fn>("lose_device_on_next_copy")();
   }
 };
 
-inline std::vector<uint8_t> pattern(size_t nbytes, int seed) {
-  std::vector<uint8_t> bytes(nbytes);
-  uint32_t x = 2463534242u + static_cast<uint32_t>(seed) * 7919u;
-  for (auto& b : bytes) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b = static_cast<uint8_t>(x);
+// Waits (at most a minute, so that a plugin that never releases fails
+// instead of hanging) until `count` releases came.
+inline bool wait_for_releases(const ReleaseCounter& counter, int count) {
+  for (int i = 0; i < 60000 && counter.releases.load() < count; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return bytes;
+  return counter.releases.load() >= count;
 }
 
-// The plugin on the fake's devices. Every test ends with no violation left
-// unexamined: those a test plants it checks and clears itself.
+// The plugin on the fake's devices. The kit's PluginWithFake cannot serve:
+// the plugin's runtime_library is the loader, not the fake, which the
+// loader finds itself. Every test ends with no violation left unexamined.
 class LevelZeroPluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto [plugin, error] = PluginLoader().load(
-        kPlugin, {{"runtime_library", "libze_loader.so.1"}});
+    auto [plugin, error] = PluginLoader().load(kPlugin, {{"runtime_library", "libze_loader.so.1"}});
     ASSERT_TRUE(plugin) << error.status.message();
     plugin_ = std::move(plugin);
     fake_ = std::make_unique<FakeZe>();

@@ -58,7 +58,7 @@ TEST_F(LevelZeroCopies,
   EXPECT_EQ(counter.releases, 0) << "released before the command list ran";
   fake().pause(false);
   // No synchronize: the completion thread sees the events and releases.
-  ASSERT_TRUE(counter.wait_for(kCopies))
+  ASSERT_TRUE(wait_for_releases(counter, kCopies))
       << "only " << counter.releases << " of " << kCopies
       << " releases came without a synchronize";
   for (int i = 0; i < kCopies; ++i) {
