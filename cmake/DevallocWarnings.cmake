@@ -1,9 +1,13 @@
+# Declared before its first use below: read while still undefined, the first
+# configure of a fresh build folder built without -Werror and the second with
+# it, so that the second rebuilt nearly everything.
+option(DEVALLOC_WERROR "Treat warnings as errors" ON)
+
 # One INTERFACE target carries the project's warnings; every target links it.
 add_library(devalloc_warnings INTERFACE)
 target_compile_options(devalloc_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align
   -Wimplicit-fallthrough $<$<BOOL:${DEVALLOC_WERROR}>:-Werror>)
-option(DEVALLOC_WERROR "Treat warnings as errors" ON)
 
 if(DEVALLOC_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
