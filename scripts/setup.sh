@@ -41,3 +41,28 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors, n
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q safetensors numpy
 fi
+
+# The C++ runtime of the ExecuTorch wheel, for the ExecuTorch integration and
+# its test (integrations/executorch): the wheel alone, without torch, unpacked
+# into .venv/executorch-<version>/ (headers, libexecutorch.so, CMake config).
+executorch_version=1.5.1
+executorch_dir="$venv/executorch-$executorch_version"
+if [ ! -f "$executorch_dir/executorch/lib/libexecutorch.so" ] && [ "$(uname -m)" = x86_64 ]; then
+  download="$(mktemp -d)"
+  if "$venv/bin/pip" download -q --no-deps --only-binary=:all: \
+       --python-version 3.11 --platform manylinux_2_28_x86_64 \
+       -d "$download" "executorch==$executorch_version"; then
+    "$venv/bin/python" - "$download"/executorch-*.whl "$executorch_dir.partial" <<'PY'
+import sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(out, [n for n in z.namelist()
+                       if n.startswith(("executorch/include/", "executorch/lib/",
+                                        "executorch/share/"))])
+PY
+    rm -rf "$executorch_dir" && mv "$executorch_dir.partial" "$executorch_dir"
+  else
+    echo "setup: could not download executorch==$executorch_version; the ExecuTorch integration will not be built" >&2
+  fi
+  rm -rf "$download"
+fi

@@ -1,0 +1,207 @@
+#include <devalloc/executorch/device_allocator.hpp>
+
+#include <executorch/runtime/platform/log.h>
+
+#include <array>
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+namespace devalloc::executorch {
+
+namespace {
+
+const char* type_name(DeviceType type) {
+  switch (type) {
+    case DeviceType::CPU: return "CPU";
+    case DeviceType::CUDA: return "CUDA";
+  }
+  return "unknown";
+}
+
+uint64_t address_of(const void* ptr) {
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr));
+}
+
+std::string hex(uint64_t address) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
+  return text;
+}
+
+}  // namespace
+
+et::Error to_executorch_error(StatusCode code) {
+  switch (code) {
+    case StatusCode::ok: return et::Error::Ok;
+    case StatusCode::invalid_argument: return et::Error::InvalidArgument;
+    case StatusCode::out_of_device_memory:
+    case StatusCode::out_of_host_memory: return et::Error::MemoryAllocationFailed;
+    case StatusCode::no_such_device: return et::Error::NotFound;
+    case StatusCode::runtime_unavailable:
+    case StatusCode::unsupported: return et::Error::NotSupported;
+    case StatusCode::device_error: return et::Error::AccessFailed;
+    case StatusCode::internal: return et::Error::Internal;
+  }
+  return et::Error::Internal;
+}
+
+DevallocDeviceAllocator::DevallocDeviceAllocator(std::shared_ptr<Runtime> runtime,
+                                                 DeviceType type,
+                                                 std::string tag_name)
+    : runtime_(std::move(runtime)), type_(type), tag_name_(std::move(tag_name)) {}
+
+DevallocDeviceAllocator::~DevallocDeviceAllocator() {
+  for (const auto& [address, allocation] : allocations_) {
+    const auto found = devices_.find(allocation.index);
+    if (found == devices_.end()) continue;
+    Status s = found->second.plugin->deallocate(found->second.device, address);
+    if (!s.ok()) fail("deallocate", s);
+  }
+}
+
+std::string DevallocDeviceAllocator::tag(DeviceIndex index) const {
+  return tag_name_ + ":" + std::to_string(index);
+}
+
+et::Error DevallocDeviceAllocator::fail(const char* call, const Status& status) const {
+  ET_LOG(Error, "devalloc %s allocator: %s: %s", type_name(type_), call,
+         status.message().c_str());
+  return to_executorch_error(status.code());
+}
+
+devalloc::Result<ResolvedDevice> DevallocDeviceAllocator::device(DeviceIndex index) {
+  if (index < 0) {
+    return Status(StatusCode::invalid_argument,
+                  "device index " + std::to_string(index) + " of " +
+                      type_name(type_) + " is negative");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (auto found = devices_.find(index); found != devices_.end()) return found->second;
+  }
+  // Outside the lock: resolving may load a plugin.
+  auto resolved = runtime_->registry().resolve(tag(index), std::nullopt);
+  if (!resolved.ok()) return resolved.status();
+  std::lock_guard lock(mutex_);
+  return devices_.try_emplace(index, *resolved).first->second;
+}
+
+Status DevallocDeviceAllocator::check_range(DeviceIndex index, uint64_t address,
+                                            uint64_t nbytes, const char* what) const {
+  std::lock_guard lock(mutex_);
+  auto it = allocations_.upper_bound(address);
+  if (it != allocations_.begin()) {
+    --it;
+    const uint64_t end = it->first + it->second.nbytes;
+    if (it->second.index == index && address >= it->first && nbytes <= end - address) {
+      return Status();
+    }
+  }
+  return Status(StatusCode::invalid_argument,
+                std::string(what) + " [" + hex(address) + ", +" +
+                    std::to_string(nbytes) + ") is not inside a live allocation of " +
+                    tag(index) + " made by this allocator");
+}
+
+et::Result<void*> DevallocDeviceAllocator::allocate(size_t nbytes, DeviceIndex index,
+                                                     size_t alignment) {
+  auto dev = device(index);
+  if (!dev.ok()) return fail("allocate", dev.status());
+  auto address = dev->plugin->allocate(dev->device, nbytes, alignment);
+  if (!address.ok()) {
+    return fail("allocate",
+                address.status().with_context(
+                    "allocating " + std::to_string(nbytes) + " bytes (alignment " +
+                    std::to_string(alignment) + ") on " + dev->describe()));
+  }
+  std::lock_guard lock(mutex_);
+  allocations_[*address] = {index, nbytes};
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(*address));
+}
+
+void DevallocDeviceAllocator::deallocate(void* ptr, DeviceIndex index) {
+  const uint64_t address = address_of(ptr);
+  std::optional<ResolvedDevice> dev;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = allocations_.find(address);
+    if (it == allocations_.end() || it->second.index != index) {
+      fail("deallocate",
+           Status(StatusCode::invalid_argument,
+                  hex(address) + " on " + tag(index) +
+                      " was not allocated by this allocator"));
+      return;
+    }
+    allocations_.erase(it);
+    dev = devices_.at(index);
+  }
+  Status s = dev->plugin->deallocate(dev->device, address);
+  if (!s.ok()) fail("deallocate", s);
+}
+
+et::Error DevallocDeviceAllocator::copy_host_to_device(void* dst, const void* src,
+                                                       size_t nbytes,
+                                                       DeviceIndex index) {
+  // The range first: an index this allocator never allocated on has no
+  // range, whether or not it has a device.
+  if (Status s = check_range(index, address_of(dst), nbytes, "destination"); !s.ok()) {
+    return fail("copy_host_to_device", s);
+  }
+  auto dev = device(index);
+  if (!dev.ok()) return fail("copy_host_to_device", dev.status());
+  Status s = dev->plugin->copy_to_device(dev->device, address_of(dst), src, nbytes);
+  return s.ok() ? et::Error::Ok : fail("copy_host_to_device", s);
+}
+
+et::Error DevallocDeviceAllocator::copy_device_to_host(void* dst, const void* src,
+                                                       size_t nbytes,
+                                                       DeviceIndex index) {
+  // The range first: an index this allocator never allocated on has no
+  // range, whether or not it has a device.
+  if (Status s = check_range(index, address_of(src), nbytes, "source"); !s.ok()) {
+    return fail("copy_device_to_host", s);
+  }
+  auto dev = device(index);
+  if (!dev.ok()) return fail("copy_device_to_host", dev.status());
+  Status s = dev->plugin->copy_to_host(dev->device, dst, address_of(src), nbytes);
+  return s.ok() ? et::Error::Ok : fail("copy_device_to_host", s);
+}
+
+et::Error DevallocDeviceAllocator::synchronize(DeviceIndex index) {
+  auto dev = device(index);
+  if (!dev.ok()) return fail("synchronize", dev.status());
+  Status s = dev->plugin->synchronize(dev->device);
+  return s.ok() ? et::Error::Ok : fail("synchronize", s);
+}
+
+uint64_t DevallocDeviceAllocator::live_allocations() const {
+  std::lock_guard lock(mutex_);
+  return allocations_.size();
+}
+
+devalloc::Result<DevallocDeviceAllocator*> register_allocator(
+    std::shared_ptr<Runtime> runtime, DeviceType type, std::string tag_name) {
+  // The registry keeps a raw pointer for the rest of the process, and a
+  // DeviceMemoryBuffer may be destroyed during exit: the allocators are
+  // never destroyed (they stay reachable from here).
+  static std::mutex mutex;
+  static std::array<DevallocDeviceAllocator*, et::etensor::kNumDeviceTypes> registered{};
+  const auto slot = static_cast<size_t>(type);
+  if (slot >= registered.size()) {
+    return Status(StatusCode::invalid_argument, "unknown ExecuTorch device type " +
+                                                    std::to_string(slot));
+  }
+  std::lock_guard lock(mutex);
+  auto& registry = et::DeviceAllocatorRegistry::instance();
+  if (registry.get_allocator(type) != nullptr) {
+    return Status(StatusCode::invalid_argument,
+                  std::string("ExecuTorch already has a device allocator for ") +
+                      type_name(type) + " (a type can be registered only once)");
+  }
+  registered[slot] = new DevallocDeviceAllocator(std::move(runtime), type, std::move(tag_name));
+  registry.register_allocator(registered[slot]);
+  return registered[slot];
+}
+
+}  // namespace devalloc::executorch

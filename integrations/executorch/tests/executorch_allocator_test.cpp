@@ -1,0 +1,215 @@
+// The adapter through ExecuTorch's own compiled code: libexecutorch.so's
+// DeviceAllocatorRegistry and DeviceMemoryBuffer::create call into it. The
+// config maps "cuda:0" to device 1 of the fake CUDA driver
+// (DEVALLOC_EXECUTORCH_TEST_BACKEND=cuda) or to the host plugin (=host).
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/runtime.hpp>
+#include <devalloc/executorch/device_allocator.hpp>
+
+#include <executorch/runtime/core/device_memory_buffer.h>
+#include <executorch/runtime/platform/platform.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace et = ::executorch::runtime;
+using et::DeviceAllocatorRegistry;
+using et::DeviceMemoryBuffer;
+using et::etensor::DeviceType;
+
+const std::string kFakeDriver = DEVALLOC_FAKE_CUDA_DRIVER;
+
+bool on_fake_cuda() {
+  const char* backend = std::getenv("DEVALLOC_EXECUTORCH_TEST_BACKEND");
+  return backend != nullptr && std::string(backend) == "cuda";
+}
+
+// What ExecuTorch logged, through its platform layer.
+std::mutex g_log_mutex;
+std::string g_log;
+void capture_log(et_timestamp_t, et_pal_log_level_t, const char*, const char*,
+                 size_t, const char* message, size_t length) {
+  std::lock_guard lock(g_log_mutex);
+  g_log.append(message, length);
+  g_log += '\n';
+}
+std::string take_log() {
+  std::lock_guard lock(g_log_mutex);
+  return std::exchange(g_log, {});
+}
+
+// Live device allocations of one fake CUDA device, as the fake counts them.
+uint64_t fake_live_allocations(int device) {
+  void* fake = ::dlopen(kFakeDriver.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (fake == nullptr) return UINT64_MAX;
+  using Fn = uint64_t (*)(int);
+  auto fn = reinterpret_cast<Fn>(::dlsym(fake, "devalloc_fake_cuda_live_allocations"));
+  const uint64_t n = fn == nullptr ? UINT64_MAX : fn(device);
+  ::dlclose(fake);
+  return n;
+}
+
+std::string config_text() {
+  if (on_fake_cuda()) {
+    return "[plugins.cuda]\noptions = { runtime_library = \"" + kFakeDriver +
+           "\" }\n[devices.\"cuda:0\"]\nuse = [\"cuda\", { index = 1 }]\n";
+  }
+  return "[devices.\"cuda:0\"]\nuse = [\"host\", { index = 0 }]\n";
+}
+
+// One registration per process, as ExecuTorch allows.
+devalloc::executorch::DevallocDeviceAllocator* adapter() {
+  static devalloc::executorch::DevallocDeviceAllocator* registered = [] {
+    et::runtime_init();
+    et::register_pal(et::PalImpl::create(capture_log, __FILE__));
+    auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
+    EXPECT_TRUE(config.ok()) << config.status().message();
+    auto result = devalloc::executorch::register_allocator(
+        devalloc::Runtime::create(std::move(*config)));
+    EXPECT_TRUE(result.ok()) << result.status().message();
+    return result.ok() ? *result : nullptr;
+  }();
+  return registered;
+}
+
+std::vector<uint8_t> pattern(size_t nbytes, uint8_t seed) {
+  std::vector<uint8_t> bytes(nbytes);
+  for (size_t i = 0; i < nbytes; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
+  return bytes;
+}
+
+class ExecuTorchAllocator : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(adapter(), nullptr);
+    take_log();
+    if (on_fake_cuda()) {
+      ASSERT_FALSE(kFakeDriver.empty());
+    }
+  }
+};
+
+TEST_F(ExecuTorchAllocator, GivenRegistration_WhenExecuTorchLooksUpCuda_ThenItGetsTheDevallocAdapter) {
+  EXPECT_EQ(DeviceAllocatorRegistry::instance().get_allocator(DeviceType::CUDA), adapter());
+  EXPECT_EQ(et::get_device_allocator(DeviceType::CUDA), adapter());
+  EXPECT_EQ(DeviceAllocatorRegistry::instance().get_allocator(DeviceType::CPU), nullptr);
+  auto device = adapter()->device(0);
+  ASSERT_TRUE(device.ok()) << device.status().message();
+  EXPECT_EQ(device->tag, "cuda:0");
+  EXPECT_EQ(device->plugin_name, on_fake_cuda() ? "cuda" : "host");
+  EXPECT_EQ(device->device, on_fake_cuda() ? 1u : 0u);
+}
+
+TEST_F(ExecuTorchAllocator, GivenBufferFromDeviceMemoryBufferCreate_WhenBytesCopiedInAndOut_ThenTheyMatch) {
+  auto buffer = DeviceMemoryBuffer::create(4096, DeviceType::CUDA, 0);
+  ASSERT_TRUE(buffer.ok()) << take_log();
+  ASSERT_NE(buffer->data(), nullptr);
+  EXPECT_EQ(buffer->size(), 4096u);
+  if (on_fake_cuda()) {
+    EXPECT_EQ(fake_live_allocations(1), 1u);  // on the device the config names
+    EXPECT_EQ(fake_live_allocations(0), 0u);
+  }
+
+  et::DeviceAllocator* allocator = DeviceAllocatorRegistry::instance().get_allocator(DeviceType::CUDA);
+  ASSERT_NE(allocator, nullptr);
+  auto* base = static_cast<uint8_t*>(buffer->data());
+  const auto expected = pattern(1000, 3);
+  std::vector<uint8_t> source = expected;
+  ASSERT_EQ(allocator->copy_host_to_device(base + 100, source.data(), source.size(), 0), et::Error::Ok);
+  // "During call": the source may change as soon as the copy returned.
+  std::memset(source.data(), 0xEE, source.size());
+  std::vector<uint8_t> back(1000, 0);
+  ASSERT_EQ(allocator->copy_device_to_host(back.data(), base + 100, back.size(), 0), et::Error::Ok);
+  EXPECT_EQ(back, expected);
+  EXPECT_EQ(take_log(), "");
+}
+
+TEST_F(ExecuTorchAllocator, GivenAlignment_WhenExecuTorchAllocates_ThenPointerIsAligned) {
+  for (size_t alignment : {size_t{8}, size_t{256}, size_t{4096}}) {
+    auto buffer = DeviceMemoryBuffer::create(100, DeviceType::CUDA, 0, alignment);
+    ASSERT_TRUE(buffer.ok()) << take_log();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % alignment, 0u) << alignment;
+  }
+  // The default ExecuTorch asks for.
+  auto buffer = DeviceMemoryBuffer::create(100, DeviceType::CUDA, 0);
+  ASSERT_TRUE(buffer.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % et::DeviceAllocator::kDefaultAlignment, 0u);
+}
+
+TEST_F(ExecuTorchAllocator, GivenRequestPastDeviceMemory_WhenCreating_ThenExecuTorchErrorAndDevallocMessageLogged) {
+  // The fake has 64 MiB per device here; the host plugin cannot get 2^62 bytes.
+  const size_t too_big = on_fake_cuda() ? (size_t{128} << 20) : (size_t{1} << 62);
+  auto buffer = DeviceMemoryBuffer::create(too_big, DeviceType::CUDA, 0);
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_EQ(buffer.error(), et::Error::MemoryAllocationFailed);
+  const std::string log = take_log();
+  EXPECT_NE(log.find("devalloc CUDA allocator: allocate: allocating " +
+                     std::to_string(too_big) + " bytes"), std::string::npos) << log;
+  EXPECT_NE(log.find(on_fake_cuda() ? "plugin cuda" : "plugin host"), std::string::npos) << log;
+  EXPECT_EQ(adapter()->live_allocations(), 0u);
+  if (on_fake_cuda()) {
+    EXPECT_EQ(fake_live_allocations(1), 0u);
+  }
+}
+
+TEST_F(ExecuTorchAllocator, GivenLiveBuffer_WhenDestroyed_ThenTheDevallocAllocationIsFreed) {
+  const uint64_t before = adapter()->live_allocations();
+  {
+    auto a = DeviceMemoryBuffer::create(1 << 20, DeviceType::CUDA, 0);
+    auto b = DeviceMemoryBuffer::create(512, DeviceType::CUDA, 0);
+    ASSERT_TRUE(a.ok() && b.ok()) << take_log();
+    EXPECT_EQ(adapter()->live_allocations(), before + 2);
+    if (on_fake_cuda()) {
+      EXPECT_EQ(fake_live_allocations(1), 2u);
+    }
+    DeviceMemoryBuffer moved = std::move(*a);  // ownership moves, no free
+    EXPECT_EQ(adapter()->live_allocations(), before + 2);
+  }
+  EXPECT_EQ(adapter()->live_allocations(), before);
+  if (on_fake_cuda()) {
+    EXPECT_EQ(fake_live_allocations(1), 0u);
+  }
+  EXPECT_EQ(take_log(), "");
+}
+
+TEST_F(ExecuTorchAllocator, GivenCopyPastTheAllocation_WhenCopying_ThenInvalidArgumentAndNothingCopied) {
+  auto buffer = DeviceMemoryBuffer::create(256, DeviceType::CUDA, 0);
+  ASSERT_TRUE(buffer.ok());
+  std::vector<uint8_t> bytes(512, 1);
+  et::DeviceAllocator* allocator = et::get_device_allocator(DeviceType::CUDA);
+  EXPECT_EQ(allocator->copy_host_to_device(buffer->data(), bytes.data(), 512, 0),
+            et::Error::InvalidArgument);
+  EXPECT_NE(take_log().find("is not inside a live allocation of cuda:0"), std::string::npos);
+  EXPECT_EQ(allocator->copy_device_to_host(bytes.data(), buffer->data(), 256, 1),
+            et::Error::InvalidArgument);  // cuda:1 has no such allocation
+  take_log();
+}
+
+TEST_F(ExecuTorchAllocator, GivenIndexWithoutDevice_WhenAllocating_ThenErrorNamingTheTag) {
+  // "cuda:5" has no config entry, so it means plugin cuda, device 5.
+  auto buffer = DeviceMemoryBuffer::create(64, DeviceType::CUDA, 5);
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_NE(take_log().find("cuda:5"), std::string::npos);
+}
+
+TEST_F(ExecuTorchAllocator, GivenRegisteredType_WhenRegisteringAgain_ThenErrorInsteadOfAbort) {
+  auto again = devalloc::executorch::register_allocator(
+      devalloc::Runtime::create(devalloc::default_config()));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("already has a device allocator for CUDA"),
+            std::string::npos);
+  EXPECT_EQ(et::get_device_allocator(DeviceType::CUDA), adapter());
+}
+
+}  // namespace
