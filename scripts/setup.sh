@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config python3 python3-pip python3-venv valgrind
+  build-essential cmake ninja-build pkg-config python3 python3-dev python3-pip python3-venv valgrind
   libgtest-dev libgmock-dev
   libboost1.81-dev
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdlpack-dev
@@ -34,12 +34,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# Reference safetensors writer for the tests, in a venv local to the checkout.
+# A venv local to the checkout: the reference safetensors writer for the
+# tests; nanobind for the Python package (python/) and pytest for its tests;
+# scikit-build-core for `pip install --no-build-isolation ./python`.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors, numpy' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] ||
+   ! "$venv/bin/python" -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q safetensors numpy
+  "$venv/bin/pip" install -q safetensors numpy "nanobind>=3.1" pytest "scikit-build-core>=0.10"
 fi
 
 # The C++ runtime of the ExecuTorch wheel, for the ExecuTorch integration and

@@ -1,0 +1,81 @@
+"""devalloc: put a model's planned constants on devices through drop-in plugins.
+
+    import devalloc, numpy
+    runtime = devalloc.Runtime(config="devalloc.toml")   # or Runtime() for the defaults
+    program = runtime.load("plan.json", methods=["decode"], verify=True)
+    weights = numpy.from_dlpack(program["model.norm.weight"])  # host tensors
+
+docs/python.md in the repository is the reference.
+"""
+import os as _os
+
+from . import _native
+from ._errors import Error
+
+__all__ = ["Error", "Program", "Runtime", "Tensor", "plan", "plugin_dir", "plugins"]
+
+Program = _native.Program
+Tensor = _native.Tensor
+
+# Where the plugins shipped with the package (the host plugin) live.
+plugin_dir = _os.path.join(_os.path.dirname(__file__), "plugins")
+
+# Safetensors dtypes numpy has a type for.
+_NUMPY_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64",
+                 "F16", "F32", "F64", "C64"}
+
+
+def plugins(plugin_path=()):
+    """Every plugin on the search path (plugin_path, DEVALLOC_PLUGIN_PATH, the
+    package's own plugins), loaded or with the reason why not, as dicts with
+    name, path, outcome, reason, version, abi and devices."""
+    return _native.plugins([_os.fspath(p) for p in plugin_path] + [plugin_dir])
+
+
+def plan(files, place=None, out="plan.json", default_device="host", alignment=256,
+         methods=("main",)):
+    """Writes a plan for every tensor of the safetensors `files` to `out` and
+    returns its path. `place` maps name globs to device tags, first match wins
+    ({"model.layers.*": "cuda:0"}); other tensors go to default_device."""
+    if isinstance(files, (str, _os.PathLike)):
+        files = [files]
+    _native.write_plan([_os.fspath(f) for f in files], _os.fspath(out),
+                       list((place or {}).items()), default_device, alignment, list(methods))
+    return _os.fspath(out)
+
+
+class Runtime:
+    """A runtime config (a TOML file, or the defaults when config is None) and
+    the plugins it loads. The package's plugin folder is searched after the
+    config's plugin_path and DEVALLOC_PLUGIN_PATH."""
+
+    def __init__(self, config=None):
+        self._native = _native.Runtime(
+            None if config is None else _os.fspath(config), [plugin_dir])
+
+    @property
+    def plugin_path(self):
+        return self._native.plugin_path
+
+    def load(self, plan, methods=None, verify=None, progress=None):
+        """Loads the methods of the plan file (all when methods is None) and
+        returns the Program. verify=True reads every constant back and compares
+        (None: as the config's [load] verify says). progress(done, total) is
+        called with the bytes issued so far, from the loading threads."""
+        if isinstance(methods, str):
+            methods = [methods]
+        return self._native.load(_os.fspath(plan), list(methods or []), verify, progress)
+
+
+def to_numpy(tensor):
+    """numpy.from_dlpack(tensor), refusing with a clear error what numpy
+    cannot hold: a dtype it lacks (BF16, F8, ...) or memory off the host."""
+    import numpy
+    if tensor.dtype not in _NUMPY_DTYPES:
+        raise TypeError(
+            f'tensor "{tensor.name}" has dtype {tensor.dtype}, which numpy has no type '
+            f"for; hand it to a framework that has one (torch.from_dlpack) instead")
+    return numpy.from_dlpack(tensor)
+
+
+Tensor.numpy = to_numpy

@@ -1,0 +1,254 @@
+// devalloc._native: the core's C++ API for Python. devalloc/__init__.py is
+// the public face; this file binds plans, runtimes, loaded programs and
+// their tensors, whose DLPack export goes through nanobind's ndarray.
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/plan.hpp>
+#include <devalloc/core/runtime.hpp>
+#include <devalloc/plugin_loader.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+namespace fs = std::filesystem;
+
+namespace devalloc::python {
+
+namespace {
+
+// Raises devalloc.Error (defined in Python, so that it can parse the
+// file:line a message starts with) carrying the message and the code.
+[[noreturn]] void raise(const Status& status) {
+  nb::object error_type = nb::module_::import_("devalloc._errors").attr("Error");
+  nb::object error = error_type(status.message(), to_string(status.code()));
+  PyErr_SetObject(error_type.ptr(), error.ptr());
+  throw nb::python_error();
+}
+
+template <class T>
+T value_or_raise(Result<T> result) {
+  if (!result.ok()) raise(result.status());
+  return std::move(result).value();
+}
+
+nb::dict device_dict(const DeviceInfo& d) {
+  nb::dict out;
+  out["index"] = d.index;
+  out["name"] = d.name;
+  out["total_memory_bytes"] = d.total_memory_bytes;
+  out["uuid"] = d.has_uuid() ? d.uuid_string() : std::string();
+  out["pci_bus_id"] = d.pci_bus_id;
+  out["dlpack_device"] = nb::make_tuple(d.dlpack_device_type, d.dlpack_device_id);
+  return out;
+}
+
+nb::list plugins(const std::vector<fs::path>& dirs) {
+  nb::list out;
+  for (const PluginCandidate& c : PluginLoader(dirs).discover()) {
+    nb::dict entry;
+    entry["name"] = c.name;
+    entry["path"] = c.path.string();
+    entry["outcome"] = std::string(to_string(c.outcome));
+    entry["reason"] = c.reason;
+    nb::list devices;
+    if (c.plugin) {
+      entry["version"] = c.plugin->version();
+      entry["abi"] = nb::make_tuple(c.plugin->abi_major(), c.plugin->abi_minor());
+      for (const DeviceInfo& d : c.plugin->devices()) devices.append(device_dict(d));
+    }
+    entry["devices"] = devices;
+    out.append(entry);
+  }
+  return out;
+}
+
+// A tensor of a loaded program. Holds the program, and so its buffers and
+// plugins, for as long as it (or a DLPack export of it) lives.
+struct Tensor {
+  std::shared_ptr<LoadedProgram> program;
+  LoadedTensor tensor;
+
+  // A view of the device memory as a nanobind ndarray, owned by `self`.
+  nb::ndarray<nb::array_api> ndarray(nb::handle self) const {
+    std::vector<size_t> shape(tensor.planned.shape.begin(), tensor.planned.shape.end());
+    const DLDataType t = to_dlpack(tensor.planned.dtype);
+    const DeviceInfo& d = tensor.device().info();
+    void* data = reinterpret_cast<void*>(static_cast<uintptr_t>(tensor.address()));
+    return nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), self, nullptr,
+                         nb::dlpack::dtype{t.code, t.bits, t.lanes},
+                         d.dlpack_device_type, d.dlpack_device_id);
+  }
+};
+
+// What a progress callback raised, re-raised once the load returned.
+struct ProgressRelay {
+  nb::object callback;
+  std::mutex mutex;
+  std::optional<nb::python_error> error;
+
+  void operator()(uint64_t done, uint64_t total) {
+    nb::gil_scoped_acquire gil;
+    {
+      std::lock_guard lock(mutex);
+      if (error) return;
+    }
+    try {
+      callback(done, total);
+    } catch (nb::python_error& e) {
+      std::lock_guard lock(mutex);
+      error.emplace(std::move(e));
+    }
+  }
+};
+
+class PyRuntime {
+ public:
+  PyRuntime(std::optional<fs::path> config_path, std::vector<fs::path> plugin_dirs) {
+    config_ = config_path ? value_or_raise(read_config(*config_path)) : default_config();
+    // The package's own plugins come after the config's folders.
+    for (auto& dir : plugin_dirs) config_.plugin_path.push_back(std::move(dir));
+  }
+
+  std::shared_ptr<LoadedProgram> load(const fs::path& plan_path,
+                                      const std::vector<std::string>& methods,
+                                      std::optional<bool> verify, nb::object progress) {
+    std::lock_guard lock(load_mutex_);
+    Plan plan = value_or_raise(read_plan(plan_path));
+    SafetensorsCache files;
+    PlanValidationOptions checks;
+    checks.cache = &files;
+    if (Status s = validate_plan(plan, checks); !s.ok()) raise(s);
+
+    std::shared_ptr<Runtime>& runtime = runtime_for(verify.value_or(config_.load.verify));
+    auto relay = std::make_shared<ProgressRelay>();
+    if (!progress.is_none()) {
+      relay->callback = progress;
+      runtime->set_progress([relay](uint64_t done, uint64_t total) { (*relay)(done, total); });
+    }
+    Result<std::shared_ptr<LoadedProgram>> program = Status();
+    {
+      nb::gil_scoped_release no_gil;
+      program = runtime->load(plan, methods, nullptr, &files);
+      runtime->set_progress({});
+    }
+    if (relay->error) throw std::move(*relay->error);
+    return value_or_raise(std::move(program));
+  }
+
+  const RuntimeConfig& config() const { return config_; }
+
+ private:
+  // A Runtime per verify setting: the config's [load] verify decides, and
+  // load(verify=...) may ask for the other one.
+  std::shared_ptr<Runtime>& runtime_for(bool verify) {
+    auto& runtime = runtimes_[verify];
+    if (!runtime) {
+      RuntimeConfig config = config_;
+      config.load.verify = verify;
+      runtime = Runtime::create(std::move(config));
+    }
+    return runtime;
+  }
+
+  RuntimeConfig config_;
+  std::mutex load_mutex_;
+  std::map<bool, std::shared_ptr<Runtime>> runtimes_;
+};
+
+void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
+                    const std::vector<std::pair<std::string, std::string>>& place,
+                    const std::string& default_device, uint64_t alignment,
+                    const std::vector<std::string>& methods) {
+  PlanBuildOptions options;
+  for (const auto& [pattern, device] : place) {
+    options.rules.push_back(value_or_raise(parse_placement_rule(pattern + "=" + device)));
+  }
+  options.default_device = default_device;
+  options.alignment = alignment;
+  options.methods = methods;
+  Plan plan = value_or_raise(build_plan(files, out, options));
+  if (Status s = write_plan(plan, out); !s.ok()) raise(s);
+}
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.def("plugins", &plugins, nb::arg("dirs"));
+  m.def("write_plan", &write_plan_for, nb::arg("files"), nb::arg("out"), nb::arg("place"),
+        nb::arg("default_device"), nb::arg("alignment"), nb::arg("methods"));
+
+  nb::class_<Tensor>(m, "Tensor")
+      .def_prop_ro("name", [](const Tensor& t) { return t.tensor.name(); })
+      .def_prop_ro("dtype", [](const Tensor& t) {
+        return std::string(to_string(t.tensor.planned.dtype));
+      })
+      .def_prop_ro("shape", [](const Tensor& t) {
+        nb::list shape;
+        for (uint64_t n : t.tensor.planned.shape) shape.append(n);
+        return nb::tuple(shape);
+      })
+      .def_prop_ro("nbytes", [](const Tensor& t) { return t.tensor.nbytes(); })
+      .def_prop_ro("address", [](const Tensor& t) { return t.tensor.address(); })
+      .def_prop_ro("device", [](const Tensor& t) { return t.tensor.device().describe(); })
+      .def_prop_ro("plugin", [](const Tensor& t) { return t.tensor.device().plugin_name; })
+      .def_prop_ro("device_index", [](const Tensor& t) { return t.tensor.device().device; })
+      .def_prop_ro("is_fallback", [](const Tensor& t) { return t.tensor.device().is_fallback; })
+      .def("__dlpack_device__", [](const Tensor& t) {
+        const DeviceInfo& d = t.tensor.device().info();
+        return nb::make_tuple(d.dlpack_device_type, d.dlpack_device_id);
+      })
+      // stream, max_version, dl_device and copy are handled by nanobind's
+      // ndarray, which makes the (versioned or legacy) capsule.
+      .def("__dlpack__", [](nb::handle self, nb::kwargs kwargs) {
+        const Tensor& t = nb::cast<const Tensor&>(self);
+        nb::object array = nb::cast(t.ndarray(self));
+        return array.attr("__dlpack__")(**kwargs);
+      });
+
+  nb::class_<LoadedProgram>(m, "Program")
+      .def("names", [](const LoadedProgram& p) {
+        std::vector<std::string> names;
+        for (const LoadedTensor& t : p.tensors()) names.push_back(t.name());
+        return names;
+      })
+      .def("methods", &LoadedProgram::methods)
+      .def("__contains__", [](const LoadedProgram& p, const std::string& name) {
+        return p.find(name).has_value();
+      })
+      .def("__len__", [](const LoadedProgram& p) { return p.tensors().size(); })
+      .def("__getitem__", [](std::shared_ptr<LoadedProgram> p, const std::string& name) {
+        std::optional<LoadedTensor> t = p->find(name);
+        if (!t) {
+          throw nb::key_error(("no tensor \"" + name + "\" in the loaded methods").c_str());
+        }
+        return Tensor{p, *t};
+      });
+
+  nb::class_<PyRuntime>(m, "Runtime")
+      .def(nb::init<std::optional<fs::path>, std::vector<fs::path>>(), nb::arg("config").none(),
+           nb::arg("plugin_dirs"))
+      .def("load", &PyRuntime::load, nb::arg("plan"), nb::arg("methods"),
+           nb::arg("verify").none(), nb::arg("progress").none())
+      .def_prop_ro("plugin_path", [](const PyRuntime& r) {
+        std::vector<std::string> out;
+        for (const auto& p : r.config().plugin_path) out.push_back(p.string());
+        return out;
+      });
+}
+
+}  // namespace devalloc::python

@@ -1,0 +1,162 @@
+"""The Python package against the host plugin it ships: plans, loads, DLPack
+tensors into numpy (values checked against the safetensors files), errors,
+progress and lifetimes."""
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+import devalloc
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The example model (F32/F16/BF16, two methods) and a config that puts
+    its "cuda:0" on the host plugin."""
+    folder = tmp_path_factory.mktemp("example")
+    subprocess.run([sys.executable, os.environ["DEVALLOC_MAKE_MODEL"], str(folder)], check=True)
+    (folder / "devalloc.toml").write_text('[devices."cuda:0"]\nuse = ["host", { index = 0 }]\n')
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """F32, F16 and I64 tensors in one file, planned onto the host."""
+    folder = tmp_path_factory.mktemp("mixed")
+    rng = np.random.default_rng(7)
+    tensors = {
+        "w.f32": rng.standard_normal((3, 5)).astype(np.float32),
+        "w.f16": rng.standard_normal((64,)).astype(np.float16),
+        "ids.i64": np.arange(-20, 20, dtype=np.int64).reshape(4, 10) * 123456789,
+    }
+    save_file(tensors, str(folder / "mixed.safetensors"))
+    plan = devalloc.plan([folder / "mixed.safetensors"], place={"ids.*": "host"},
+                         out=folder / "plan.json")
+    return folder, plan
+
+
+def test_plugins_lists_the_host_plugin_shipped_in_the_package():
+    found = {p["name"]: p for p in devalloc.plugins()}
+    host = found["host"]
+    assert host["outcome"] == "loaded", host
+    assert os.path.dirname(host["path"]) == os.path.realpath(devalloc.plugin_dir)
+    assert host["devices"][0]["dlpack_device"] == (1, 0)
+
+
+def test_f32_f16_i64_tensors_reach_numpy_with_the_file_values(mixed):
+    folder, plan = mixed
+    program = devalloc.Runtime().load(plan)
+    expected = load_file(str(folder / "mixed.safetensors"))
+    assert sorted(program.names()) == sorted(expected)
+    for name, values in expected.items():
+        tensor = program[name]
+        assert tensor.dtype == {"float32": "F32", "float16": "F16", "int64": "I64"}[values.dtype.name]
+        assert tensor.shape == values.shape
+        assert tensor.__dlpack_device__() == (1, 0)
+        array = np.from_dlpack(tensor)
+        assert array.dtype == values.dtype
+        np.testing.assert_array_equal(array, values)
+        # The array is a view of the plugin's memory, not a copy.
+        assert array.__array_interface__["data"][0] == tensor.address
+
+
+def test_five_line_flow_on_the_example_model(example):
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    program = runtime.load(example / "plan.json", methods=["decode"], verify=True)
+    head = np.from_dlpack(program["lm_head.weight"])
+    with safe_open(str(example / "model.safetensors"), "np") as source:  # it has BF16 too
+        np.testing.assert_array_equal(head, source.get_tensor("lm_head.weight"))
+    assert program.methods() == ["decode"]
+    assert program["lm_head.weight"].plugin == "host"
+
+
+def test_a_method_loads_only_its_tensors(example):
+    program = devalloc.Runtime(config=example / "devalloc.toml").load(
+        example / "plan.json", methods="prefill")
+    assert "lm_head.weight" not in program
+    assert "model.norm.weight" in program
+    with pytest.raises(KeyError, match="lm_head.weight"):
+        program["lm_head.weight"]
+
+
+def test_bf16_is_refused_for_numpy_with_the_dtype_named(example):
+    program = devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json")
+    tensor = program["model.embed_tokens.weight"]
+    assert tensor.dtype == "BF16"
+    with pytest.raises(TypeError, match='"model.embed_tokens.weight" has dtype BF16'):
+        devalloc.to_numpy(tensor)
+    with pytest.raises(TypeError, match="has dtype BF16, which numpy has no type for"):
+        tensor.numpy()
+    # numpy's own refusal, in its own words.
+    with pytest.raises((BufferError, RuntimeError, TypeError)):
+        np.from_dlpack(tensor)
+    # A dtype numpy has goes through the same helpers.
+    np.testing.assert_array_equal(program["model.norm.weight"].numpy(), np.ones(256, np.float32))
+
+
+def test_dlpack_capsules_versioned_and_legacy(mixed):
+    _, plan = mixed
+    tensor = devalloc.Runtime().load(plan)["w.f32"]
+    assert "dltensor_versioned" in repr(tensor.__dlpack__(max_version=(1, 1)))
+    assert "dltensor" in repr(tensor.__dlpack__())
+    with pytest.raises(BufferError):
+        tensor.__dlpack__(dl_device=(2, 0))
+
+
+def test_a_tensor_keeps_its_program_alive(mixed):
+    folder, plan = mixed
+    expected = load_file(str(folder / "mixed.safetensors"))["ids.i64"]
+    program = devalloc.Runtime().load(plan)
+    tensor = program["ids.i64"]
+    del program
+    gc.collect()
+    array = np.from_dlpack(tensor)
+    del tensor
+    gc.collect()
+    # The array holds the tensor, which holds the program and its buffers.
+    np.testing.assert_array_equal(array, expected)
+
+
+def test_progress_reports_every_byte(example):
+    seen = []
+    devalloc.Runtime(config=example / "devalloc.toml").load(
+        example / "plan.json", progress=lambda done, total: seen.append((done, total)))
+    assert seen, "progress was never called"
+    total = seen[-1][1]
+    assert total > 0 and seen[-1][0] == total
+    assert all(done <= t == total for done, t in seen)
+
+
+def test_an_exception_in_progress_reaches_the_caller(example):
+    def fail(done, total):
+        raise RuntimeError("stop here")
+    with pytest.raises(RuntimeError, match="stop here"):
+        devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json", progress=fail)
+
+
+def test_config_error_carries_file_and_line(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[load]\nstaging = "lots"\n')
+    with pytest.raises(devalloc.Error) as caught:
+        devalloc.Runtime(config=config)
+    error = caught.value
+    assert error.code == "invalid_argument"
+    assert error.file == str(config) and error.line == 2, error.message
+    assert "staging" in str(error)
+
+
+def test_load_error_names_the_device_and_plugin(example):
+    # Without the config, "cuda:0" means the cuda plugin, absent from the package.
+    with pytest.raises(devalloc.Error, match="cuda:0") as caught:
+        devalloc.Runtime().load(example / "plan.json")
+    assert caught.value.file is None or os.path.exists(caught.value.file)
+
+
+def test_missing_plan_is_an_error_naming_it(tmp_path):
+    with pytest.raises(devalloc.Error, match="nowhere.json"):
+        devalloc.Runtime().load(tmp_path / "nowhere.json")
