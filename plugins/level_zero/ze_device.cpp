@@ -9,25 +9,39 @@ namespace devalloc::level_zero {
 
 namespace {
 
+using plugin::CallKind;
 using plugin::Failure;
 
-using plugin::CallKind;
 constexpr CallKind kWork = CallKind::work;
 constexpr devalloc_status kDeviceError = DEVALLOC_STATUS_DEVICE_ERROR;
+
+// Level Zero's two-call enumeration: the count, then that many structures,
+// each with its stype set. query(count, array) is the API call named `call`.
+template <class Properties, class Query>
+std::vector<Properties> enumerate(const Runtime& ze, ze_structure_type_t stype, const char* call,
+                                  uint32_t index, Query&& query) {
+  uint32_t count = 0;
+  ze.check(query(&count, static_cast<Properties*>(nullptr)), kWork, "%s(device %u, count)", call,
+           index);
+  std::vector<Properties> all(count);
+  for (auto& p : all) {
+    p = {};
+    p.stype = stype;
+  }
+  ze.check(query(&count, all.data()), kWork, "%s(device %u)", call, index);
+  all.resize(count);
+  return all;
+}
 
 // A copy-capable queue group, preferring a copy engine that does not
 // compute (a dedicated blitter) over the compute group.
 uint32_t copy_group(const Runtime& ze, ze_device_handle_t device, uint32_t index) {
-  uint32_t count = 0;
-  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count, nullptr), kWork,
-           "zeDeviceGetCommandQueueGroupProperties(device %u, count)", index);
-  std::vector<ze_command_queue_group_properties_t> groups(count);
-  for (auto& g : groups) {
-    g = {};
-    g.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
-  }
-  ze.check(ze.zeDeviceGetCommandQueueGroupProperties(device, &count, groups.data()), kWork,
-           "zeDeviceGetCommandQueueGroupProperties(device %u)", index);
+  const auto groups = enumerate<ze_command_queue_group_properties_t>(
+      ze, ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES,
+      "zeDeviceGetCommandQueueGroupProperties", index, [&](uint32_t* n, auto* p) {
+        return ze.zeDeviceGetCommandQueueGroupProperties(device, n, p);
+      });
+  const auto count = static_cast<uint32_t>(groups.size());
   constexpr auto kCopy = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY;
   constexpr auto kCompute = ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE;
   uint32_t chosen = UINT32_MAX;
@@ -53,17 +67,10 @@ plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device,
   d.name.assign(properties.name, strnlen(properties.name, sizeof properties.name));
   std::memcpy(d.uuid.data(), properties.uuid.id, d.uuid.size());
 
-  uint32_t count = 0;
-  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, nullptr), kWork,
-           "zeDeviceGetMemoryProperties(device %u, count)", index);
-  std::vector<ze_device_memory_properties_t> memories(count);
-  for (auto& m : memories) {
-    m = {};
-    m.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES;
-  }
-  ze.check(ze.zeDeviceGetMemoryProperties(device, &count, memories.data()), kWork,
-           "zeDeviceGetMemoryProperties(device %u)", index);
-  for (uint32_t i = 0; i < count; ++i) d.total_memory_bytes += memories[i].totalSize;
+  const auto memories = enumerate<ze_device_memory_properties_t>(
+      ze, ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES, "zeDeviceGetMemoryProperties", index,
+      [&](uint32_t* n, auto* p) { return ze.zeDeviceGetMemoryProperties(device, n, p); });
+  for (const auto& memory : memories) d.total_memory_bytes += memory.totalSize;
 
   // ze_pci_ext: a driver without the extension leaves the bus id unknown.
   ze_pci_ext_properties_t pci = {};
