@@ -289,9 +289,6 @@ void enqueue(ze_command_list_handle_t list, std::function<void()> op) {
 
 ze_result_t ZE_APICALL fake_zeInit(ze_init_flags_t) {
   if (ze_result_t r = enter("zeInit", false)) return r;
-#ifdef DEVALLOC_FAKE_ZE_INIT_RESULT
-  return static_cast<ze_result_t>(DEVALLOC_FAKE_ZE_INIT_RESULT);
-#endif
   Fake& f = fake();
   std::lock_guard lock(f.mutex);
   if (f.initialized) return ZE_RESULT_SUCCESS;
