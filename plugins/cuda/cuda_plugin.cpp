@@ -66,6 +66,7 @@ class CudaInstance final : private DriverHolder, public plugin::DeviceInstance<C
 struct CudaPlugin {
   static constexpr const char* name = "cuda";
   static constexpr const char* version = DEVALLOC_CUDA_PLUGIN_VERSION;
+  static constexpr bool offers_memory_info = true;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
     return plugin::create_over_runtime<CudaInstance>(options, name, "libcuda.so.1");

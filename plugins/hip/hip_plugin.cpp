@@ -66,6 +66,7 @@ class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<H
 struct HipPlugin {
   static constexpr const char* name = "hip";
   static constexpr const char* version = DEVALLOC_HIP_PLUGIN_VERSION;
+  static constexpr bool offers_memory_info = true;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
     return plugin::create_over_runtime<HipInstance>(options, name, "libamdhip64.so.5");

@@ -40,10 +40,8 @@ class HostInstance final : public plugin::Instance {
     return d;
   }
 
-  bool memory_info(uint32_t, plugin::MemoryInfo& info) override {
-    info.total_bytes = device_.total_memory();
-    info.free_bytes = device_.free_memory();
-    return true;
+  plugin::MemoryInfo memory_info(uint32_t) override {
+    return {device_.free_memory(), device_.total_memory()};
   }
 
   uint64_t allocate(uint32_t, uint64_t nbytes, uint64_t alignment) override {
@@ -98,6 +96,7 @@ class HostInstance final : public plugin::Instance {
 struct HostPlugin {
   static constexpr const char* name = plugin_name;
   static constexpr const char* version = DEVALLOC_HOST_PLUGIN_VERSION;
+  static constexpr bool offers_memory_info = true;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
     const bool async = breaks_during_call || options.take_bool("async", false);

@@ -10,3 +10,8 @@ void devalloc_instance::free_host(void*) {
   throw devalloc::plugin::Failure{DEVALLOC_STATUS_UNSUPPORTED,
                                   "this plugin offers no host staging (PLUGIN-18)"};
 }
+
+devalloc::plugin::MemoryInfo devalloc_instance::memory_info(uint32_t) {
+  throw devalloc::plugin::Failure{DEVALLOC_STATUS_UNSUPPORTED,
+                                  "this plugin does not report free memory"};
+}

@@ -22,10 +22,7 @@ class DeviceInstance : public Instance {
   uint32_t device_count() const override { return static_cast<uint32_t>(devices_.size()); }
 
   DeviceDescription describe(uint32_t device) override { return devices_[device]->description(); }
-  bool memory_info(uint32_t device, MemoryInfo& info) override {
-    info = devices_[device]->memory_info();
-    return true;
-  }
+  MemoryInfo memory_info(uint32_t device) override { return devices_[device]->memory_info(); }
   uint64_t allocate(uint32_t device, uint64_t nbytes, uint64_t alignment) override {
     return devices_[device]->allocate(nbytes, alignment);
   }

@@ -46,12 +46,9 @@ struct devalloc_instance {
   virtual uint32_t device_count() const = 0;
   // device < device_count() in all that take one.
   virtual devalloc::plugin::DeviceDescription describe(uint32_t device) = 0;
-  // Free and total device memory, if the runtime can tell (ABI 1.1).
-  virtual bool memory_info(uint32_t device, devalloc::plugin::MemoryInfo& info) {
-    (void)device;
-    (void)info;
-    return false;
-  }
+  // Free and total device memory (ABI 1.1); called only for a plugin that
+  // declares offers_memory_info (plugin_entry.hpp).
+  virtual devalloc::plugin::MemoryInfo memory_info(uint32_t device);
 
   // nbytes > 0; alignment a power of two, at most max_alignment().
   virtual uint64_t allocate(uint32_t device, uint64_t nbytes, uint64_t alignment) = 0;

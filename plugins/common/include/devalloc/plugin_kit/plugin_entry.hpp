@@ -6,6 +6,8 @@
 //     // Takes its options (reject_unknown() included) and returns the
 //     // instance; throws Failure.
 //     static std::unique_ptr<devalloc_instance> create(devalloc::plugin::Options&);
+//     // Optional: the instance overrides memory_info (ABI 1.1).
+//     static constexpr bool offers_memory_info = true;
 //   };
 //   DEVALLOC_PLUGIN_KIT_ENTRY_POINT(MyPlugin)
 //
@@ -125,13 +127,8 @@ struct PluginApi {
               "PLUGIN-10", "free_bytes or total_bytes is NULL");
       require_device(device, self.device_count(), "get_memory_info");
       MemoryInfo info;
-      bool known = false;
       in_call([&] { return format("get_memory_info(device = %u)", device); },
-              [&] { known = self.memory_info(device, info); });
-      if (!known) {
-        return fail(error, DEVALLOC_STATUS_UNSUPPORTED,
-                    "get_memory_info(device = %u): the runtime cannot tell", device);
-      }
+              [&] { info = self.memory_info(device); });
       *free_bytes = info.free_bytes;
       *total_bytes = info.total_bytes;
       return DEVALLOC_STATUS_OK;
@@ -279,6 +276,17 @@ struct PluginApi {
     });
   }
 
+  // get_memory_info is in the table only for a plugin that declares
+  // static constexpr bool offers_memory_info = true (and overrides
+  // Instance::memory_info); for others it is NULL: "not supported".
+  static constexpr bool offers_memory_info() {
+    if constexpr (requires { Plugin::offers_memory_info; }) {
+      return Plugin::offers_memory_info;
+    } else {
+      return false;
+    }
+  }
+
   // The table's struct_size: a plugin may declare an older ABI's size
   // (static constexpr size_t api_struct_size) to hand out what a plugin
   // built against that header would.
@@ -309,7 +317,7 @@ struct PluginApi {
       .allocate_host = allocate_host,
       .free_host = free_host,
 #if DEVALLOC_ABI_VERSION_MINOR >= 1
-      .get_memory_info = get_memory_info,
+      .get_memory_info = offers_memory_info() ? get_memory_info : nullptr,
 #endif
   };
 };
