@@ -6,10 +6,11 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
+#include "no_exceptions.hpp"
+
 #include <algorithm>
 #include <initializer_list>
 #include <limits>
-#include <new>
 #include <system_error>
 #include <utility>
 
@@ -548,7 +549,7 @@ Result<RuntimeConfig> parse_config(std::string_view text,
   fs::path base_dir = fs::absolute(fs::path(source_name), ec).parent_path();
   if (ec) base_dir.clear();
 
-  try {
+  return detail::without_exceptions(source_name, "the config", [&]() -> Result<RuntimeConfig> {
     toml::table root;
     try {
       root = toml::parse(text, source_name);
@@ -559,14 +560,7 @@ Result<RuntimeConfig> parse_config(std::string_view text,
                     where.to_string() + ": " + escaped(e.description()));
     }
     return ConfigReader(source_name, std::move(base_dir)).read(root);
-  } catch (const std::bad_alloc&) {
-    return Status(StatusCode::out_of_host_memory,
-                  path_for_message(source_name) + ": out of host memory while reading the config");
-  } catch (const std::exception& e) {
-    return Status(StatusCode::internal, path_for_message(source_name) +
-                                            ": internal error while reading the config: " +
-                                            e.what());
-  }
+  });
 }
 
 Result<RuntimeConfig> read_config(const fs::path& path) {

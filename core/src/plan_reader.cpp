@@ -3,10 +3,10 @@
 #include <devalloc/regular_file.hpp>
 
 #include "json_parse.hpp"
+#include "no_exceptions.hpp"
 
 #include <initializer_list>
 #include <limits>
-#include <new>
 
 namespace devalloc {
 
@@ -217,16 +217,8 @@ Result<Plan> read_plan_checked(const std::filesystem::path& path) {
 }  // namespace
 
 Result<Plan> read_plan(const std::filesystem::path& path) {
-  try {
-    return read_plan_checked(path);
-  } catch (const std::bad_alloc&) {
-    return Status(StatusCode::out_of_host_memory,
-                  path_for_message(path.string()) + ": out of host memory while reading the plan");
-  } catch (const std::exception& error) {
-    return Status(StatusCode::internal, path_for_message(path.string()) +
-                                            ": internal error while reading the plan: " +
-                                            error.what());
-  }
+  return detail::without_exceptions(path.string(), "the plan",
+                                    [&] { return read_plan_checked(path); });
 }
 
 }  // namespace devalloc

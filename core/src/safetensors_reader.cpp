@@ -3,9 +3,9 @@
 #include <devalloc/input_text.hpp>
 
 #include "json_parse.hpp"
+#include "no_exceptions.hpp"
 
 #include <algorithm>
-#include <new>
 #include <optional>
 
 namespace devalloc {
@@ -149,17 +149,8 @@ class HeaderReader {
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
     const std::filesystem::path& path) {
-  // Nothing below throws on purpose; this keeps an allocation failure on a
-  // huge header a Status too.
-  try {
-    return open_checked(path);
-  } catch (const std::bad_alloc&) {
-    return Status(StatusCode::out_of_host_memory,
-                  path_for_message(path.string()) + ": out of host memory while reading the header");
-  } catch (const std::exception& error) {
-    return Status(StatusCode::internal,
-                  path_for_message(path.string()) + ": internal error while reading the header: " + error.what());
-  }
+  return detail::without_exceptions(path.string(), "the header",
+                                    [&] { return open_checked(path); });
 }
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
