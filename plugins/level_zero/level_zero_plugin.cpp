@@ -142,6 +142,8 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
 struct LevelZeroPlugin {
   static constexpr const char* name = "level_zero";
   static constexpr const char* version = DEVALLOC_LEVEL_ZERO_PLUGIN_VERSION;
+  // Free memory as this instance counts it (ZeDevice::memory_info).
+  static constexpr bool offers_memory_info = true;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
     return plugin::create_over_runtime<LevelZeroInstance>(options, name, "libze_loader.so.1");
