@@ -2,6 +2,7 @@
 // one without devices, and the properties and errors of a working one.
 #include "cuda_fixture.hpp"
 
+#include <optional>
 #include <set>
 
 namespace devalloc::cuda_test {
@@ -134,6 +135,26 @@ TEST_F(CudaDevices,
   EXPECT_EQ(fake().calls("cuMemcpyHtoDAsync_v2"), before);
   EXPECT_TRUE(plugin().deallocate(0, *address).ok());
 }
+
+#if DEVALLOC_ABI_VERSION_MINOR >= 1
+TEST_F(CudaDevices, MemoryInfo_IsCuMemGetInfoOfTheDeviceAsked) {
+  constexpr uint64_t kTotal = uint64_t{1} << 30, kBytes = uint64_t{1} << 20;
+  const Result<std::optional<MemoryInfo>> before = plugin().memory_info(1);
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  ASSERT_TRUE((*before).has_value()) << "the CUDA plugin offers get_memory_info";
+  EXPECT_EQ((*before)->total_bytes, kTotal);
+  EXPECT_EQ((*before)->free_bytes, kTotal);
+  const Result<uint64_t> address = plugin().allocate(1, kBytes, 0);
+  ASSERT_TRUE(address.ok());
+  const Result<std::optional<MemoryInfo>> after = plugin().memory_info(1);
+  ASSERT_TRUE(after.ok() && (*after).has_value());
+  EXPECT_EQ((*after)->free_bytes, kTotal - kBytes);
+  const Result<std::optional<MemoryInfo>> other = plugin().memory_info(0);
+  ASSERT_TRUE(other.ok() && (*other).has_value());
+  EXPECT_EQ((*other)->free_bytes, kTotal) << "device 0 reported device 1's memory";
+  EXPECT_TRUE(plugin().deallocate(1, *address).ok());
+}
+#endif
 
 }  // namespace
 }  // namespace devalloc::cuda_test

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace devalloc::hip_test {
@@ -187,6 +188,24 @@ TEST_F(HipPluginTest, DestroyWithCopiesInFlight_WaitsAndReleasesEachOnce) {
   for (int i = 0; i < kCopies; ++i) EXPECT_EQ(counters[i].releases, 1) << "copy " << i;
   EXPECT_EQ(fake().live_allocations(-1), 0u);
 }
+
+#if DEVALLOC_ABI_VERSION_MINOR >= 1
+TEST_F(HipPluginTest, MemoryInfo_IsHipMemGetInfoOfTheDeviceAsked) {
+  constexpr uint64_t kTotal = uint64_t{1} << 30, kBytes = uint64_t{1} << 20;
+  const Result<uint64_t> address = plugin().allocate(1, kBytes, 0);
+  ASSERT_TRUE(address.ok());
+  const Result<std::optional<MemoryInfo>> on1 = plugin().memory_info(1);
+  ASSERT_TRUE(on1.ok()) << on1.status().message();
+  ASSERT_TRUE((*on1).has_value()) << "the HIP plugin offers get_memory_info";
+  EXPECT_EQ((*on1)->total_bytes, kTotal);
+  EXPECT_EQ((*on1)->free_bytes, kTotal - kBytes);
+  const Result<std::optional<MemoryInfo>> on0 = plugin().memory_info(0);
+  ASSERT_TRUE(on0.ok() && (*on0).has_value());
+  EXPECT_EQ((*on0)->free_bytes, kTotal) << "device 0 reported device 1's memory";
+  EXPECT_EQ(current_device(), 0);
+  EXPECT_TRUE(plugin().deallocate(1, *address).ok());
+}
+#endif
 
 }  // namespace
 }  // namespace devalloc::hip_test
