@@ -1,140 +1,517 @@
-// devalloc load against plain memcpy of the same bytes, measured in the same
-// run on the same file. Prints GB/s and the ratio to the baseline; asserts
-// nothing about speed.
+// devalloc's load against the two figures that judge it, measured in the
+// same run on the same files:
+//   (a) devalloc: Runtime::load through the host plugin;
+//   (b) per-tensor: for every constant allocate a host buffer of its size,
+//       pread the tensor into it, copy it "during call", synchronize, free
+//       (the strategy of the original runtime);
+//   (c) the limit: the same bytes read from the same file into memory that
+//       is already touched, by the same number of threads, no devalloc code
+//       in between; the faster of pread and mmap+memcpy, both measured.
+// Runs are interleaved (a, b, c, a, b, c, ...) and repeated; it prints
+// min/median/max, the ratios (a)/(c) and (a)/(b), and the peak anonymous
+// RSS each run added. The models are written by the program into a temp
+// folder and deleted afterwards. It asserts nothing about speed.
 //
-//   devalloc_load_bench [--size-mib N] [--repeats N] [--dir DIR]
+// Destination memory is kept warm: malloc never returns memory to the
+// system (mallopt), so a load reuses the pages the previous run touched.
+// The cold figure (fresh memory, first touch) is reported apart.
+//
+//   devalloc_bench [--quick] [--json FILE] [--repeats N] [--sizes MiB,MiB,...]
+//                  [--tensors N] [--staging-sweep] [--dir DIR]
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/mapped_file.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/core/safetensors.hpp>
 
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
 using namespace devalloc;
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
 struct Options {
-  uint64_t size_mib = 256;
+  bool quick = false;
+  std::string json;
   int repeats = 5;
+  std::vector<uint64_t> sizes_mib = {256, 1024, 4096};
+  uint64_t small_tensors = 100000;
+  bool staging_sweep = false;
   fs::path dir = fs::temp_directory_path();
 };
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "devalloc_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void check(const Status& s, const char* what) {
+  if (!s.ok()) die(std::string(what) + ": " + s.message());
+}
 
 // Keeps the compiler from proving a copy unused.
 void escape(void* p) { asm volatile("" : : "g"(p) : "memory"); }
 
-// Median seconds of `repeats` runs of body, after one warm-up run.
-double median_seconds(int repeats, const std::function<void()>& body) {
-  body();
-  std::vector<double> runs;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+uint64_t rss_anon_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
   }
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+  return 0;
 }
 
-// A model of `tensors` F16 tensors of equal size, and a plan placing all of
-// them in one host buffer.
-Plan make_model(const fs::path& dir, uint64_t total_bytes) {
-  const uint64_t tensors = 64;
-  const uint64_t each = total_bytes / tensors / 256 * 256;
-  std::vector<std::vector<std::byte>> data(tensors, std::vector<std::byte>(each));
-  std::vector<SafetensorsWriteTensor> out;
-  Plan plan;
-  plan.path = dir / "bench_plan.json";
-  plan.buffers = {{0, "host", each * tensors, 256}};
-  PlanMethod method{"main", {0}, {}};
-  for (uint64_t i = 0; i < tensors; ++i) {
-    for (uint64_t b = 0; b < each; b += 4096) data[i][b] = std::byte(i + b);
-    const std::string name = "layers." + std::to_string(i) + ".weight";
-    out.push_back({name, DType::f16, {each / 2}, data[i]});
-    plan.tensors.push_back({name, DType::f16, {each / 2}, 0, i * each,
-                            PlanSource{"bench_model.safetensors", name}});
-    method.tensors.push_back(name);
+// Samples RssAnon every millisecond while alive; peak() minus the value at
+// construction is what the measured code added.
+class RssSampler {
+ public:
+  RssSampler() : base_(rss_anon_bytes()), peak_(base_) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        const uint64_t now = rss_anon_bytes();
+        uint64_t seen = peak_.load();
+        while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
   }
-  plan.methods = {method};
-  Status s = write_safetensors(dir / "bench_model.safetensors", out);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.message().c_str());
-    std::exit(1);
-  }
-  return plan;
-}
-
-double load_seconds(const Plan& plan, int repeats, const char* async) {
-  RuntimeConfig config = default_config();
-  config.plugins["host"] = PluginConfig{"host", std::nullopt, {{"async", async}}, {}};
-  auto runtime = Runtime::create(config);
-  return median_seconds(repeats, [&] {
-    auto program = runtime->load(plan, {}, nullptr);
-    if (!program.ok()) {
-      std::fprintf(stderr, "%s\n", program.status().message().c_str());
-      std::exit(1);
+  ~RssSampler() { stop(); }
+  uint64_t stop() {
+    if (thread_.joinable()) {
+      stop_ = true;
+      thread_.join();
+      const uint64_t now = rss_anon_bytes();
+      if (now > peak_) peak_ = now;
     }
-  });
+    return peak_ - base_;
+  }
+
+ private:
+  uint64_t base_;
+  std::atomic<uint64_t> peak_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct Figure {
+  std::vector<double> seconds;
+  uint64_t peak_anon = 0;  // most any run added
+  double min() const { return *std::min_element(seconds.begin(), seconds.end()); }
+  double max() const { return *std::max_element(seconds.begin(), seconds.end()); }
+  double median() const {
+    std::vector<double> s = seconds;
+    std::sort(s.begin(), s.end());
+    return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
+  }
+};
+
+// Times body once, with the anonymous memory it adds.
+void measure(Figure& f, const std::function<void()>& body) {
+  RssSampler rss;
+  const auto start = Clock::now();
+  body();
+  f.seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  f.peak_anon = std::max(f.peak_anon, rss.stop());
+}
+
+// ---- Models, written as safetensors by streaming (a 4 GiB model is never
+// whole in memory).
+
+struct ModelTensor {
+  std::string name;
+  uint64_t nbytes;
+};
+
+struct Model {
+  fs::path file;
+  Plan plan;
+  uint64_t bytes = 0;
+  uint64_t data_start = 0;  // file offset of the first tensor's bytes
+  std::vector<ModelTensor> tensors;
+  std::vector<uint64_t> offsets;  // in the data section
+};
+
+void write_model(Model& m, uint64_t tensors_per_buffer) {
+  std::string header = "{";
+  uint64_t at = 0;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (i != 0) header += ",";
+    header += "\"" + m.tensors[i].name + "\":{\"dtype\":\"U8\",\"shape\":[" +
+              std::to_string(m.tensors[i].nbytes) + "],\"data_offsets\":[" +
+              std::to_string(at) + "," + std::to_string(at + m.tensors[i].nbytes) + "]}";
+    m.offsets.push_back(at);
+    at += m.tensors[i].nbytes;
+  }
+  header += "}";
+  while ((header.size() + 8) % 4096 != 0) header += ' ';  // data page-aligned
+  m.bytes = at;
+  m.data_start = 8 + header.size();
+  std::FILE* f = std::fopen(m.file.c_str(), "wb");
+  if (f == nullptr) die("cannot write " + m.file.string());
+  uint64_t n = header.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  std::fwrite(len, 1, 8, f);
+  std::fwrite(header.data(), 1, header.size(), f);
+  std::vector<unsigned char> chunk(8 << 20);
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
+  for (uint64_t done = 0; done < at;) {
+    const uint64_t step = std::min<uint64_t>(chunk.size(), at - done);
+    chunk[0] = static_cast<unsigned char>(done >> 20);
+    if (std::fwrite(chunk.data(), 1, step, f) != step) die("writing " + m.file.string());
+    done += step;
+  }
+  if (std::fclose(f) != 0) die("writing " + m.file.string());
+
+  // The plan: buffers of tensors_per_buffer tensors each, packed.
+  m.plan.path = m.file.parent_path() / "plan.json";
+  PlanMethod method{"main", {}, {}};
+  uint64_t offset = 0;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (i % tensors_per_buffer == 0) {
+      if (i != 0) m.plan.buffers.back().size = offset;
+      m.plan.buffers.push_back({static_cast<uint32_t>(m.plan.buffers.size()), "host", 0, 256});
+      method.memory_ids.push_back(m.plan.buffers.back().memory_id);
+      offset = 0;
+    }
+    m.plan.tensors.push_back(PlanTensor{m.tensors[i].name, DType::u8, {m.tensors[i].nbytes},
+                                        m.plan.buffers.back().memory_id, offset,
+                                        PlanSource{m.file.filename().string(), m.tensors[i].name}});
+    method.tensors.push_back(m.tensors[i].name);
+    offset += (m.tensors[i].nbytes + 255) / 256 * 256;
+  }
+  m.plan.buffers.back().size = offset;
+  m.plan.methods = {method};
+}
+
+// Mixed large and small tensors, as in a transformer's layer: per "layer"
+// 16 MiB, 2 x 4 MiB, 1 MiB, 4 x 256 KiB, 16 x 16 KiB, 32 x 1 KiB (27.3 MiB),
+// repeated up to `bytes`; one buffer per layer.
+Model mixed_model(const fs::path& dir, uint64_t bytes) {
+  Model m;
+  m.file = dir / ("mixed-" + std::to_string(bytes >> 20) + "MiB.safetensors");
+  const std::vector<std::pair<uint64_t, int>> layer = {
+      {16 << 20, 1}, {4 << 20, 2}, {1 << 20, 1}, {256 << 10, 4}, {16 << 10, 16}, {1 << 10, 32}};
+  uint64_t total = 0;
+  int per_layer = 0;
+  for (const auto& [size, count] : layer) per_layer += count;
+  for (int l = 0; total < bytes; ++l) {
+    int k = 0;
+    for (const auto& [size, count] : layer) {
+      for (int c = 0; c < count && total < bytes; ++c, ++k) {
+        const uint64_t n = std::min<uint64_t>(size, bytes - total);
+        m.tensors.push_back({"layers." + std::to_string(l) + ".t" + std::to_string(k), n});
+        total += n;
+      }
+    }
+  }
+  write_model(m, static_cast<uint64_t>(per_layer));
+  return m;
+}
+
+Model small_model(const fs::path& dir, uint64_t count) {
+  Model m;
+  m.file = dir / "small.safetensors";
+  for (uint64_t i = 0; i < count; ++i) m.tensors.push_back({"s." + std::to_string(i), 64});
+  write_model(m, count);
+  return m;
+}
+
+// ---- The three strategies.
+
+RuntimeConfig host_config(uint64_t staging, bool direct, ReadMode read) {
+  RuntimeConfig c = default_config();
+  c.load.staging_bytes = staging;
+  c.load.direct = direct;
+  c.load.read = read;
+  return c;
+}
+
+// (a)
+LoadReport devalloc_load(const Model& m, const RuntimeConfig& config) {
+  LoadReport report;
+  auto program = Runtime::create(config)->load(m.plan, {}, &report);
+  if (!program.ok()) die(program.status().message());
+  return report;  // the program goes: its buffers return to the warm heap
+}
+
+// (b)
+void per_tensor_load(const Model& m, const std::shared_ptr<Plugin>& plugin) {
+  auto file = MappedFile::open(m.file);
+  if (!file.ok()) die(file.status().message());
+  std::vector<uint64_t> buffers;
+  for (const PlanBuffer& b : m.plan.buffers) {
+    auto address = plugin->allocate(0, b.size, b.alignment);
+    if (!address.ok()) die(address.status().message());
+    buffers.push_back(*address);
+  }
+  for (size_t i = 0; i < m.plan.tensors.size(); ++i) {
+    const PlanTensor& t = m.plan.tensors[i];
+    const uint64_t n = m.tensors[i].nbytes;
+    void* host = std::malloc(n);
+    uint64_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread((*file)->fd(), static_cast<char*>(host) + done, n - done,
+                                static_cast<off_t>(m.data_start + m.offsets[i] + done));
+      if (r <= 0) die("pread " + m.file.string());
+      done += static_cast<uint64_t>(r);
+    }
+    check(plugin->copy_to_device(0, buffers[t.memory_id] + t.offset, host, n), "copy");
+    check(plugin->synchronize(0), "synchronize");
+    std::free(host);
+  }
+  for (uint64_t address : buffers) check(plugin->deallocate(0, address), "deallocate");
+}
+
+// (c): the data section into `dst` (touched), split between `threads`.
+void limit_read(const Model& m, std::byte* dst, uint32_t threads, bool use_pread) {
+  auto file = MappedFile::open(m.file);
+  if (!file.ok()) die(file.status().message());
+  const std::byte* src = (*file)->data() + m.data_start;
+  const int fd = (*file)->fd();
+  const uint64_t share = (m.bytes + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (uint32_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const uint64_t from = std::min<uint64_t>(m.bytes, t * share);
+      const uint64_t to = std::min<uint64_t>(m.bytes, from + share);
+      for (uint64_t at = from; at < to;) {
+        const uint64_t n = std::min<uint64_t>(to - at, 8 << 20);
+        if (use_pread) {
+          if (::pread(fd, dst + at, n, static_cast<off_t>(m.data_start + at)) <= 0) {
+            die("pread");
+          }
+          at += n;
+        } else {
+          std::memcpy(dst + at, src + at, n);
+          at += n;
+        }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  escape(dst);
+}
+
+std::string json_figure(const Figure& f) {
+  std::ostringstream o;
+  o << "{\"min_s\":" << f.min() << ",\"median_s\":" << f.median() << ",\"max_s\":" << f.max()
+    << ",\"peak_anon_bytes\":" << f.peak_anon << "}";
+  return o.str();
+}
+
+void row(const char* what, const Figure& f, uint64_t bytes) {
+  std::printf("  %-38s %8.4f %8.4f %8.4f s  %7.2f GB/s  +%7.1f MiB anon\n", what, f.min(),
+              f.median(), f.max(), static_cast<double>(bytes) / f.median() / 1e9,
+              static_cast<double>(f.peak_anon) / (1 << 20));
+}
+
+std::vector<uint64_t> parse_list(const std::string& text) {
+  std::vector<uint64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoull(item));
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool sizes_given = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--size-mib") o.size_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--repeats") o.repeats = std::atoi(argv[i + 1]);
-    else if (flag == "--dir") o.dir = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: %s [--size-mib N] [--repeats N] [--dir DIR]\n", argv[0]);
+    const bool has_value = i + 1 < argc;
+    if (flag == "--quick") {
+      o.quick = true;
+    } else if (flag == "--staging-sweep") {
+      o.staging_sweep = true;
+    } else if (flag == "--json" && has_value) {
+      o.json = argv[++i];
+    } else if (flag == "--repeats" && has_value) {
+      o.repeats = std::max(1, std::atoi(argv[++i]));
+    } else if (flag == "--sizes" && has_value) {
+      o.sizes_mib = parse_list(argv[++i]);
+      sizes_given = true;
+    } else if (flag == "--tensors" && has_value) {
+      o.small_tensors = std::stoull(argv[++i]);
+    } else if (flag == "--dir" && has_value) {
+      o.dir = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--json FILE] [--repeats N] [--sizes MiB,...]\n"
+                   "          [--tensors N] [--staging-sweep] [--dir DIR]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (o.quick) {
+    if (!sizes_given) o.sizes_mib = {16};
+    o.repeats = std::min(o.repeats, 2);
+    o.small_tensors = std::min<uint64_t>(o.small_tensors, 2000);
+  }
+  // Warm destination memory: freed memory stays in the process and the next
+  // run reuses its pages (no mmap per allocation, no trimming).
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, -1);
+  mallopt(M_TOP_PAD, 64 << 20);
+
   const fs::path dir = o.dir / ("devalloc-bench-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const Plan plan = make_model(dir, o.size_mib << 20);
-  auto file = MappedFile::open(dir / "bench_model.safetensors");
-  if (!file.ok()) return 1;
-  const uint64_t bytes = plan.buffers[0].size;
-  const std::byte* src = (*file)->data() + (*file)->size() - bytes;
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() { std::error_code ec; fs::remove_all(dir, ec); }
+  } cleanup{dir};
 
-  // Baselines. "fresh" pays for new memory as a load does: the host plugin
-  // allocates each buffer anew. "warm" is the copy alone.
-  const double fresh = median_seconds(o.repeats, [&] {
-    void* dst = std::aligned_alloc(256, bytes);
-    std::memcpy(dst, src, bytes);
-    escape(dst);
-    std::free(dst);
-  });
-  std::vector<std::byte> warm_buffer(bytes);
-  const double warm = median_seconds(o.repeats, [&] {
-    std::memcpy(warm_buffer.data(), src, bytes);
-    escape(warm_buffer.data());
-  });
-  const double load_sync = load_seconds(plan, o.repeats, "false");
-  const double load_async = load_seconds(plan, o.repeats, "true");
+  auto host = Runtime::create(default_config());
+  std::ostringstream json;
+  json << "{\"date\":\"" << std::chrono::system_clock::now().time_since_epoch().count()
+       << "\",\"cores\":" << std::thread::hardware_concurrency() << ",\"models\":[";
 
-  auto row = [&](const char* what, double s) {
-    std::printf("%-44s %8.4f s %8.2f GB/s %8.2fx\n", what, s, bytes / s / 1e9, fresh / s);
-  };
-  std::printf("%llu MiB in 64 tensors, median of %d runs (ratio: baseline time / time)\n",
-              static_cast<unsigned long long>(bytes >> 20), o.repeats);
-  row("baseline: memcpy into fresh aligned memory", fresh);
-  row("memcpy into reused memory (copy alone)", warm);
-  row("devalloc load, host plugin (sync)", load_sync);
-  row("devalloc load, host plugin (async)", load_async);
-  fs::remove_all(dir);
+  std::printf("devalloc_bench: %u cores, %d repeats, interleaved; min / median / max\n",
+              std::thread::hardware_concurrency(), o.repeats);
+  bool first_model = true;
+  for (uint64_t mib : o.sizes_mib) {
+    Model m = mixed_model(dir, mib << 20);
+    const RuntimeConfig config = host_config(64 << 20, true, ReadMode::automatic);
+    // The plugin for (b), from a registry like the load's.
+    DeviceRegistry registry(config);
+    auto plugin = registry.plugin("host");
+    if (!plugin.ok()) die(plugin.status().message());
+
+    // Cold: the first load into memory never touched before.
+    Figure cold;
+    LoadReport report;
+    measure(cold, [&] { report = devalloc_load(m, config); });
+    const uint32_t threads = std::max<uint32_t>(1, report.pipeline.threads);
+
+    Figure a, b, c_pread, c_mmap;
+    for (int r = 0; r < o.repeats; ++r) {
+      measure(a, [&] { devalloc_load(m, config); });
+      measure(b, [&] { per_tensor_load(m, *plugin); });
+      for (bool use_pread : {true, false}) {
+        // Touched before the clock starts: the limit does not pay first touch.
+        auto* dst = static_cast<std::byte*>(std::malloc(m.bytes));
+        std::memset(dst, 1, m.bytes);
+        measure(use_pread ? c_pread : c_mmap, [&] { limit_read(m, dst, threads, use_pread); });
+        std::free(dst);
+      }
+    }
+    const Figure& c = c_pread.median() < c_mmap.median() ? c_pread : c_mmap;
+    std::printf("\n%llu MiB, %zu tensors in %zu buffers (%s: %llu copies, %llu direct reads, "
+                "%u threads)\n",
+                static_cast<unsigned long long>(mib), m.tensors.size(), m.plan.buffers.size(),
+                report.direct_reads ? "direct" : "staged",
+                static_cast<unsigned long long>(report.copies),
+                static_cast<unsigned long long>(report.direct_reads), threads);
+    row("(a) devalloc load", a, m.bytes);
+    row("(b) per-tensor strategy", b, m.bytes);
+    row("(c) limit, pread", c_pread, m.bytes);
+    row("(c) limit, mmap+memcpy", c_mmap, m.bytes);
+    row("(a) cold: first load, fresh memory", cold, m.bytes);
+    std::printf("  (a)/(c) throughput %.3f   (a) vs (b) %.2fx faster\n", c.median() / a.median(),
+                b.median() / a.median());
+
+    std::ostringstream sweep;
+    if (o.staging_sweep) {
+      // Throughput of the staged path by staging size (direct reads off).
+      std::printf("  staged (direct = false), by staging size:\n");
+      bool first = true;
+      for (uint64_t staging_mib : {1, 4, 16, 64, 256}) {
+        Figure s;
+        const RuntimeConfig staged = host_config(staging_mib << 20, false, ReadMode::automatic);
+        devalloc_load(m, staged);
+        for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, staged); });
+        std::printf("    staging %4llu MiB: %7.2f GB/s  +%7.1f MiB anon\n",
+                    static_cast<unsigned long long>(staging_mib),
+                    static_cast<double>(m.bytes) / s.median() / 1e9,
+                    static_cast<double>(s.peak_anon) / (1 << 20));
+        sweep << (first ? "" : ",") << "{\"staging_bytes\":" << (staging_mib << 20)
+              << ",\"figure\":" << json_figure(s) << "}";
+        first = false;
+      }
+      for (ReadMode mode : {ReadMode::mmap, ReadMode::pread}) {
+        for (bool direct : {true, false}) {
+          Figure s;
+          const RuntimeConfig rc = host_config(64 << 20, direct, mode);
+          for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, rc); });
+          std::printf("    read = %-5s direct = %-5s: %7.2f GB/s\n", to_string(mode),
+                      direct ? "true" : "false", static_cast<double>(m.bytes) / s.median() / 1e9);
+          sweep << ",{\"read\":\"" << to_string(mode) << "\",\"direct\":" << direct
+                << ",\"figure\":" << json_figure(s) << "}";
+        }
+      }
+    }
+    json << (first_model ? "" : ",") << "{\"kind\":\"mixed\",\"bytes\":" << m.bytes
+         << ",\"tensors\":" << m.tensors.size() << ",\"threads\":" << threads
+         << ",\"direct\":" << (report.direct_reads != 0) << ",\"devalloc\":" << json_figure(a)
+         << ",\"per_tensor\":" << json_figure(b) << ",\"limit_pread\":" << json_figure(c_pread)
+         << ",\"limit_mmap\":" << json_figure(c_mmap) << ",\"cold\":" << json_figure(cold)
+         << ",\"sweep\":[" << sweep.str() << "]}";
+    first_model = false;
+    std::error_code ec;
+    fs::remove(m.file, ec);
+  }
+
+  if (o.small_tensors > 0) {
+    Model m = small_model(dir, o.small_tensors);
+    const RuntimeConfig config = host_config(64 << 20, true, ReadMode::automatic);
+    Figure plan_fig, load_fig, bare;
+    auto file = MappedFile::open(m.file);
+    if (!file.ok()) die(file.status().message());
+    std::vector<std::byte> dst(m.plan.buffers[0].size);
+    for (int r = 0; r < o.repeats; ++r) {
+      measure(plan_fig, [&] {
+        const std::vector<fs::path> files = {m.file};
+        auto plan = build_plan(files, dir / "plan.json");
+        if (!plan.ok()) die(plan.status().message());
+      });
+      measure(load_fig, [&] { devalloc_load(m, config); });
+      measure(bare, [&] {
+        const std::byte* src = (*file)->data() + m.data_start;
+        for (size_t i = 0; i < m.tensors.size(); ++i) {
+          std::memcpy(dst.data() + m.plan.tensors[i].offset, src + m.offsets[i], 64);
+        }
+        escape(dst.data());
+      });
+    }
+    std::printf("\n%llu tensors of 64 bytes\n", static_cast<unsigned long long>(m.tensors.size()));
+    row("plan (build_plan from the file)", plan_fig, m.bytes);
+    row("load", load_fig, m.bytes);
+    row("bare loop: the same copies", bare, m.bytes);
+    std::printf("  plan + load = %.4f s, %.1fx the bare loop\n",
+                plan_fig.median() + load_fig.median(),
+                (plan_fig.median() + load_fig.median()) / bare.median());
+    json << "],\"small\":{\"tensors\":" << m.tensors.size() << ",\"plan\":" << json_figure(plan_fig)
+         << ",\"load\":" << json_figure(load_fig) << ",\"bare\":" << json_figure(bare) << "}}";
+  } else {
+    json << "]}";
+  }
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << json.str() << "\n";
+    if (!out) die("cannot write " + o.json);
+  }
   return 0;
 }

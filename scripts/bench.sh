@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds and runs the benchmarks; arguments go to devalloc_load_bench
-# (--size-mib N, --repeats N, --dir DIR).
+# Builds and runs the benchmarks; arguments go to devalloc_bench
+# (see bench/load_bench.cpp: --quick, --json FILE, --sizes MiB,..., --staging-sweep).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
 BUILD_DIR="$build" bash "$here/scripts/build.sh" -DCMAKE_BUILD_TYPE=Release
-"$build/bin/devalloc_load_bench" "$@"
+"$build/bin/devalloc_bench" "$@"

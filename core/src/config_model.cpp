@@ -197,6 +197,44 @@ Result<uint64_t> parse_byte_size(std::string_view text) {
   return invalid("unknown unit " + quote(unit_text) + " (known: " + known_units() + ")");
 }
 
+Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
+  const auto invalid = [&](const std::string& why) {
+    return Status(StatusCode::invalid_argument,
+                  "invalid duration \"" + std::string(text) + "\": " + why);
+  };
+  size_t pos = 0;
+  uint64_t count = 0;
+  // A day in milliseconds times a million still fits; more is a typo.
+  constexpr uint64_t kMax = uint64_t{1} << 46;
+  while (pos < text.size() && is_digit(text[pos])) {
+    count = count * 10 + static_cast<uint64_t>(text[pos] - '0');
+    if (count > kMax) return invalid("too long");
+    ++pos;
+  }
+  if (pos == 0) return invalid("expected an integer followed by ms, s or min");
+  while (pos < text.size() && text[pos] == ' ') ++pos;
+  const std::string_view unit = text.substr(pos);
+  uint64_t factor = 0;
+  if (unit == "ms") factor = 1;
+  if (unit == "s") factor = 1000;
+  if (unit == "min") factor = 60000;
+  if (factor == 0) {
+    return invalid("unknown or missing unit \"" + std::string(unit) +
+                   "\" (known: ms, s, min)");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(count * factor));
+}
+
+const char* to_string(ReadMode mode) {
+  switch (mode) {
+    case ReadMode::automatic: return "auto";
+    case ReadMode::mmap: return "mmap";
+    case ReadMode::pread: return "pread";
+    case ReadMode::direct_io: return "direct_io";
+  }
+  return "unknown";
+}
+
 const char* to_string(SelectorKind kind) {
   switch (kind) {
     case SelectorKind::index: return "index";

@@ -486,7 +486,8 @@ void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
 }
 
 void ConfigReader::read_load(const toml::table& table) {
-  check_keys(table, "in [load]", {"staging", "threads", "verify"});
+  check_keys(table, "in [load]",
+             {"direct", "read", "release_timeout", "staging", "threads", "verify"});
 
   if (const auto* staging = table.get("staging")) {
     const std::string what = "\"staging\" in [load]";
@@ -537,6 +538,50 @@ void ConfigReader::read_load(const toml::table& table) {
       config_.load.verify = boolean->get();
     } else {
       type_error(*verify, "\"verify\" in [load]", "a boolean");
+    }
+  }
+
+  if (const auto* direct = table.get("direct")) {
+    if (const auto* boolean = direct->as_boolean()) {
+      config_.load.direct = boolean->get();
+    } else {
+      type_error(*direct, "\"direct\" in [load]", "a boolean");
+    }
+  }
+
+  if (const auto* timeout = table.get("release_timeout")) {
+    const std::string what = "\"release_timeout\" in [load]";
+    if (const auto* text = timeout->as_string()) {
+      auto parsed = parse_duration(text->get());
+      if (!parsed.ok()) {
+        error(timeout->source(), what + ": " + parsed.status().message());
+      } else if (parsed->count() == 0) {
+        error(timeout->source(), what + " must be at least 1ms");
+      } else {
+        config_.load.release_timeout = *parsed;
+      }
+    } else {
+      type_error(*timeout, what, "a duration such as \"5s\"");
+    }
+  }
+
+  if (const auto* read = table.get("read")) {
+    const std::string what = "\"read\" in [load]";
+    if (const auto* text = read->as_string()) {
+      bool known = false;
+      for (ReadMode mode : {ReadMode::automatic, ReadMode::mmap, ReadMode::pread,
+                            ReadMode::direct_io}) {
+        if (text->get() == to_string(mode)) {
+          config_.load.read = mode;
+          known = true;
+        }
+      }
+      if (!known) {
+        error(read->source(), what + " is " + in_quotes(text->get()) +
+                                  "; known: auto, mmap, pread, direct_io");
+      }
+    } else {
+      type_error(*read, what, "a string");
     }
   }
 }

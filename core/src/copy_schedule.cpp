@@ -1,58 +1,43 @@
 #include <devalloc/core/copy_schedule.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <set>
+#include <system_error>
 #include <thread>
 
 namespace devalloc {
 
 namespace {
 
-// Host bytes that plugins may still read, across all devices.
-class InFlightBudget {
- public:
-  explicit InFlightBudget(uint64_t limit) : limit_(limit) {}
+constexpr uint64_t kMaxSlotBytes = uint64_t{8} << 20;
+constexpr uint64_t kMinSlotBytes = uint64_t{4} << 10;
+constexpr uint64_t kDirectPieceBytes = uint64_t{8} << 20;
+// O_DIRECT wants offsets, sizes and addresses aligned to the block size;
+// 4 KiB covers the file systems in use.
+constexpr uint64_t kDirectIoAlign = 4096;
 
-  void acquire(uint64_t n) {
-    std::unique_lock lock(mutex_);
-    // A step larger than the budget runs alone rather than never.
-    cv_.wait(lock, [&] { return used_ == 0 || used_ + n <= limit_; });
-    used_ += n;
-    ++outstanding_;
+uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// ABI 1.1 HOST_ADDRESSABLE, read only when the loader reports it.
+template <class Caps>
+bool host_addressable(const Caps& caps) {
+  if constexpr (requires { caps.host_addressable; }) {
+    return caps.host_addressable;
+  } else {
+    return false;
   }
-  void release(uint64_t n) {
-    {
-      std::lock_guard lock(mutex_);
-      used_ -= n;
-      --outstanding_;
-    }
-    cv_.notify_all();
-  }
-  void wait_all_released() {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return outstanding_ == 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  uint64_t limit_;
-  uint64_t used_ = 0;
-  uint64_t outstanding_ = 0;
-};
-
-struct Release {
-  InFlightBudget* budget;
-  uint64_t nbytes;
-};
-
-extern "C" void on_step_released(void* user_data) {
-  auto* r = static_cast<Release*>(user_data);
-  r->budget->release(r->nbytes);
 }
 
 std::string tensors_text(const CopyStep& s) {
@@ -66,11 +51,613 @@ std::string range_text(const CopyStep& s) {
          std::to_string(s.buffer->memory_id());
 }
 
+std::string copy_text(const CopyStep& s, const ResolvedDevice& device) {
+  return "copy of tensor " + tensors_text(s) + " (" + range_text(s) + ") to " +
+         device.describe();
+}
+
+std::string errno_text(int error) { return std::system_category().message(error); }
+
+// Reads n bytes at offset of fd into dst; pread may return less than asked.
+Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset,
+                 const MappedFile& file, uint64_t* got = nullptr) {
+  auto* out = static_cast<std::byte*>(dst);
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, out + done, static_cast<size_t>(n - done),
+                              static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      return Status(StatusCode::invalid_argument,
+                    file.path().string() + ": cannot read " + std::to_string(n) +
+                        " bytes at offset " + std::to_string(offset) + ": " +
+                        errno_text(errno));
+    }
+    if (r == 0) break;
+    done += static_cast<uint64_t>(r);
+  }
+  if (got != nullptr) {
+    *got = done;
+    return Status();
+  }
+  if (done < n) {
+    return Status(StatusCode::invalid_argument,
+                  file.path().string() + ": ends before offset " +
+                      std::to_string(offset + n) + " (was it truncated?)");
+  }
+  return Status();
+}
+
+// One slot of a staging ring.
+struct Slot {
+  std::byte* memory = nullptr;
+  uint64_t capacity = 0;
+  bool from_plugin = false;
+};
+
+// A fixed set of staging buffers for the devices of one plugin.
+struct Ring {
+  Plugin* plugin = nullptr;  // not owned: a leaked ring never calls it
+  uint64_t payload = 0;      // bytes of file a slot carries
+  std::vector<Slot> slots;
+  std::vector<size_t> free;  // indices into slots
+  std::vector<size_t> queues;  // the device queues it serves
+
+  // Frees the slots; only once nothing may read them.
+  void free_slots() {
+    for (Slot& s : slots) {
+      if (s.from_plugin) {
+        (void)plugin->free_host(s.memory);
+      } else {
+        std::free(s.memory);
+      }
+    }
+    slots.clear();
+  }
+};
+
+// A copy issued from a slot, until its release. Lives in the ledger, whose
+// address the plugin gets as user_data.
+struct Ticket {
+  struct Ledger* ledger = nullptr;
+  uint64_t id = 0;
+  size_t queue = 0;
+  size_t ring = 0;
+  size_t slot = 0;
+  uint64_t nbytes = 0;
+  const CopyStep* step = nullptr;  // the range the piece belongs to
+  uint64_t offset = 0;             // of the piece in the step
+  bool released = false;           // under the ledger's mutex
+};
+
+// The release accounting of one execute(): slots, tickets, and the first
+// failure. Shared with the plugins through the tickets; leaked, never
+// freed, when a release may still come (see abandon()).
+struct Ledger {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Ring> rings;
+  std::deque<Ticket> tickets;                 // stable addresses
+  std::vector<std::set<uint64_t>> unreleased;  // per queue: ticket ids
+  std::vector<const ResolvedDevice*> devices;  // per queue
+  uint64_t releases_seen = 0;
+  uint64_t in_flight = 0;
+  uint64_t max_in_flight = 0;
+  uint64_t forced_synchronizes = 0;
+  Status failure;  // the first one; stops every thread
+  bool breach = false;  // a release rule was broken: never free the ledger
+
+  void fail(Status s) {
+    if (failure.ok()) failure = std::move(s);
+  }
+
+  // "copy of tensor "a" .. "b" (bytes 0..4096 of buffer 3) to host:0 (...)"
+  std::string copy_of(const Ticket& t) const {
+    CopyStep piece = *t.step;
+    piece.buffer_offset += t.offset;
+    piece.nbytes = t.nbytes;
+    return copy_text(piece, *devices[t.queue]);
+  }
+  std::string plugin_of(const Ticket& t) const {
+    return devices[t.queue]->plugin->name();
+  }
+};
+
+// Ledgers whose plugin broke the release rules stay reachable here for the
+// life of the process: a late release writes into memory that is still
+// ours, and no slot is freed under a copy that may still read it.
+std::mutex g_abandoned_mutex;
+std::vector<std::unique_ptr<Ledger>>& abandoned_ledgers() {
+  static auto* list = new std::vector<std::unique_ptr<Ledger>>();
+  return *list;
+}
+
+void abandon(std::unique_ptr<Ledger> ledger) {
+  std::lock_guard lock(g_abandoned_mutex);
+  abandoned_ledgers().push_back(std::move(ledger));
+}
+
+struct QueueContext {
+  const DeviceCopyQueue* queue = nullptr;
+  bool direct = false;
+  size_t ring = 0;
+};
+
+extern "C" void on_piece_released(void* user_data);
+
+class Pipeline {
+ public:
+  Pipeline(const std::vector<DeviceCopyQueue>& queues, const PipelineOptions& options,
+           const LoadProgress& progress)
+      : queues_(queues), options_(options), progress_(progress),
+        ledger_(std::make_unique<Ledger>()) {}
+
+  ~Pipeline() {
+    for (int fd : direct_fds_) ::close(fd);
+  }
+
+  Status run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipeline);
+
+ private:
+  struct Piece {
+    size_t queue;
+    const CopyStep* step;
+    uint64_t offset;  // into the step
+    uint64_t nbytes;
+  };
+
+  Status set_up();
+  Status make_ring(Ring& ring, uint64_t budget);
+  void open_direct_io();
+  void work();
+  Status direct_piece(const Piece& p);
+  Status staged_piece(const Piece& p);
+  Result<size_t> take_slot(size_t ring);
+  Status force_progress(std::unique_lock<std::mutex>& lock, size_t ring);
+  Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue,
+                       uint64_t up_to_id);
+  Status missing_release(const Ticket& t) const;
+  void finish();
+
+  const std::vector<DeviceCopyQueue>& queues_;
+  const PipelineOptions& options_;
+  const LoadProgress& progress_;
+  std::unique_ptr<Ledger> ledger_;
+  std::vector<QueueContext> contexts_;
+  std::vector<Piece> pieces_;
+  std::vector<DeviceLoadStats> per_device_;
+  std::vector<std::chrono::steady_clock::time_point> started_;
+  std::vector<std::once_flag> start_once_;
+  std::map<const MappedFile*, int> direct_io_fd_;
+  std::vector<int> direct_fds_;
+  ReadMode read_ = ReadMode::mmap;
+  bool direct_io_fallback_ = false;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> issued_{0};
+  uint64_t total_ = 0;
+  std::mutex stats_mutex_;
+};
+
+extern "C" void on_piece_released(void* user_data) {
+  auto* t = static_cast<Ticket*>(user_data);
+  Ledger& ledger = *t->ledger;
+  {
+    std::lock_guard lock(ledger.mutex);
+    if (t->released) {
+      // The first release gave the slot back already; giving it again would
+      // corrupt the ring. The load ends instead. (Once a failure is set the
+      // schedule the ticket names may be gone: no text then.)
+      ledger.breach = true;
+      if (ledger.failure.ok()) ledger.fail(Status(StatusCode::device_error,
+                         "plugin " + ledger.plugin_of(*t) +
+                             " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
+                             ledger.copy_of(*t) + " was released twice"));
+    } else {
+      t->released = true;
+      ledger.unreleased[t->queue].erase(t->id);
+      ledger.in_flight -= t->nbytes;
+      ledger.rings[t->ring].free.push_back(t->slot);
+      ++ledger.releases_seen;
+    }
+  }
+  ledger.changed.notify_all();
+}
+
+Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
+  // Four slots or more, so that reading and copying overlap, of 4 KiB to
+  // 8 MiB (a size pread and the copy engines run at full speed with).
+  uint64_t payload =
+      std::min(budget, std::clamp(budget / 4, kMinSlotBytes, kMaxSlotBytes));
+  uint64_t capacity = payload;
+  if (read_ == ReadMode::direct_io) {
+    // Room to read whole aligned blocks around any range.
+    capacity = round_up(payload, kDirectIoAlign) + 2 * kDirectIoAlign;
+    if (capacity > budget) {
+      read_ = ReadMode::pread;
+      direct_io_fallback_ = true;
+      capacity = payload;
+    }
+  }
+  const uint64_t count = std::max<uint64_t>(1, budget / capacity);
+  ring.payload = payload;
+  const bool pinned = ring.plugin->capabilities().host_staging;
+  for (uint64_t i = 0; i < count; ++i) {
+    Slot slot;
+    slot.capacity = capacity;
+    if (pinned) {
+      auto memory = ring.plugin->allocate_host(capacity);
+      if (!memory.ok()) {
+        return memory.status().with_context("allocating " + std::to_string(capacity) +
+                                            " bytes of staging memory");
+      }
+      slot.memory = static_cast<std::byte*>(*memory);
+      slot.from_plugin = true;
+    } else {
+      slot.memory = static_cast<std::byte*>(
+          std::aligned_alloc(kDirectIoAlign, round_up(capacity, kDirectIoAlign)));
+      if (slot.memory == nullptr) {
+        return Status(StatusCode::out_of_host_memory,
+                      "allocating " + std::to_string(capacity) +
+                          " bytes of staging memory: out of host memory");
+      }
+    }
+    ring.slots.push_back(slot);
+    ring.free.push_back(ring.slots.size() - 1);
+  }
+  return Status();
+}
+
+void Pipeline::open_direct_io() {
+  for (const QueueContext& c : contexts_) {
+    if (c.direct) continue;
+    for (const CopyStep& s : c.queue->steps) {
+      if (direct_io_fd_.count(s.file) != 0) continue;
+      int fd = ::open(s.file->path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      struct stat a {}, b {};
+      if (fd >= 0 && (::fstat(fd, &a) != 0 || ::fstat(s.file->fd(), &b) != 0 ||
+                      a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+        // Not the file that was mapped (renamed over since): do not use it.
+        ::close(fd);
+        fd = -1;
+      }
+      if (fd < 0) direct_io_fallback_ = true;
+      if (fd >= 0) direct_fds_.push_back(fd);
+      direct_io_fd_[s.file] = fd;
+    }
+  }
+}
+
+Status Pipeline::set_up() {
+  read_ = options_.read == ReadMode::automatic ? ReadMode::mmap : options_.read;
+  Ledger& ledger = *ledger_;
+  ledger.unreleased.resize(queues_.size());
+  std::map<Plugin*, size_t> ring_of;
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    const DeviceCopyQueue& q = queues_[qi];
+    ledger.devices.push_back(&q.device);
+    QueueContext c;
+    c.queue = &q;
+    c.direct = options_.direct && host_addressable(q.device.plugin->capabilities());
+    if (!c.direct) {
+      Plugin* plugin = q.device.plugin.get();
+      auto [it, fresh] = ring_of.emplace(plugin, ledger.rings.size());
+      if (fresh) {
+        ledger.rings.emplace_back();
+        ledger.rings.back().plugin = plugin;
+      }
+      c.ring = it->second;
+      ledger.rings[c.ring].queues.push_back(qi);
+    }
+    contexts_.push_back(c);
+  }
+  if (read_ == ReadMode::direct_io) open_direct_io();
+  // One budget, shared by the rings.
+  const uint64_t budget =
+      ledger.rings.empty() ? 0 : std::max<uint64_t>(1, options_.staging_bytes / ledger.rings.size());
+  for (Ring& ring : ledger.rings) {
+    if (Status s = make_ring(ring, budget); !s.ok()) return s;
+  }
+
+  // Pieces, devices interleaved so that they load in parallel.
+  std::vector<std::vector<Piece>> per_queue(queues_.size());
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    const uint64_t piece_bytes = contexts_[qi].direct
+                                     ? kDirectPieceBytes
+                                     : ledger.rings[contexts_[qi].ring].payload;
+    for (const CopyStep& s : queues_[qi].steps) {
+      total_ += s.nbytes;
+      for (uint64_t done = 0; done < s.nbytes; done += piece_bytes) {
+        per_queue[qi].push_back(
+            Piece{qi, &s, done, std::min(piece_bytes, s.nbytes - done)});
+      }
+    }
+  }
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (const auto& list : per_queue) {
+      if (round < list.size()) {
+        pieces_.push_back(list[round]);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  return Status();
+}
+
+Result<size_t> Pipeline::take_slot(size_t ring_index) {
+  Ledger& ledger = *ledger_;
+  std::unique_lock lock(ledger.mutex);
+  Ring& ring = ledger.rings[ring_index];
+  for (;;) {
+    if (!ledger.failure.ok() || stop_) {
+      return Status(StatusCode::internal, "stopped");
+    }
+    if (!ring.free.empty()) {
+      const size_t slot = ring.free.back();
+      ring.free.pop_back();
+      return slot;
+    }
+    const uint64_t seen = ledger.releases_seen;
+    if (ledger.changed.wait_for(lock, options_.sync_after, [&] {
+          return !ledger.failure.ok() || stop_ || !ring.free.empty() ||
+                 ledger.releases_seen != seen;
+        })) {
+      continue;
+    }
+    // PLUGIN-20: no release for a while; the plugin may be waiting for us.
+    if (Status s = force_progress(lock, ring_index); !s.ok()) {
+      ledger.fail(s);
+      stop_ = true;
+      ledger.changed.notify_all();
+    }
+  }
+}
+
+// Synchronizes each device that holds a slot of the ring, then gives its
+// releases release_timeout to arrive. Called and returns with lock held.
+Status Pipeline::force_progress(std::unique_lock<std::mutex>& lock, size_t ring_index) {
+  Ledger& ledger = *ledger_;
+  std::vector<std::pair<size_t, uint64_t>> waits;  // queue, last ticket before sync
+  for (size_t qi : ledger.rings[ring_index].queues) {
+    if (!ledger.unreleased[qi].empty()) waits.emplace_back(qi, *ledger.unreleased[qi].rbegin());
+  }
+  // Every slot may be with a thread still reading: nothing to wait for.
+  if (waits.empty()) return Status();
+  ++ledger.forced_synchronizes;
+  lock.unlock();
+  Status synced;
+  for (const auto& [qi, last] : waits) {
+    const ResolvedDevice& device = queues_[qi].device;
+    Status s = device.plugin->synchronize(device.device);
+    if (!s.ok() && synced.ok()) {
+      synced = s.with_context("synchronizing " + device.describe() +
+                              " while waiting for staging memory");
+    }
+  }
+  lock.lock();
+  if (!synced.ok()) return synced;
+  for (const auto& [qi, last] : waits) {
+    if (Status s = wait_released(lock, qi, last); !s.ok()) return s;
+  }
+  return Status();
+}
+
+// After synchronize(queue's device) returned: every ticket up to up_to_id
+// must be released within release_timeout (PLUGIN-20, PLUGIN-21).
+Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
+                               uint64_t up_to_id) {
+  Ledger& ledger = *ledger_;
+  auto& pending = ledger.unreleased[qi];
+  const bool done = ledger.changed.wait_for(lock, options_.release_timeout, [&] {
+    return ledger.breach || pending.empty() || *pending.begin() > up_to_id;
+  });
+  if (done) return Status();
+  ledger.breach = true;
+  const Ticket& t = ledger.tickets[*pending.begin()];
+  return Status(StatusCode::device_error,
+                "plugin " + ledger.plugin_of(t) +
+                    " broke PLUGIN-20 (PLUGIN-21 release accounting): " +
+                    ledger.copy_of(t) + " was not released " +
+                    std::to_string(options_.release_timeout.count()) +
+                    " ms after synchronize returned ([load] release_timeout); "
+                    "its staging memory is kept, never freed");
+}
+
+Status Pipeline::direct_piece(const Piece& p) {
+  const CopyStep& s = *p.step;
+  auto* dst = reinterpret_cast<std::byte*>(
+      static_cast<uintptr_t>(s.buffer->address() + s.buffer_offset + p.offset));
+  const uint64_t offset = s.file_offset + p.offset;
+  if (read_ == ReadMode::mmap) {
+    std::memcpy(dst, s.file->data() + offset, p.nbytes);
+    return Status();
+  }
+  // O_DIRECT wants aligned destinations the device memory need not have.
+  return pread_all(s.file->fd(), dst, p.nbytes, offset, *s.file);
+}
+
+Status Pipeline::staged_piece(const Piece& p) {
+  const CopyStep& s = *p.step;
+  const QueueContext& c = contexts_[p.queue];
+  auto taken = take_slot(c.ring);
+  if (!taken.ok()) return taken.status();
+  Ledger& ledger = *ledger_;
+  const Slot slot = ledger.rings[c.ring].slots[*taken];
+  const uint64_t offset = s.file_offset + p.offset;
+
+  const std::byte* payload = slot.memory;
+  Status read;
+  if (read_ == ReadMode::mmap) {
+    std::memcpy(slot.memory, s.file->data() + offset, p.nbytes);
+  } else if (read_ == ReadMode::direct_io && direct_io_fd_.at(s.file) >= 0) {
+    const uint64_t start = offset / kDirectIoAlign * kDirectIoAlign;
+    const uint64_t length = round_up(offset + p.nbytes, kDirectIoAlign) - start;
+    uint64_t got = 0;
+    read = pread_all(direct_io_fd_.at(s.file), slot.memory, length, start, *s.file, &got);
+    if (read.ok() && got < offset + p.nbytes - start) {
+      read = Status(StatusCode::invalid_argument,
+                    s.file->path().string() + ": ends before offset " +
+                        std::to_string(offset + p.nbytes) + " (was it truncated?)");
+    }
+    payload = slot.memory + (offset - start);
+  } else {
+    read = pread_all(s.file->fd(), slot.memory, p.nbytes, offset, *s.file);
+  }
+  Ticket* ticket = nullptr;
+  {
+    std::lock_guard lock(ledger.mutex);
+    if (!read.ok()) {
+      ledger.rings[c.ring].free.push_back(*taken);
+    } else {
+      ledger.tickets.push_back(Ticket{&ledger, ledger.tickets.size(), p.queue, c.ring,
+                                      *taken, p.nbytes, &s, p.offset, false});
+      ticket = &ledger.tickets.back();
+      ledger.unreleased[p.queue].insert(ticket->id);
+      ledger.in_flight += p.nbytes;
+      ledger.max_in_flight = std::max(ledger.max_in_flight, ledger.in_flight);
+    }
+  }
+  if (!read.ok()) {
+    ledger.changed.notify_all();
+    return read.with_context("reading tensor " + tensors_text(s));
+  }
+  const ResolvedDevice& device = queues_[p.queue].device;
+  // The plugin releases the ticket exactly once, also when this fails.
+  return device.plugin->copy_to_device_until_released(
+      device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
+      p.nbytes, on_piece_released, ticket);
+}
+
+void Pipeline::work() {
+  for (size_t i = next_++; i < pieces_.size() && !stop_; i = next_++) {
+    const Piece& p = pieces_[i];
+    std::call_once(start_once_[p.queue],
+                   [&] { started_[p.queue] = std::chrono::steady_clock::now(); });
+    const bool direct = contexts_[p.queue].direct;
+    Status s = direct ? direct_piece(p) : staged_piece(p);
+    {
+      std::lock_guard lock(stats_mutex_);
+      (direct ? per_device_[p.queue].direct_reads : per_device_[p.queue].copies) += 1;
+    }
+    if (s.ok()) {
+      if (progress_) progress_(issued_ += p.nbytes, total_);
+      continue;
+    }
+    if (s.code() == StatusCode::internal && s.message() == "stopped") return;
+    const CopyStep& step = *p.step;
+    std::lock_guard lock(ledger_->mutex);
+    ledger_->fail(s.with_context("copying tensor " + tensors_text(step) + " (" +
+                                 range_text(step) + ") from " +
+                                 step.file->path().string() + " to " +
+                                 queues_[p.queue].device.describe()));
+    stop_ = true;
+    ledger_->changed.notify_all();
+  }
+}
+
+// Synchronizes every device, then waits for every release.
+void Pipeline::finish() {
+  Ledger& ledger = *ledger_;
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    const ResolvedDevice& device = queues_[qi].device;
+    uint64_t last = 0;
+    bool any = false;
+    {
+      std::lock_guard lock(ledger.mutex);
+      if (!ledger.unreleased[qi].empty()) {
+        last = *ledger.unreleased[qi].rbegin();
+        any = true;
+      }
+    }
+    Status synced = device.plugin->synchronize(device.device);
+    std::unique_lock lock(ledger.mutex);
+    if (!synced.ok()) {
+      ledger.fail(synced.with_context("synchronizing " + device.describe()));
+    }
+    if (any) {
+      if (Status s = wait_released(lock, qi, last); !s.ok()) ledger.fail(s);
+    }
+    lock.unlock();
+    per_device_[qi].seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_[qi])
+            .count();
+  }
+}
+
+Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipeline) {
+  per_device_.resize(queues_.size());
+  started_.assign(queues_.size(), std::chrono::steady_clock::now());
+  start_once_ = std::vector<std::once_flag>(queues_.size());
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    per_device_[qi].device = queues_[qi].device;
+    per_device_[qi].tensors = queues_[qi].tensors;
+    per_device_[qi].bytes = queues_[qi].bytes;
+  }
+  Status status = set_up();
+  uint32_t threads = 0;
+  if (status.ok()) {
+    const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+    threads = options_.threads != 0
+                  ? options_.threads
+                  : std::max<uint32_t>(static_cast<uint32_t>(queues_.size()),
+                                       std::min(cores, 4u));
+    threads = static_cast<uint32_t>(std::min<size_t>(threads, pieces_.size()));
+    std::vector<std::thread> pool;
+    for (uint32_t i = 1; i < threads; ++i) pool.emplace_back([this] { work(); });
+    work();
+    for (auto& t : pool) t.join();
+    finish();
+  }
+
+  Ledger& ledger = *ledger_;
+  if (pipeline != nullptr) {
+    std::lock_guard lock(ledger.mutex);
+    *pipeline = PipelineStats{};
+    pipeline->threads = threads;
+    for (const Ring& r : ledger.rings) {
+      pipeline->staging_slots += r.slots.size();
+      pipeline->slot_bytes = std::max(pipeline->slot_bytes, r.payload);
+      for (const Slot& s : r.slots) pipeline->pinned |= s.from_plugin;
+    }
+    pipeline->max_in_flight_bytes = ledger.max_in_flight;
+    pipeline->forced_synchronizes = ledger.forced_synchronizes;
+    pipeline->read = read_;
+    pipeline->direct_io_fallback = direct_io_fallback_;
+  }
+  if (stats != nullptr) *stats = per_device_;
+  if (!status.ok()) {
+    for (Ring& r : ledger.rings) r.free_slots();
+    return status;
+  }
+  Status result;
+  {
+    std::lock_guard lock(ledger.mutex);
+    result = ledger.failure;
+  }
+  if (ledger.breach) {
+    // A release may still come, and a copy may still read its slot.
+    abandon(std::move(ledger_));
+  } else {
+    for (Ring& r : ledger.rings) r.free_slots();
+  }
+  return result;
+}
+
 }  // namespace
 
-CopySchedule CopySchedule::build(std::vector<CopyRequest> requests,
-                                 uint64_t max_step_bytes) {
-  max_step_bytes = std::max<uint64_t>(max_step_bytes, 1);
+PipelineOptions PipelineOptions::from(const LoadOptions& load) {
+  PipelineOptions o;
+  o.staging_bytes = load.staging_bytes;
+  o.threads = load.threads;
+  o.release_timeout = load.release_timeout;
+  o.read = load.read;
+  o.direct = load.direct;
+  return o;
+}
+
+CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
   CopySchedule schedule;
   // The schedule owns what its steps point at: buffers and mappings.
   schedule.requests_ = std::move(requests);
@@ -87,13 +674,12 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests,
     });
     DeviceCopyQueue queue;
     queue.device = list.front()->buffer->device();
-    std::vector<CopyStep> merged;
     for (const CopyRequest* request : list) {
       const CopyRequest& r = *request;
       ++queue.tensors;
       queue.bytes += r.nbytes;
-      if (!merged.empty()) {
-        CopyStep& m = merged.back();
+      if (!queue.steps.empty()) {
+        CopyStep& m = queue.steps.back();
         if (m.file == r.file.get() && m.buffer == r.buffer.get() &&
             m.file_offset + m.nbytes == r.file_offset &&
             m.buffer_offset + m.nbytes == r.buffer_offset) {
@@ -102,101 +688,26 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests,
           continue;
         }
       }
-      merged.push_back(CopyStep{r.buffer.get(), r.buffer_offset, r.file.get(),
-                                r.file_offset, r.nbytes, r.tensor, r.tensor});
-    }
-    for (const CopyStep& m : merged) {
-      for (uint64_t done = 0; done < m.nbytes; done += max_step_bytes) {
-        CopyStep chunk = m;
-        chunk.buffer_offset += done;
-        chunk.file_offset += done;
-        chunk.nbytes = std::min(max_step_bytes, m.nbytes - done);
-        queue.steps.push_back(std::move(chunk));
-      }
+      queue.steps.push_back(CopyStep{r.buffer.get(), r.buffer_offset, r.file.get(),
+                                     r.file_offset, r.nbytes, r.tensor, r.tensor});
     }
     schedule.queues_.push_back(std::move(queue));
   }
   return schedule;
 }
 
-uint64_t CopySchedule::step_count() const {
+uint64_t CopySchedule::range_count() const {
   uint64_t n = 0;
   for (const auto& q : queues_) n += q.steps.size();
   return n;
 }
 
-Status CopySchedule::execute(uint64_t staging_bytes, uint32_t threads,
+Status CopySchedule::execute(const PipelineOptions& options,
                              std::vector<DeviceLoadStats>* stats,
+                             PipelineStats* pipeline,
                              const LoadProgress& progress) const {
-  InFlightBudget budget(std::max<uint64_t>(staging_bytes, 1));
-  uint64_t total = 0;
-  for (const auto& q : queues_) total += q.bytes;
-  std::atomic<uint64_t> issued{0};
-  std::atomic<bool> stop{false};
-  std::vector<Status> results(queues_.size());
-  std::vector<DeviceLoadStats> per_device(queues_.size());
-  // One Release per step, stable for the plugins' callbacks.
-  std::vector<std::vector<Release>> releases(queues_.size());
-
-  auto load_device = [&](size_t qi) {
-    const DeviceCopyQueue& q = queues_[qi];
-    Plugin& plugin = *q.device.plugin;
-    const uint32_t device = q.device.device;
-    DeviceLoadStats& st = per_device[qi];
-    st.device = q.device;
-    st.tensors = q.tensors;
-    st.bytes = q.bytes;
-    releases[qi].reserve(q.steps.size());
-    const auto start = std::chrono::steady_clock::now();
-    Status failure;
-    for (const CopyStep& s : q.steps) {
-      if (stop.load()) break;
-      budget.acquire(s.nbytes);
-      releases[qi].push_back(Release{&budget, s.nbytes});
-      Status status = plugin.copy_to_device_until_released(
-          device, s.buffer->address() + s.buffer_offset,
-          s.file->data() + s.file_offset, s.nbytes, on_step_released,
-          &releases[qi].back());
-      ++st.copies;
-      if (progress) progress(issued += s.nbytes, total);
-      if (!status.ok()) {
-        failure = status.with_context("copying tensor " + tensors_text(s) + " (" +
-                                      range_text(s) + ") from " +
-                                      s.file->path().string() + " to " +
-                                      q.device.describe());
-        stop = true;
-        break;
-      }
-    }
-    Status synced = plugin.synchronize(device);
-    if (failure.ok() && !synced.ok()) {
-      failure = synced.with_context("synchronizing " + q.device.describe());
-      stop = true;
-    }
-    st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                     .count();
-    results[qi] = failure;
-  };
-
-  const size_t n = queues_.size();
-  const size_t workers = threads == 0 ? n : std::min<size_t>(threads, n);
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t qi = next++; qi < n; qi = next++) load_device(qi);
-  };
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < workers; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  // Every step was released by its plugin (PLUGIN-14, PLUGIN-17) before the
-  // mappings may go.
-  budget.wait_all_released();
-
-  if (stats != nullptr) *stats = per_device;
-  for (const Status& s : results) {
-    if (!s.ok()) return s;
-  }
-  return Status();
+  Pipeline run(queues_, options, progress);
+  return run.run(stats, pipeline);
 }
 
 }  // namespace devalloc

@@ -3,11 +3,14 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace devalloc {
 
@@ -18,7 +21,7 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(
   const uint64_t size = file->size();
   if (size == 0) {
     // mmap rejects a length of 0.
-    return std::shared_ptr<const MappedFile>(new MappedFile(path, nullptr, 0));
+    return std::shared_ptr<const MappedFile>(new MappedFile(path, nullptr, 0, -1));
   }
   void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->fd(), 0);
   if (data == MAP_FAILED) {
@@ -26,15 +29,19 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(
                   path_for_message(path.string()) + ": cannot map " + std::to_string(size) +
                       " bytes: " + std::system_category().message(errno));
   }
-  // The mapping keeps its own reference to the file; the descriptor can go.
+  // A descriptor stays open with the mapping: the load pipeline may pread
+  // the same file (the same inode, whatever was renamed over the path since).
+  // Without one (-1) pread fails with EBADF; mmap reads still work.
+  const int kept = ::fcntl(file->fd(), F_DUPFD_CLOEXEC, 0);
   return std::shared_ptr<const MappedFile>(
-      new MappedFile(path, static_cast<const std::byte*>(data), size));
+      new MappedFile(path, static_cast<const std::byte*>(data), size, kept));
 }
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) {
     ::munmap(const_cast<std::byte*>(data_), size_);
   }
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace devalloc

@@ -10,13 +10,6 @@ namespace devalloc {
 
 namespace {
 
-// Largest single copy call: big enough to run at full speed, small enough
-// that several fit in the staging budget and devices overlap.
-uint64_t step_bytes(uint64_t staging_bytes) {
-  return std::clamp<uint64_t>(staging_bytes / 4, uint64_t{64} << 10,
-                              uint64_t{64} << 20);
-}
-
 std::string where(const PlannedTensor& t) {
   return "tensor \"" + t.name + "\" (buffer " + std::to_string(t.memory_id) +
          ", offset " + std::to_string(t.offset) + ")";
@@ -127,11 +120,11 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    source->nbytes, t.name});
   }
 
-  const CopySchedule schedule =
-      CopySchedule::build(requests, step_bytes(options.staging_bytes));
+  const CopySchedule schedule = CopySchedule::build(requests);
   std::vector<DeviceLoadStats> stats;
-  if (Status s = schedule.execute(options.staging_bytes, options.threads, &stats,
-                                    runtime_->progress());
+  PipelineStats pipeline;
+  if (Status s = schedule.execute(PipelineOptions::from(options), &stats, &pipeline,
+                                  runtime_->progress());
       !s.ok()) {
     return s;
   }
@@ -165,9 +158,13 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
 
   if (report != nullptr) {
     *report = LoadReport{};
-    report->devices = std::move(stats);
     report->allocations = allocated;
-    report->copies = schedule.step_count();
+    for (const DeviceLoadStats& d : stats) {
+      report->copies += d.copies;
+      report->direct_reads += d.direct_reads;
+    }
+    report->pipeline = pipeline;
+    report->devices = std::move(stats);
     for (const CopyRequest& r : requests) {
       // An empty tensor is in place without a copy.
       if (r.nbytes > 0) ++report->constants;

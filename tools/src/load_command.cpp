@@ -107,6 +107,15 @@ int run_load(const LoadCommandOptions& o) {
                           {"allocations", report.allocations},
                           {"copies", report.copies},
                           {"constants", report.constants},
+                          {"direct_reads", report.direct_reads},
+                          {"pipeline",
+                           {{"threads", report.pipeline.threads},
+                            {"staging_slots", report.pipeline.staging_slots},
+                            {"slot_bytes", report.pipeline.slot_bytes},
+                            {"pinned", report.pipeline.pinned},
+                            {"max_in_flight_bytes", report.pipeline.max_in_flight_bytes},
+                            {"forced_synchronizes", report.pipeline.forced_synchronizes},
+                            {"read", to_string(report.pipeline.read)}}},
                           {"devices", nlohmann::json::array()}};
     for (const auto& d : report.devices) {
       out["devices"].push_back({{"plugin", d.device.plugin_name},
@@ -117,6 +126,7 @@ int run_load(const LoadCommandOptions& o) {
                                 {"tensors", d.tensors},
                                 {"bytes", d.bytes},
                                 {"copies", d.copies},
+                                {"direct_reads", d.direct_reads},
                                 {"seconds", d.seconds},
                                 {"gb_per_s", gb_per_s(d.bytes, d.seconds)}});
     }
@@ -126,11 +136,13 @@ int run_load(const LoadCommandOptions& o) {
 
   std::printf("loaded %s: methods", o.plan.c_str());
   for (const auto& m : (*program)->methods()) std::printf(" %s", m.c_str());
-  std::printf("\n  %llu buffers allocated, %llu constants (%s) in %llu copies, %.3f s%s\n",
+  std::printf("\n  %llu buffers allocated, %llu constants (%s) in %llu copies and %llu direct "
+              "reads, %.3f s%s\n",
               static_cast<unsigned long long>(report.allocations),
               static_cast<unsigned long long>(report.constants),
               human_bytes(report.bytes).c_str(),
-              static_cast<unsigned long long>(report.copies), report.seconds,
+              static_cast<unsigned long long>(report.copies),
+              static_cast<unsigned long long>(report.direct_reads), report.seconds,
               report.verified ? ", verified" : "");
   std::printf("  %-46s %7s %7s %10s %8s %8s\n", "device", "buffers", "tensors", "bytes",
               "seconds", "GB/s");

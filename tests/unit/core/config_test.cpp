@@ -180,7 +180,7 @@ TEST(ParseConfigErrors, GivenRedefinedKey_WhenParsing_ThenTomlReportsIt) {
 TEST(ParseConfigErrors, GivenUnknownKeyInLoad_WhenParsing_ThenPositionAndKnownKeysAreNamed) {
   EXPECT_EQ(error_of("[load]\nthreads = 1\nstagin = \"64MiB\"\n"),
             "/cfg/devalloc.toml:3:1: unknown key \"stagin\" in [load] "
-            "(known: staging, threads, verify)");
+            "(known: direct, read, release_timeout, staging, threads, verify)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownTopLevelKey_WhenParsing_ThenItIsAnError) {
@@ -213,6 +213,39 @@ TEST(ParseConfigErrors, GivenThreadsAsString_WhenParsing_ThenTypeErrorNamesBothT
   EXPECT_EQ(error_of("[load]\nthreads = \"4\"\n"),
             "/cfg/devalloc.toml:2:11: \"threads\" in [load] must be an "
             "integer, found a string");
+}
+
+TEST(ParseConfig, GivenPipelineKeys_WhenParsing_ThenTheyLandInLoadOptions) {
+  const RuntimeConfig config = parsed(
+      "[load]\nrelease_timeout = \"250ms\"\nread = \"pread\"\ndirect = false\n");
+  EXPECT_EQ(config.load.release_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(config.load.read, ReadMode::pread);
+  EXPECT_FALSE(config.load.direct);
+  const RuntimeConfig defaults = parsed("[load]\n");
+  EXPECT_EQ(defaults.load.release_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(defaults.load.read, ReadMode::automatic);
+  EXPECT_TRUE(defaults.load.direct);
+  EXPECT_EQ(parsed("[load]\nrelease_timeout = \"2min\"\n").load.release_timeout,
+            std::chrono::minutes(2));
+  EXPECT_EQ(parsed("[load]\nread = \"direct_io\"\n").load.read, ReadMode::direct_io);
+}
+
+TEST(ParseConfigErrors, GivenBadPipelineKeys_WhenParsing_ThenEachIsNamed) {
+  EXPECT_EQ(error_of("[load]\nrelease_timeout = \"5\"\n"),
+            "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load]: invalid "
+            "duration \"5\": unknown or missing unit \"\" (known: ms, s, min)");
+  EXPECT_EQ(error_of("[load]\nrelease_timeout = \"0s\"\n"),
+            "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load] must be at "
+            "least 1ms");
+  EXPECT_EQ(error_of("[load]\nrelease_timeout = 5\n"),
+            "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load] must be a "
+            "duration such as \"5s\", found an integer");
+  EXPECT_EQ(error_of("[load]\nread = \"mmmap\"\n"),
+            "/cfg/devalloc.toml:2:8: \"read\" in [load] is \"mmmap\"; known: "
+            "auto, mmap, pread, direct_io");
+  EXPECT_EQ(error_of("[load]\ndirect = \"yes\"\n"),
+            "/cfg/devalloc.toml:2:10: \"direct\" in [load] must be a boolean, "
+            "found a string");
 }
 
 TEST(ParseConfigErrors, GivenVerifyAsInteger_WhenParsing_ThenTypeError) {

@@ -12,6 +12,7 @@
 #include <devalloc/plugin_loader.hpp>  // is_valid_plugin_name
 #include <devalloc/status.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -125,12 +126,31 @@ struct DeviceTagConfig {
   SourceLocation where;
 };
 
+// How the load pipeline reads constants out of their files ([load] read).
+enum class ReadMode {
+  automatic,  // mmap into staging slots and host-addressable memory (measured
+              // fastest here, see docs/performance.md)
+  mmap,       // memcpy from the file's mapping
+  pread,      // pread(2) from the file
+  direct_io,  // pread(2) with O_DIRECT (cold loads; page cache bypassed)
+};
+const char* to_string(ReadMode mode);  // "auto", "mmap", "pread", "direct_io"
+
 // [load].
 struct LoadOptions {
   uint64_t staging_bytes = uint64_t{64} << 20;
-  uint32_t threads = 0;  // 0: one per device
+  uint32_t threads = 0;  // 0: automatic (see docs/config.md)
   bool verify = false;
+  // How long a release may still be missing after synchronize returned
+  // before the load fails (PLUGIN-21).
+  std::chrono::milliseconds release_timeout{5000};
+  ReadMode read = ReadMode::automatic;
+  // Read straight into device memory a plugin says is host-addressable.
+  bool direct = true;
 };
+
+// "500ms", "5s", "2min" (an integer and a unit). Integers only.
+Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 // Most threads [load] threads accepts; more is a typo, not a machine.
 inline constexpr uint32_t kMaxLoadThreads = 1024;

@@ -2,19 +2,38 @@
 // thread. One place of its own, so that the streaming strategy can change
 // without touching placement or allocation.
 //
-// Today's strategy: constants are copied straight from the mapped file with
-// DEVALLOC_SRC_UNTIL_RELEASED (no host copy at all); the mapping is kept
-// alive until the plugin released each copy. Contiguous ranges (same file,
-// same buffer, adjacent on both sides) are coalesced, then cut into chunks.
-// The bytes in flight across all devices stay under the staging budget.
-// Devices are loaded in parallel, one thread each (at most `threads`), and
-// each is synchronized once, at the end.
+// The strategy (docs/performance.md has the measurements behind it):
+// - Contiguous ranges (same file, same buffer, adjacent on both sides) are
+//   coalesced into one range, then cut into pieces of at most one staging
+//   slot (or 8 MiB for direct reads).
+// - A pool of loading threads takes the pieces of every device interleaved,
+//   so devices load in parallel.
+// - A device whose plugin says its memory is host-addressable (ABI 1.1) is
+//   read into directly: no staging, no copy call ([load] direct).
+// - Otherwise a piece is read (memcpy from the mapping, pread, or O_DIRECT
+//   pread; [load] read) into a slot of a fixed ring of staging buffers,
+//   taken from the plugin's allocate_host when it offers HOST_STAGING, and
+//   goes out as a DEVALLOC_SRC_UNTIL_RELEASED copy; the slot comes back to
+//   the ring on release. Reading and copying overlap, and the bytes in
+//   flight never exceed the ring, which fits in [load] staging whatever the
+//   model size.
+// - Forward progress (PLUGIN-20): a thread that waits for a slot and sees no
+//   release for a short while calls synchronize on the devices holding the
+//   ring's slots.
+// - Release accounting (PLUGIN-21): a second release of one copy, or a
+//   release still missing [load] release_timeout after synchronize
+//   returned, ends the load with an error naming the plugin, the rule and
+//   the copy. The slots of a copy that was never released are kept
+//   (deliberately leaked), never freed under a plugin that may still read
+//   them.
 #pragma once
 
+#include <devalloc/core/config.hpp>
 #include <devalloc/core/device_buffer.hpp>
 #include <devalloc/core/mapped_file.hpp>
 #include <devalloc/status.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,8 +53,8 @@ struct CopyRequest {
   std::string tensor;  // named in errors
 };
 
-// One copy call after coalescing and chunking; points into the schedule's
-// own requests.
+// One coalesced range (or a piece of it); points into the schedule's own
+// requests.
 struct CopyStep {
   DeviceBuffer* buffer = nullptr;
   uint64_t buffer_offset = 0;
@@ -48,7 +67,7 @@ struct CopyStep {
 
 struct DeviceCopyQueue {
   ResolvedDevice device;
-  std::vector<CopyStep> steps;
+  std::vector<CopyStep> steps;  // coalesced ranges in file order
   uint64_t tensors = 0;
   uint64_t bytes = 0;
 };
@@ -57,8 +76,34 @@ struct DeviceLoadStats {
   ResolvedDevice device;
   uint64_t tensors = 0;
   uint64_t bytes = 0;
-  uint64_t copies = 0;
-  double seconds = 0;  // first copy issued to synchronize returned
+  uint64_t copies = 0;        // copy calls issued to the plugin (staged)
+  uint64_t direct_reads = 0;  // pieces read straight into device memory
+  double seconds = 0;         // first piece started to synchronize returned
+};
+
+// What the pipeline did, for tests, the bench and `devalloc load`.
+struct PipelineStats {
+  uint32_t threads = 0;
+  uint64_t staging_slots = 0;  // slots of all rings; fixed during the load
+  uint64_t slot_bytes = 0;     // payload of one slot
+  bool pinned = false;         // some ring came from the plugin's allocate_host
+  uint64_t max_in_flight_bytes = 0;  // most staged bytes issued and not
+                                     // yet released at any moment
+  uint64_t forced_synchronizes = 0;  // waits that called synchronize
+  ReadMode read = ReadMode::automatic;  // as resolved
+  bool direct_io_fallback = false;  // O_DIRECT refused; plain pread used
+};
+
+struct PipelineOptions {
+  uint64_t staging_bytes = uint64_t{64} << 20;
+  uint32_t threads = 0;  // 0: max(devices, min(cores, 4))
+  std::chrono::milliseconds release_timeout{5000};
+  // A wait for a slot that sees no release this long calls synchronize.
+  std::chrono::milliseconds sync_after{15};
+  ReadMode read = ReadMode::automatic;
+  bool direct = true;
+
+  static PipelineOptions from(const LoadOptions& load);
 };
 
 // Called from the loading threads with the bytes issued so far, of `total`.
@@ -66,20 +111,20 @@ using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 class CopySchedule {
  public:
-  // Groups requests by device, coalesces and chunks them (a step is at most
-  // max_step_bytes). Requests of 0 bytes need no copy and are dropped.
-  static CopySchedule build(std::vector<CopyRequest> requests,
-                            uint64_t max_step_bytes);
+  // Groups requests by device and coalesces them. Requests of 0 bytes need
+  // no copy and are dropped.
+  static CopySchedule build(std::vector<CopyRequest> requests);
 
   const std::vector<DeviceCopyQueue>& queues() const { return queues_; }
-  uint64_t step_count() const;
+  uint64_t range_count() const;
 
-  // Issues every step and synchronizes every device that got one. On
-  // failure it stops issuing everywhere, waits for what is in flight, and
+  // Reads and copies every range and synchronizes every device that got
+  // one. On failure it stops everywhere, waits for what is in flight, and
   // returns the first error, naming the tensors, buffer, device and plugin.
-  // Never returns while a plugin may still read a mapping.
-  Status execute(uint64_t staging_bytes, uint32_t threads,
+  // Never returns while a plugin may still read memory that is then freed.
+  Status execute(const PipelineOptions& options,
                  std::vector<DeviceLoadStats>* stats,
+                 PipelineStats* pipeline = nullptr,
                  const LoadProgress& progress = {}) const;
 
  private:

@@ -38,16 +38,21 @@ class MappedFile {
 
   const std::filesystem::path& path() const { return path_; }
   const std::byte* data() const { return data_; }
+  // The open, read-only descriptor the mapping was made from (kept open for
+  // pread by the load pipeline); -1 for an empty file.
+  int fd() const { return fd_; }
   uint64_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
 
  private:
-  MappedFile(std::filesystem::path path, const std::byte* data, uint64_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::filesystem::path path, const std::byte* data, uint64_t size,
+             int fd)
+      : path_(std::move(path)), data_(data), size_(size), fd_(fd) {}
 
   std::filesystem::path path_;
   const std::byte* data_;
   uint64_t size_;
+  int fd_;
 };
 
 }  // namespace devalloc

@@ -51,11 +51,13 @@ struct LoadedTensor {
 struct LoadReport {
   std::vector<DeviceLoadStats> devices;
   uint64_t allocations = 0;  // buffers allocated by this call
-  uint64_t copies = 0;       // copy calls issued (after coalescing)
+  uint64_t copies = 0;       // copy calls issued (staged pieces)
+  uint64_t direct_reads = 0; // pieces read straight into host-addressable memory
   uint64_t constants = 0;    // constant tensors copied
   uint64_t bytes = 0;        // constant bytes copied
   double seconds = 0;        // placement to the last synchronize (and verify)
   bool verified = false;
+  PipelineStats pipeline;    // how the copy schedule ran (copy_schedule.hpp)
 };
 
 class Runtime;

@@ -1,0 +1,140 @@
+// The load pipeline of the copy schedule through the real loader and host
+// plugins: the staging ring (fixed, pinned, never more in flight than the
+// budget), direct reads into host-addressable memory, the read modes, and
+// the release rules (PLUGIN-20 forward progress, PLUGIN-21 accounting) with
+// the host variants that release only when synchronized or release twice.
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/plan.hpp>
+#include <devalloc/core/runtime.hpp>
+#include <devalloc/core/safetensors.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace devalloc::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const std::filesystem::path kZooDir = DEVALLOC_PLUGIN_ZOO_DIR;
+
+constexpr uint64_t kTensors = 64;
+constexpr uint64_t kTensorBytes = 4096;
+constexpr uint64_t kModelBytes = kTensors * kTensorBytes;  // 256 KiB
+constexpr uint64_t kStaging = 16 << 10;                    // 4 slots of 4 KiB
+
+// 64 tensors of 4 KiB, back to back in the file and in one buffer ("big"),
+// plus one tensor in a buffer of its own ("lone"): two ranges.
+class PipelineLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("devalloc-pipeline-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    std::vector<SafetensorsWriteTensor> out;
+    data_.resize(kTensors + 1);
+    for (uint64_t i = 0; i <= kTensors; ++i) {
+      data_[i].resize(kTensorBytes);
+      for (uint64_t b = 0; b < kTensorBytes; ++b) {
+        data_[i][b] = static_cast<std::byte>((b * 7 + i * 13 + (b >> 8)) & 0xff);
+      }
+      out.push_back({name(i), DType::u8, {kTensorBytes}, data_[i]});
+    }
+    ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", out).ok());
+    plan_.path = dir_ / "plan.json";
+    plan_.buffers = {{0, "host", kModelBytes, 4096}, {1, "host", kTensorBytes, 4096}};
+    PlanMethod method{"main", {0, 1}, {}};
+    for (uint64_t i = 0; i <= kTensors; ++i) {
+      const bool lone = i == kTensors;
+      plan_.tensors.push_back(PlanTensor{name(i), DType::u8, {kTensorBytes},
+                                         lone ? 1u : 0u, lone ? 0 : i * kTensorBytes,
+                                         PlanSource{"model.safetensors", name(i)}});
+      method.tensors.push_back(name(i));
+    }
+    plan_.methods = {method};
+    ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
+  }
+
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static std::string name(uint64_t i) { return "t" + std::to_string(1000 + i); }
+
+  // A config whose "host" tag is served by `library` (a file of the zoo, or
+  // the host plugin by name) with the given [load] lines.
+  RuntimeConfig config_for(const std::string& plugin, const std::string& load) {
+    std::string text;
+    if (plugin != "host") {
+      text = "[plugins.p]\nlibrary = \"" +
+             (kZooDir / ("libdevalloc_" + plugin + ".so")).string() +
+             "\"\n[devices.host]\nuse = [\"p\", { index = 0 }]\n";
+    } else {
+      text = "[plugins.host]\noptions = { async = true }\n";
+    }
+    text += "[load]\n" + load;
+    auto parsed = parse_config(text, (dir_ / "devalloc.toml").string());
+    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+    return parsed.ok() ? *parsed : default_config();
+  }
+
+  void expect_loaded_right(const LoadedProgram& program) {
+    for (uint64_t i = 0; i <= kTensors; ++i) {
+      const LoadedTensor* t = program.find(name(i));
+      ASSERT_NE(t, nullptr) << name(i);
+      std::vector<std::byte> back(t->nbytes());
+      ASSERT_TRUE(t->device()
+                      .plugin->copy_to_host(t->device().device, back.data(),
+                                            t->address(), t->nbytes())
+                      .ok());
+      ASSERT_EQ(back, data_[i]) << name(i);
+    }
+  }
+
+  std::filesystem::path dir_;
+  Plan plan_;
+  std::vector<std::vector<std::byte>> data_;
+};
+
+TEST_F(PipelineLoad, GivenModelLargerThanStaging_WhenStaged_ThenCopiesComeFromAFixedPinnedRingWithinBudget) {
+  LoadReport report;
+  auto program = Runtime::create(config_for("host", "staging = 16384\ndirect = false\n"))
+                     ->load(plan_, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  // Two ranges of 256 KiB and 4 KiB, in pieces of one 4 KiB slot.
+  EXPECT_EQ(report.copies, kTensors + 1);
+  EXPECT_EQ(report.direct_reads, 0u);
+  EXPECT_EQ(report.pipeline.staging_slots, 4u);
+  EXPECT_EQ(report.pipeline.slot_bytes, 4096u);
+  EXPECT_TRUE(report.pipeline.pinned);  // the host plugin offers HOST_STAGING
+  EXPECT_GT(report.pipeline.max_in_flight_bytes, 0u);
+  EXPECT_LE(report.pipeline.max_in_flight_bytes, kStaging);
+}
+
+TEST_F(PipelineLoad, GivenEachReadMode_WhenStaged_ThenTheBytesAreRight) {
+  for (const char* mode : {"mmap", "pread", "direct_io", "auto"}) {
+    LoadReport report;
+    auto program =
+        Runtime::create(config_for("host", std::string("staging = 16384\ndirect = false\n"
+                                                       "read = \"") + mode + "\"\n"))
+            ->load(plan_, {}, &report);
+    ASSERT_TRUE(program.ok()) << mode << ": " << program.status().message();
+    expect_loaded_right(**program);
+    EXPECT_EQ(report.copies, kTensors + 1) << mode;
+    // Room for block alignment around each piece: fewer slots, same budget.
+    if (std::string(mode) == "direct_io" && !report.pipeline.direct_io_fallback) {
+      EXPECT_LE(report.pipeline.staging_slots * (4096 + 8192), kStaging);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace devalloc::testing
