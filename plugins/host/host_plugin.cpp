@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -21,10 +22,18 @@ namespace {
 class HostInstance final : public plugin::Instance {
  public:
   HostInstance(bool async, const FaultPlan::Settings& faults) : faults_(faults), device_(async) {}
+  // destroy() lands and releases what host_release_on_sync still holds.
+  ~HostInstance() override {
+    try {
+      land_deferred();
+    } catch (...) {
+      // Released anyway (Release fires on unwinding); nobody to tell.
+    }
+  }
 
   uint64_t capability_flags() const override {
     uint64_t flags = DEVALLOC_CAPABILITY_HOST_STAGING;
-    if (device_.async()) flags |= DEVALLOC_CAPABILITY_ASYNC_COPY;
+    if (device_.async() || releases_on_sync) flags |= DEVALLOC_CAPABILITY_ASYNC_COPY;
     return flags;
   }
   uint64_t max_alignment() const override { return HostDevice::max_alignment; }
@@ -49,7 +58,10 @@ class HostInstance final : public plugin::Instance {
     return device_.allocate(nbytes, alignment);
   }
 
-  void deallocate(uint32_t, uint64_t address) override { device_.deallocate(address); }
+  void deallocate(uint32_t, uint64_t address) override {
+    land_deferred();
+    device_.deallocate(address);
+  }
 
   void copy_during_call(uint32_t, uint64_t dst, const void* src, uint64_t nbytes) override {
     if (copy_corrupted(dst, src, nbytes)) return;
@@ -63,14 +75,24 @@ class HostInstance final : public plugin::Instance {
   void copy_until_released(uint32_t, uint64_t dst, const void* src, uint64_t nbytes,
                            plugin::Release release) override {
     if (copy_corrupted(dst, src, nbytes)) return;
-    device_.copy_later(dst, src, nbytes, std::move(release));
+    if constexpr (releases_on_sync) {
+      std::lock_guard lock(deferred_mutex_);
+      deferred_.push_back(Deferred{dst, src, nbytes, std::move(release)});
+    } else if constexpr (releases_twice) {
+      device_.copy_now(dst, src, nbytes);
+      release.fire_twice_on_purpose();
+    } else {
+      device_.copy_later(dst, src, nbytes, std::move(release));
+    }
   }
 
   void copy_to_host(uint32_t, void* dst, uint64_t src, uint64_t nbytes) override {
+    land_deferred();
     device_.copy_to_host(dst, src, nbytes);
   }
 
   void synchronize(uint32_t) override {
+    land_deferred();
     device_.synchronize();
     faults_.after_synchronize();
   }
@@ -89,8 +111,33 @@ class HostInstance final : public plugin::Instance {
     return true;
   }
 
+  // host_release_on_sync: copies read their source and release it only
+  // here, in issue order; a failed copy still releases (on unwinding).
+  void land_deferred() {
+    if constexpr (releases_on_sync) {
+      std::vector<Deferred> pending;
+      {
+        std::lock_guard lock(deferred_mutex_);
+        pending.swap(deferred_);
+      }
+      for (Deferred& d : pending) {
+        device_.copy_now(d.dst, d.src, d.nbytes);
+        d.release.fire();
+      }
+    }
+  }
+
+  struct Deferred {
+    uint64_t dst;
+    const void* src;
+    uint64_t nbytes;
+    plugin::Release release;
+  };
+
   FaultPlan faults_;
   HostDevice device_;
+  std::mutex deferred_mutex_;
+  std::vector<Deferred> deferred_;
 };
 
 struct HostPlugin {

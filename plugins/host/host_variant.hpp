@@ -5,7 +5,17 @@
 //                                   verify tests of the core;
 //   DEVALLOC_HOST_BREAK_DURING_CALL "host_late_read": reads a during-call
 //                                   source after the call returned, which
-//                                   the conformance suite must catch.
+//                                   the conformance suite must catch;
+//   DEVALLOC_HOST_RELEASE_ON_SYNC   "host_release_on_sync": performs and
+//                                   releases until-released copies only
+//                                   when synchronized (or read back, or
+//                                   destroyed): the latest PLUGIN-20 allows;
+//                                   a host that waits for a release without
+//                                   synchronizing hangs on it;
+//   DEVALLOC_HOST_DOUBLE_RELEASE    "host_double_release": releases every
+//                                   until-released copy twice (breaks
+//                                   PLUGIN-14; the host must fail the load,
+//                                   PLUGIN-21).
 #pragma once
 
 #include <devalloc/plugin_kit/error.hpp>
@@ -16,7 +26,8 @@
 #include <cstdint>
 #include <string>
 
-#if defined(DEVALLOC_HOST_FAULT_INJECTION) && defined(DEVALLOC_HOST_BREAK_DURING_CALL)
+#if defined(DEVALLOC_HOST_FAULT_INJECTION) + defined(DEVALLOC_HOST_BREAK_DURING_CALL) + \
+        defined(DEVALLOC_HOST_RELEASE_ON_SYNC) + defined(DEVALLOC_HOST_DOUBLE_RELEASE) > 1
 #error "build one host plugin variant at a time"
 #endif
 
@@ -29,6 +40,12 @@ inline constexpr const char* accepted_options =
 #elif defined(DEVALLOC_HOST_BREAK_DURING_CALL)
 inline constexpr const char* plugin_name = "host_late_read";
 inline constexpr const char* accepted_options = "none";
+#elif defined(DEVALLOC_HOST_RELEASE_ON_SYNC)
+inline constexpr const char* plugin_name = "host_release_on_sync";
+inline constexpr const char* accepted_options = "none";
+#elif defined(DEVALLOC_HOST_DOUBLE_RELEASE)
+inline constexpr const char* plugin_name = "host_double_release";
+inline constexpr const char* accepted_options = "async";
 #else
 inline constexpr const char* plugin_name = "host";
 inline constexpr const char* accepted_options = "async";
@@ -42,6 +59,17 @@ inline constexpr bool breaks_during_call = true;
 #else
 inline constexpr std::chrono::milliseconds during_call_read_delay{0};
 inline constexpr bool breaks_during_call = false;
+#endif
+
+#if defined(DEVALLOC_HOST_RELEASE_ON_SYNC)
+inline constexpr bool releases_on_sync = true;
+#else
+inline constexpr bool releases_on_sync = false;
+#endif
+#if defined(DEVALLOC_HOST_DOUBLE_RELEASE)
+inline constexpr bool releases_twice = true;
+#else
+inline constexpr bool releases_twice = false;
 #endif
 
 #if defined(DEVALLOC_HOST_FAULT_INJECTION)

@@ -476,7 +476,7 @@ stagin = 1
             "/cfg/devalloc.toml:5:11: \"threads\" in [load] must be between 0 "
             "and 1024 (0: one per device), found -1\n"
             "/cfg/devalloc.toml:6:1: unknown key \"stagin\" in [load] (known: "
-            "staging, threads, verify)");
+            "direct, read, release_timeout, staging, threads, verify)");
 }
 
 class ReadConfigTest : public ::testing::Test {

@@ -34,6 +34,15 @@ class Release {
     if (auto fn = std::exchange(fn_, nullptr)) fn(user_data_);
   }
 
+  // Fires, then calls the function a second time: a broken release, only
+  // for the host_double_release test variant (PLUGIN-14, PLUGIN-21).
+  void fire_twice_on_purpose() noexcept {
+    if (auto fn = std::exchange(fn_, nullptr)) {
+      fn(user_data_);
+      fn(user_data_);
+    }
+  }
+
  private:
   devalloc_release_fn fn_ = nullptr;
   void* user_data_ = nullptr;
