@@ -4,6 +4,8 @@
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/core/plan.hpp>
 
+#include <map>
+
 namespace devalloc {
 
 Result<MethodNeeds> needs_of(const Plan& plan,
@@ -12,12 +14,13 @@ Result<MethodNeeds> needs_of(const Plan& plan,
   if (!selection.ok()) return selection.status();
 
   MethodNeeds needs;
+  std::map<uint32_t, const PlanBuffer*> by_id;  // linear in buffers, not squared
+  for (const PlanBuffer& b : plan.buffers) by_id.emplace(b.memory_id, &b);
   for (uint32_t id : selection->memory_ids) {
-    for (const PlanBuffer& b : plan.buffers) {
-      if (b.memory_id != id) continue;
-      needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
-      break;
-    }
+    const auto it = by_id.find(id);
+    if (it == by_id.end()) continue;
+    const PlanBuffer& b = *it->second;
+    needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
   }
   for (size_t index : selection->tensors) {
     const PlanTensor& t = plan.tensors[index];

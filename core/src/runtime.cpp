@@ -54,11 +54,12 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   // validate_plan checks these too; a caller that skipped it must still get
   // an error before anything is allocated, never an exception, never an
   // address past its buffer.
+  std::map<uint32_t, const PlannedBuffer*> buffer_by_id;  // not T x B lookups
+  for (const PlannedBuffer& pb : needs->buffers) buffer_by_id.emplace(pb.memory_id, &pb);
   for (const PlannedTensor& t : needs->tensors) {
-    const auto b = std::find_if(
-        needs->buffers.begin(), needs->buffers.end(),
-        [&](const PlannedBuffer& pb) { return pb.memory_id == t.memory_id; });
-    if (b == needs->buffers.end()) {
+    const auto found = buffer_by_id.find(t.memory_id);
+    const PlannedBuffer* b = found == buffer_by_id.end() ? nullptr : found->second;
+    if (b == nullptr) {
       return Status(StatusCode::invalid_argument,
                     where(t) + ": memory id " + std::to_string(t.memory_id) +
                         " is not among the memory ids of the methods that "
