@@ -18,6 +18,10 @@
 //
 //   devalloc_bench [--quick] [--json FILE] [--repeats N] [--sizes MiB,MiB,...]
 //                  [--tensors N] [--staging-sweep] [--dir DIR]
+//                  [--config FILE --device TAG]
+// With --config and --device (tests/gpu/run_cuda.sh: cuda:0) the models are
+// planned on that device and (a) and (b) go through its plugin; (c) stays
+// the read into touched host memory.
 #include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/mapped_file.hpp>
 #include <devalloc/core/plan.hpp>
@@ -58,6 +62,8 @@ struct Options {
   uint64_t small_tensors = 100000;
   bool staging_sweep = false;
   fs::path dir = fs::temp_directory_path();
+  std::string config;          // a runtime config file; default: none
+  std::string device = "host";  // the tag every buffer is planned on
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -152,6 +158,8 @@ struct Model {
   std::vector<uint64_t> offsets;  // in the data section
 };
 
+std::string g_device = "host";
+
 void write_model(Model& m, uint64_t tensors_per_buffer) {
   std::string header = "{";
   uint64_t at = 0;
@@ -191,7 +199,7 @@ void write_model(Model& m, uint64_t tensors_per_buffer) {
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     if (i % tensors_per_buffer == 0) {
       if (i != 0) m.plan.buffers.back().size = offset;
-      m.plan.buffers.push_back({static_cast<uint32_t>(m.plan.buffers.size()), "host", 0, 256});
+      m.plan.buffers.push_back({static_cast<uint32_t>(m.plan.buffers.size()), g_device, 0, 256});
       method.memory_ids.push_back(m.plan.buffers.back().memory_id);
       offset = 0;
     }
@@ -240,29 +248,34 @@ Model small_model(const fs::path& dir, uint64_t count) {
 
 // ---- The three strategies.
 
+RuntimeConfig g_base_config = default_config();
+
 RuntimeConfig host_config(uint64_t staging, bool direct, ReadMode read) {
-  RuntimeConfig c = default_config();
+  RuntimeConfig c = g_base_config;
   c.load.staging_bytes = staging;
   c.load.direct = direct;
   c.load.read = read;
   return c;
 }
 
-// (a)
-LoadReport devalloc_load(const Model& m, const RuntimeConfig& config) {
+// (a), through a runtime that already opened its plugin (as a server
+// loading several models would).
+LoadReport devalloc_load(const Model& m, Runtime& runtime) {
   LoadReport report;
-  auto program = Runtime::create(config)->load(m.plan, {}, &report);
+  auto program = runtime.load(m.plan, {}, &report);
   if (!program.ok()) die(program.status().message());
   return report;  // the program goes: its buffers return to the warm heap
 }
 
 // (b)
-void per_tensor_load(const Model& m, const std::shared_ptr<Plugin>& plugin) {
+void per_tensor_load(const Model& m, const ResolvedDevice& device) {
+  Plugin* plugin = device.plugin.get();
+  const uint32_t index = device.device;
   auto file = MappedFile::open(m.file);
   if (!file.ok()) die(file.status().message());
   std::vector<uint64_t> buffers;
   for (const PlanBuffer& b : m.plan.buffers) {
-    auto address = plugin->allocate(0, b.size, b.alignment);
+    auto address = plugin->allocate(index, b.size, b.alignment);
     if (!address.ok()) die(address.status().message());
     buffers.push_back(*address);
   }
@@ -277,11 +290,11 @@ void per_tensor_load(const Model& m, const std::shared_ptr<Plugin>& plugin) {
       if (r <= 0) die("pread " + m.file.string());
       done += static_cast<uint64_t>(r);
     }
-    check(plugin->copy_to_device(0, buffers[t.memory_id] + t.offset, host, n), "copy");
-    check(plugin->synchronize(0), "synchronize");
+    check(plugin->copy_to_device(index, buffers[t.memory_id] + t.offset, host, n), "copy");
+    check(plugin->synchronize(index), "synchronize");
     std::free(host);
   }
-  for (uint64_t address : buffers) check(plugin->deallocate(0, address), "deallocate");
+  for (uint64_t address : buffers) check(plugin->deallocate(index, address), "deallocate");
 }
 
 // (c): the data section into `dst` (touched), split between `threads`.
@@ -358,10 +371,15 @@ int main(int argc, char** argv) {
       o.small_tensors = std::stoull(argv[++i]);
     } else if (flag == "--dir" && has_value) {
       o.dir = argv[++i];
+    } else if (flag == "--config" && has_value) {
+      o.config = argv[++i];
+    } else if (flag == "--device" && has_value) {
+      o.device = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--json FILE] [--repeats N] [--sizes MiB,...]\n"
-                   "          [--tensors N] [--staging-sweep] [--dir DIR]\n",
+                   "          [--tensors N] [--staging-sweep] [--dir DIR]\n"
+                   "          [--config FILE --device TAG]\n",
                    argv[0]);
       return 2;
     }
@@ -370,6 +388,12 @@ int main(int argc, char** argv) {
     if (!sizes_given) o.sizes_mib = {16};
     o.repeats = std::min(o.repeats, 2);
     o.small_tensors = std::min<uint64_t>(o.small_tensors, 2000);
+  }
+  g_device = o.device;
+  if (!o.config.empty()) {
+    auto config = read_config(o.config);
+    if (!config.ok()) die(config.status().message());
+    g_base_config = *config;
   }
   // Warm destination memory: freed memory stays in the process and the next
   // run reuses its pages (no mmap per allocation, no trimming).
@@ -384,7 +408,6 @@ int main(int argc, char** argv) {
     ~Cleanup() { std::error_code ec; fs::remove_all(dir, ec); }
   } cleanup{dir};
 
-  auto host = Runtime::create(default_config());
   std::ostringstream json;
   json << "{\"date\":\"" << std::chrono::system_clock::now().time_since_epoch().count()
        << "\",\"cores\":" << std::thread::hardware_concurrency() << ",\"models\":[";
@@ -395,21 +418,22 @@ int main(int argc, char** argv) {
   for (uint64_t mib : o.sizes_mib) {
     Model m = mixed_model(dir, mib << 20);
     const RuntimeConfig config = host_config(64 << 20, true, ReadMode::automatic);
+    auto runtime = Runtime::create(config);
     // The plugin for (b), from a registry like the load's.
     DeviceRegistry registry(config);
-    auto plugin = registry.plugin("host");
-    if (!plugin.ok()) die(plugin.status().message());
+    auto device = registry.resolve(g_device, std::nullopt);
+    if (!device.ok()) die(device.status().message());
 
     // Cold: the first load into memory never touched before.
     Figure cold;
     LoadReport report;
-    measure(cold, [&] { report = devalloc_load(m, config); });
+    measure(cold, [&] { report = devalloc_load(m, *runtime); });
     const uint32_t threads = std::max<uint32_t>(1, report.pipeline.threads);
 
     Figure a, b, c_pread, c_mmap;
     for (int r = 0; r < o.repeats; ++r) {
-      measure(a, [&] { devalloc_load(m, config); });
-      measure(b, [&] { per_tensor_load(m, *plugin); });
+      measure(a, [&] { devalloc_load(m, *runtime); });
+      measure(b, [&] { per_tensor_load(m, *device); });
       for (bool use_pread : {true, false}) {
         // Touched before the clock starts: the limit does not pay first touch.
         auto* dst = static_cast<std::byte*>(std::malloc(m.bytes));
@@ -440,9 +464,9 @@ int main(int argc, char** argv) {
       bool first = true;
       for (uint64_t staging_mib : {1, 4, 16, 64, 256}) {
         Figure s;
-        const RuntimeConfig staged = host_config(staging_mib << 20, false, ReadMode::automatic);
-        devalloc_load(m, staged);
-        for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, staged); });
+        auto staged = Runtime::create(host_config(staging_mib << 20, false, ReadMode::automatic));
+        devalloc_load(m, *staged);
+        for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, *staged); });
         std::printf("    staging %4llu MiB: %7.2f GB/s  +%7.1f MiB anon\n",
                     static_cast<unsigned long long>(staging_mib),
                     static_cast<double>(m.bytes) / s.median() / 1e9,
@@ -454,8 +478,9 @@ int main(int argc, char** argv) {
       for (ReadMode mode : {ReadMode::mmap, ReadMode::pread}) {
         for (bool direct : {true, false}) {
           Figure s;
-          const RuntimeConfig rc = host_config(64 << 20, direct, mode);
-          for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, rc); });
+          auto rc = Runtime::create(host_config(64 << 20, direct, mode));
+          devalloc_load(m, *rc);
+          for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, *rc); });
           std::printf("    read = %-5s direct = %-5s: %7.2f GB/s\n", to_string(mode),
                       direct ? "true" : "false", static_cast<double>(m.bytes) / s.median() / 1e9);
           sweep << ",{\"read\":\"" << to_string(mode) << "\",\"direct\":" << direct
@@ -476,7 +501,8 @@ int main(int argc, char** argv) {
 
   if (o.small_tensors > 0) {
     Model m = small_model(dir, o.small_tensors);
-    const RuntimeConfig config = host_config(64 << 20, true, ReadMode::automatic);
+    auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
+    devalloc_load(m, *runtime);  // opens the plugin
     Figure plan_fig, load_fig, bare;
     auto file = MappedFile::open(m.file);
     if (!file.ok()) die(file.status().message());
@@ -487,7 +513,7 @@ int main(int argc, char** argv) {
         auto plan = build_plan(files, dir / "plan.json");
         if (!plan.ok()) die(plan.status().message());
       });
-      measure(load_fig, [&] { devalloc_load(m, config); });
+      measure(load_fig, [&] { devalloc_load(m, *runtime); });
       measure(bare, [&] {
         const std::byte* src = (*file)->data() + m.data_start;
         for (size_t i = 0; i < m.tensors.size(); ++i) {

@@ -2,7 +2,9 @@
 # The CUDA plugin on a real NVIDIA GPU, in one run of a few minutes: the
 # conformance suite against the real driver, a load of a generated model of
 # several GiB with --verify, and the load's throughput beside the raw
-# host-to-device bandwidth of the same machine, measured in the same run.
+# host-to-device bandwidth of the same machine, measured in the same run,
+# and devalloc_bench on cuda:0: the load against the per-tensor strategy and
+# the page-cache read limit with the same threads, in the same run.
 #
 #   tests/gpu/run_cuda.sh                 build from source, then run
 #   tests/gpu/run_cuda.sh --pack DIR      build and put what a run needs into
@@ -12,6 +14,8 @@
 #
 # Environment:
 #   MODEL_GIB  size of the generated model in GiB (default 4)
+#   MODEL_MIB  size in MiB instead (smoke runs against the fake driver)
+#   BENCH_ARGS extra arguments of devalloc_bench (default: --repeats 3)
 #   WORK       scratch folder for the model, plan and logs (default: new in /tmp)
 #   CUDA_HOME  the CUDA toolkit: cuda.h and libcuda's link stub (/usr/local/cuda)
 #   JOBS       build parallelism (default: all cores)
@@ -26,6 +30,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 model_gib=${MODEL_GIB:-4}
+model_size=$model_gib
+model_mib=$((model_gib * 1024))
+if [ -n "${MODEL_MIB:-}" ]; then model_size=${MODEL_MIB}M; model_mib=$MODEL_MIB; fi
+bench_args=${BENCH_ARGS:---repeats 3}
 jobs=${JOBS:-$(nproc)}
 driver=${DEVALLOC_GPU_DRIVER:-libcuda.so.1}
 mode=source
@@ -57,11 +65,11 @@ build() {
   step "configure and build (Release) in $out"
   mkdir -p "$out"
   cmake -S "$root" -B "$out" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DDEVALLOC_BUILD_TESTS=OFF -DDEVALLOC_BUILD_BENCHMARKS=OFF \
+    -DDEVALLOC_BUILD_TESTS=OFF -DDEVALLOC_BUILD_BENCHMARKS=ON \
     -DDEVALLOC_INSTALL=OFF -DDEVALLOC_WERROR=OFF -DDEVALLOC_BUILD_CUDA=ON \
     -DCUDAToolkit_ROOT="$cuda_home" >"$out/configure.log" 2>&1 ||
     { cat "$out/configure.log" >&2; exit 1; }
-  cmake --build "$out" -j "$jobs" --target devalloc devalloc_cuda
+  cmake --build "$out" -j "$jobs" --target devalloc devalloc_cuda devalloc_bench
   local stubs
   for stubs in "$cuda_home/lib64/stubs" "$cuda_home/targets/x86_64-linux/lib/stubs"; do
     [ -e "$stubs/libcuda.so" ] && break
@@ -80,7 +88,7 @@ if [ "$mode" = pack ]; then
   step "pack into $prefix"
   rm -rf "$prefix"
   mkdir -p "$prefix/bin" "$prefix/lib/devalloc/plugins"
-  for tool in devalloc devalloc_cuda_bandwidth devalloc_make_model; do
+  for tool in devalloc devalloc_cuda_bandwidth devalloc_make_model devalloc_bench; do
     strip -o "$prefix/bin/$tool" "$build_dir/bin/$tool"
   done
   strip -o "$prefix/lib/devalloc/plugins/libdevalloc_cuda.so" \
@@ -135,8 +143,8 @@ else
   echo "(raw bandwidth skipped: $driver is not the real driver)" >&2
 fi
 
-step "generate a $model_gib GiB model"
-timeout 600 "$bin/devalloc_make_model" "$work/model.safetensors" "$model_gib" >&2
+step "generate a $model_mib MiB model"
+timeout 600 "$bin/devalloc_make_model" "$work/model.safetensors" "$model_size" >&2
 "$bin/devalloc" plan "$work/model.safetensors" -o "$work/plan.json" --place '*=cuda:0' >&2
 cat >"$work/devalloc.toml" <<EOF
 [plugins.cuda]
@@ -169,12 +177,22 @@ if timeout 300 "$bin/devalloc" load "$work/plan.json" --config "$work/devalloc.t
 fi
 verify_wall=$(elapsed "$t")
 
+step "benchmark: devalloc_bench on cuda:0, $model_mib MiB"
+benched=FAILED
+# shellcheck disable=SC2086  # word splitting of BENCH_ARGS is meant
+if timeout 300 "$bin/devalloc_bench" --config "$work/devalloc.toml" --device cuda:0 \
+     --sizes "$model_mib" --tensors 0 --dir "$work" --json "$work/bench.json" $bench_args \
+     >"$work/bench.txt" 2>&1; then
+  benched=passed
+fi
+cat "$work/bench.txt" >&2
+
 mib=$((bytes / 1048576))
 cat <<EOF
 
 ### CUDA: $device, $(date -u +%Y-%m-%d)
 
-\`tests/gpu/run_cuda.sh\` ($mode build, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)): a ${model_gib} GiB model of F16 tensors of 128 MiB, read from the page cache; copies of 1 GiB for the bandwidth rows, best of 5.
+\`tests/gpu/run_cuda.sh\` ($mode build, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)): a ${model_mib} MiB model of F16 tensors, read from the page cache; copies of 1 GiB for the bandwidth rows, best of 5.
 
 | what | MiB | GB/s |
 |---|---|---|${bandwidth_rows:+
@@ -183,9 +201,15 @@ $bandwidth_rows}
 | devalloc load, wall clock of the command | $mib | $(gb_per_s "$bytes" "$load_wall") |
 | devalloc load --verify, wall clock of the command | $mib | $(gb_per_s "$bytes" "$verify_wall") |
 
+devalloc_bench on cuda:0 (min / median / max of the interleaved runs; (c) is the page-cache read into touched host memory with the same threads):
+
+\`\`\`text
+$(cat "$work/bench.txt")
+\`\`\`
+
 - conformance against $driver: $conformance
-- load: $loaded; load with --verify: $verified
+- load: $loaded; load with --verify: $verified; benchmark: $benched
 - whole script: $(elapsed "$started") s
 EOF
 
-[[ $conformance == passed* && $loaded == passed && $verified == passed ]]
+[[ $conformance == passed* && $loaded == passed && $verified == passed && $benched == passed ]]
