@@ -577,7 +577,7 @@ void ConfigReader::read_load(const toml::table& table) {
         }
       }
       if (!known) {
-        error(read->source(), what + " is " + in_quotes(text->get()) +
+        error(read->source(), what + " is " + quote(text->get()) +
                                   "; known: auto, mmap, pread, direct_io");
       }
     } else {
