@@ -667,9 +667,10 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
     by_device[{r.buffer->device().plugin.get(), r.buffer->device().device}].push_back(&r);
   }
   for (auto& [key, list] : by_device) {
-    // File order gives sequential reads.
+    // File order gives sequential reads. Files are told apart by their
+    // mapping, not by comparing paths N log N times.
     std::sort(list.begin(), list.end(), [](const CopyRequest* a, const CopyRequest* b) {
-      if (a->file != b->file) return a->file->path() < b->file->path();
+      if (a->file != b->file) return std::less<>()(a->file.get(), b->file.get());
       return a->file_offset < b->file_offset;
     });
     DeviceCopyQueue queue;

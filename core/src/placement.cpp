@@ -22,6 +22,7 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     const PlanBuffer& b = *it->second;
     needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
   }
+  std::map<std::string, std::filesystem::path, std::less<>> resolved;
   for (size_t index : selection->tensors) {
     const PlanTensor& t = plan.tensors[index];
     PlannedTensor p;
@@ -37,9 +38,15 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     }
     p.nbytes = *nbytes;
     if (t.source) {
-      auto file = plan.source_path(*t.source);
-      if (!file.ok()) return file.status();
-      p.file = *file;
+      // Resolving walks the file system; a plan of 100 000 tensors names a
+      // handful of files.
+      auto known = resolved.find(t.source->file);
+      if (known == resolved.end()) {
+        auto file = plan.source_path(*t.source);
+        if (!file.ok()) return file.status();
+        known = resolved.emplace(t.source->file, *file).first;
+      }
+      p.file = known->second;
       p.key = t.source->key;
     }
     needs.tensors.push_back(std::move(p));

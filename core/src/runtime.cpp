@@ -99,10 +99,19 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   SafetensorsCache own_files;
   SafetensorsCache& sources = files != nullptr ? *files : own_files;
   std::vector<CopyRequest> requests;
+  // Consecutive tensors mostly share a file: look it up once per run of
+  // them, not once per tensor.
+  const std::filesystem::path* last_path = nullptr;
+  std::shared_ptr<const SafetensorsFile> last_file;
   for (const PlannedTensor& t : needs->tensors) {
     if (!t.is_constant() || already_filled(t)) continue;
-    auto file = sources.open(t.file);
-    if (!file.ok()) return file.status().with_context(where(t));
+    if (last_path == nullptr || last_path->native() != t.file.native()) {
+      auto opened = sources.open(t.file);
+      if (!opened.ok()) return opened.status().with_context(where(t));
+      last_file = *opened;
+      last_path = &t.file;
+    }
+    const std::shared_ptr<const SafetensorsFile>* file = &last_file;
     const SafetensorsTensor* source = (*file)->find(t.key);
     if (source == nullptr) {
       return Status(StatusCode::invalid_argument,
