@@ -7,6 +7,7 @@
 #include <level_zero/ze_api.h>
 
 #include <deque>
+#include <optional>
 #include <thread>
 
 namespace devalloc::level_zero_test {
@@ -38,6 +39,26 @@ TEST_F(LevelZeroDevices,
   EXPECT_TRUE(plugin().capabilities().host_staging);
   EXPECT_TRUE(plugin().capabilities().async_copy);
 }
+
+#if DEVALLOC_ABI_VERSION_MINOR >= 1
+TEST_F(LevelZeroDevices, MemoryInfo_TotalFromTheDriver_FreeLessWhatThisInstanceHoldsThere) {
+  constexpr uint64_t kTotal = uint64_t{1} << 30, kBytes = uint64_t{1} << 20;
+  const Result<uint64_t> address = plugin().allocate(1, kBytes, 0);
+  ASSERT_TRUE(address.ok());
+  const Result<std::optional<MemoryInfo>> on1 = plugin().memory_info(1);
+  ASSERT_TRUE(on1.ok()) << on1.status().message();
+  ASSERT_TRUE((*on1).has_value()) << "the Level Zero plugin offers get_memory_info";
+  EXPECT_EQ((*on1)->total_bytes, kTotal);
+  EXPECT_EQ((*on1)->free_bytes, kTotal - kBytes);
+  const Result<std::optional<MemoryInfo>> on0 = plugin().memory_info(0);
+  ASSERT_TRUE(on0.ok() && (*on0).has_value());
+  EXPECT_EQ((*on0)->free_bytes, kTotal) << "device 0 reported device 1's memory";
+  EXPECT_TRUE(plugin().deallocate(1, *address).ok());
+  const Result<std::optional<MemoryInfo>> freed = plugin().memory_info(1);
+  ASSERT_TRUE(freed.ok() && (*freed).has_value());
+  EXPECT_EQ((*freed)->free_bytes, kTotal);
+}
+#endif
 
 TEST_F(LevelZeroCopies,
        UntilReleasedCopies_ReleasedAfterTheListRan_WithoutSynchronize) {
