@@ -217,7 +217,7 @@ void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
     type_error(node, section, "a table");
     return;
   }
-  check_keys(*table, "in " + section, {"library", "options"});
+  check_keys(*table, "in " + section, {"library", "options", "validate"});
 
   PluginConfig plugin;
   plugin.name = name;
@@ -234,6 +234,16 @@ void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
   }
   if (const auto* options = table->get("options")) {
     read_options(*options, plugin, section);
+  }
+  if (const auto* validate = table->get("validate")) {
+    if (const auto* boolean = validate->as_boolean()) {
+      plugin.layers.validate = boolean->get();
+    } else if (const auto* text = validate->as_string(); text && text->get() == "sources") {
+      plugin.layers.validate = true;
+      plugin.layers.check_sources = true;
+    } else {
+      type_error(*validate, "\"validate\" in " + section, "a boolean or \"sources\"");
+    }
   }
   config_.plugins.emplace(name, std::move(plugin));
 }

@@ -21,7 +21,7 @@ Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin(std::string_view name) {
   std::lock_guard lock(mutex_);
   if (auto it = plugins_.find(name); it != plugins_.end()) return it->second;
   const PluginConfig pc = config_.plugin(name);
-  auto [plugin, error] = loader_.load(pc.load_spec(), pc.options);
+  auto [plugin, error] = loader_.load(pc.load_spec(), pc.options, pc.layers);
   if (!plugin) {
     // Not remembered: the next use tries again, so that a plugin whose
     // runtime or device came back (or was installed meanwhile) is found.

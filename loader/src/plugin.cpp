@@ -1,6 +1,8 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
 
+#include "plugin_layer.hpp"
+
 #include <cstring>
 
 namespace devalloc {
@@ -27,12 +29,17 @@ std::string message_text(const devalloc_error& error) {
 
 Plugin::Plugin(std::shared_ptr<const PluginLibrary> library,
                devalloc_instance* instance)
-    : library_(std::move(library)), instance_(instance) {}
+    : library_(std::move(library)), api_(&library_->api()), instance_(instance) {}
 
 Plugin::~Plugin() {
   // Destroy before the library reference goes: the instance's code lives in
-  // the library.
-  if (instance_ != nullptr) library_->api().destroy(instance_);
+  // the library. A layer destroys the plugin's instance, then itself.
+  if (instance_ != nullptr) api_->destroy(instance_);
+}
+
+std::optional<LayerCounters> Plugin::layer_counters() const {
+  if (layer_ == nullptr) return std::nullopt;
+  return layer_->counters();
 }
 
 const std::string& Plugin::name() const { return library_->name(); }
@@ -40,7 +47,6 @@ const std::string& Plugin::version() const { return library_->version(); }
 const std::filesystem::path& Plugin::path() const { return library_->path(); }
 uint32_t Plugin::abi_major() const { return library_->abi_major(); }
 uint32_t Plugin::abi_minor() const { return library_->abi_minor(); }
-const devalloc_plugin_api_v1& Plugin::api() const { return library_->api(); }
 
 Status Plugin::check(devalloc_status status, const devalloc_error& error,
                      const char* call) const {
@@ -58,8 +64,8 @@ Status Plugin::check(devalloc_status status, const devalloc_error& error,
 
 std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
     std::shared_ptr<const PluginLibrary> library,
-    const PluginOptions& options) {
-  const auto& api = library->api();
+    const PluginOptions& options, const LayerSettings& layers) {
+  const devalloc_plugin_api_v1* api_in_use = &library->api();
   std::vector<const char*> keys, values;
   keys.reserve(options.size());
   values.reserve(options.size());
@@ -73,7 +79,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   args.option_values = values.data();
   args.option_count = options.size();
   devalloc_error error = make_error();
-  const devalloc_status status = api.create(&args, &error);
+  const devalloc_status status = api_in_use->create(&args, &error);
 
   const std::string who = "plugin " + library->name() + " (" +
                           path_for_message(library->path().string()) + ")";
@@ -87,7 +93,14 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
                                                  : status_code_from_abi(status),
                     who + ": create failed: " + message)}};
   }
-  std::shared_ptr<Plugin> plugin(new Plugin(std::move(library), args.instance));
+  std::shared_ptr<Plugin> plugin(new Plugin(library, args.instance));
+  if (const LayerSettings settings = layers.with_environment(); settings.active()) {
+    PluginLayer* layer = PluginLayer::wrap(*api_in_use, args.instance, who, settings);
+    plugin->layer_ = layer;
+    plugin->api_ = &layer->table();
+    plugin->instance_ = layer->instance();
+  }
+  const devalloc_plugin_api_v1& api = plugin->api();
 
   auto create_failed = [&](const Status& s) {
     return std::pair<std::shared_ptr<Plugin>, PluginError>{

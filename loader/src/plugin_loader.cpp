@@ -124,12 +124,13 @@ std::pair<fs::path, PluginError> PluginLoader::resolve(
 }
 
 std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load(
-    const std::string& spec, const PluginOptions& options) const {
+    const std::string& spec, const PluginOptions& options,
+    const LayerSettings& layers) const {
   auto [path, resolve_error] = resolve(spec);
   if (path.empty()) return {nullptr, resolve_error};
   auto [library, open_error] = PluginLibrary::open(path);
   if (!library) return {nullptr, open_error};
-  return Plugin::create(std::move(library), options);
+  return Plugin::create(std::move(library), options, layers);
 }
 
 std::vector<PluginCandidate> PluginLoader::discover() const {

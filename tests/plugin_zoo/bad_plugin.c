@@ -10,6 +10,22 @@
  *   DEVALLOC_ZOO_MISSING_DEP  needs a library the dynamic linker cannot find
  * Every function of a table other than create() answers UNSUPPORTED: the
  * loader must refuse these plugins before it calls any of them.
+ *
+ * The variants below load and work (one device of host memory; the release
+ * of an until-released copy comes at the next synchronize) but break one
+ * numbered rule of docs/abi.md each, for the validation layer's tests:
+ *   DEVALLOC_ZOO_WELL_BEHAVED       breaks nothing (the control)
+ *   DEVALLOC_ZOO_WRITES_PAST_STRUCT PLUGIN-4: get_capabilities writes past struct_size
+ *   DEVALLOC_ZOO_UNKNOWN_STATUS     PLUGIN-5: synchronize returns status 42
+ *   DEVALLOC_ZOO_NO_MESSAGE         PLUGIN-6: an allocation too large fails without a message
+ *   DEVALLOC_ZOO_DESTROY_FORGETS    PLUGIN-9: destroy drops pending releases
+ *   DEVALLOC_ZOO_BAD_DEVICE_TYPE    PLUGIN-10: DLPack device type 99
+ *   DEVALLOC_ZOO_MISALIGNED         PLUGIN-11: allocate returns base + 1
+ *   DEVALLOC_ZOO_ACCEPTS_BAD_FREE   PLUGIN-12: deallocate accepts any address
+ *   DEVALLOC_ZOO_DOUBLE_RELEASE     PLUGIN-14: releases at the copy and again at synchronize
+ *   DEVALLOC_ZOO_ACCEPTS_BAD_COPY   PLUGIN-15: a copy outside every allocation "succeeds"
+ *   DEVALLOC_ZOO_NEVER_RELEASES     PLUGIN-20: synchronize returns without releasing
+ *                                   (destroy still releases)
  */
 #include <devalloc/plugin_abi.h>
 
@@ -22,6 +38,15 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
 }
 
 #else
+
+#if defined(DEVALLOC_ZOO_WELL_BEHAVED) || defined(DEVALLOC_ZOO_WRITES_PAST_STRUCT) ||     \
+    defined(DEVALLOC_ZOO_UNKNOWN_STATUS) || defined(DEVALLOC_ZOO_NO_MESSAGE) ||          \
+    defined(DEVALLOC_ZOO_DESTROY_FORGETS) || defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE) ||    \
+    defined(DEVALLOC_ZOO_MISALIGNED) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_FREE) ||        \
+    defined(DEVALLOC_ZOO_DOUBLE_RELEASE) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY) ||    \
+    defined(DEVALLOC_ZOO_NEVER_RELEASES)
+#define DEVALLOC_ZOO_WORKS 1
+#endif
 
 static devalloc_status zoo_fail(devalloc_error* error, devalloc_status status,
                                 const char* message) {
@@ -37,6 +62,8 @@ static devalloc_status zoo_fail(devalloc_error* error, devalloc_status status,
  * DT_NEEDED even when the linker drops unused ones. */
 int devalloc_zoo_dependency_answer(void);
 #endif
+
+#if !defined(DEVALLOC_ZOO_WORKS)
 
 static devalloc_status zoo_create(devalloc_create_args* args, devalloc_error* error) {
   (void)args;
@@ -116,6 +143,274 @@ static devalloc_status zoo_synchronize(devalloc_instance* instance, uint32_t dev
   (void)device;
   return zoo_fail(error, DEVALLOC_STATUS_UNSUPPORTED, "zoo: unsupported");
 }
+
+#else
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZOO_MAX_ALLOCATIONS 256
+#define ZOO_MAX_PENDING 4096
+#define ZOO_DEVICE_BYTES ((uint64_t)1 << 30)
+#define ZOO_MAX_ALIGNMENT 4096
+
+typedef struct zoo_allocation {
+  uint64_t base;
+  uint64_t nbytes;
+  void* raw;
+} zoo_allocation;
+
+typedef struct zoo_release {
+  devalloc_release_fn fn;
+  void* user_data;
+} zoo_release;
+
+struct devalloc_instance {
+  pthread_mutex_t mutex;
+  zoo_allocation allocations[ZOO_MAX_ALLOCATIONS];
+  zoo_release pending[ZOO_MAX_PENDING];
+  size_t pending_count;
+};
+
+/* Takes the pending releases out under the lock and calls them outside it. */
+static void zoo_fire_pending(devalloc_instance* z) {
+  zoo_release fire[ZOO_MAX_PENDING];
+  size_t n, i;
+  pthread_mutex_lock(&z->mutex);
+  n = z->pending_count;
+  memcpy(fire, z->pending, n * sizeof fire[0]);
+  z->pending_count = 0;
+  pthread_mutex_unlock(&z->mutex);
+  for (i = 0; i < n; ++i) fire[i].fn(fire[i].user_data);
+}
+
+static int zoo_inside(devalloc_instance* z, uint64_t address, uint64_t nbytes) {
+  size_t i;
+  for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) {
+    const zoo_allocation* a = &z->allocations[i];
+    if (a->raw != NULL && address >= a->base && address - a->base < a->nbytes &&
+        nbytes <= a->nbytes - (address - a->base)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static devalloc_status zoo_create(devalloc_create_args* args, devalloc_error* error) {
+  devalloc_instance* z;
+  if (args == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL args");
+  if (args->option_count != 0) {
+    return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: takes no options");
+  }
+  z = (devalloc_instance*)calloc(1, sizeof *z);
+  if (z == NULL) return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, "zoo: calloc failed");
+  pthread_mutex_init(&z->mutex, NULL);
+  args->instance = z;
+  return DEVALLOC_STATUS_OK;
+}
+
+static void zoo_destroy(devalloc_instance* z) {
+  size_t i;
+#if !defined(DEVALLOC_ZOO_DESTROY_FORGETS)
+  zoo_fire_pending(z);
+#endif
+  for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) free(z->allocations[i].raw);
+  pthread_mutex_destroy(&z->mutex);
+  free(z);
+}
+
+static devalloc_status zoo_get_capabilities(devalloc_instance* z,
+                                            devalloc_capabilities* capabilities,
+                                            devalloc_error* error) {
+  devalloc_capabilities c;
+  (void)z;
+  if (capabilities == NULL ||
+      capabilities->struct_size < DEVALLOC_STRUCT_SIZE(devalloc_capabilities, max_alignment)) {
+    return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: capabilities NULL or too small");
+  }
+  c.struct_size = capabilities->struct_size;
+  c.flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
+  c.max_alignment = ZOO_MAX_ALIGNMENT;
+  memcpy(capabilities, &c, sizeof c);
+#if defined(DEVALLOC_ZOO_WRITES_PAST_STRUCT)
+  memset((char*)capabilities + capabilities->struct_size, 0xee, 8);
+#endif
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_get_device_count(devalloc_instance* z, uint32_t* count,
+                                            devalloc_error* error) {
+  (void)z;
+  if (count == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL count");
+  *count = 1;
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_get_device_properties(devalloc_instance* z, uint32_t device,
+                                                 devalloc_device_properties* properties,
+                                                 devalloc_error* error) {
+  devalloc_device_properties p;
+  size_t n;
+  (void)z;
+  if (properties == NULL || properties->struct_size < sizeof(size_t)) {
+    return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: properties NULL or too small");
+  }
+  if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+  memset(&p, 0, sizeof p);
+  p.struct_size = properties->struct_size;
+  snprintf(p.name, sizeof p.name, "zoo memory");
+  p.total_memory_bytes = ZOO_DEVICE_BYTES;
+#if defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE)
+  p.dlpack_device_type = 99;
+#else
+  p.dlpack_device_type = DEVALLOC_DLPACK_CPU;
+#endif
+  n = properties->struct_size < sizeof p ? properties->struct_size : sizeof p;
+  memcpy(properties, &p, n);
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args* args,
+                                    devalloc_error* error) {
+  uint64_t alignment;
+  size_t i;
+  void* raw;
+  if (args == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL args");
+  if (args->device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+  alignment = args->alignment == 0 ? 256 : args->alignment;
+  if ((alignment & (alignment - 1)) != 0) {
+    return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: alignment not a power of two");
+  }
+  if (alignment > ZOO_MAX_ALIGNMENT) {
+    return zoo_fail(error, DEVALLOC_STATUS_UNSUPPORTED, "zoo: alignment above 4096");
+  }
+  if (args->nbytes == 0) {
+    args->address = 0;
+    return DEVALLOC_STATUS_OK;
+  }
+  if (args->nbytes > ZOO_DEVICE_BYTES) {
+#if defined(DEVALLOC_ZOO_NO_MESSAGE)
+    return DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY;
+#else
+    return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY, "zoo: larger than the device");
+#endif
+  }
+  raw = malloc((size_t)(args->nbytes + alignment + 1));
+  if (raw == NULL) return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY, "zoo: malloc failed");
+  pthread_mutex_lock(&z->mutex);
+  for (i = 0; i < ZOO_MAX_ALLOCATIONS && z->allocations[i].raw != NULL; ++i) {
+  }
+  if (i == ZOO_MAX_ALLOCATIONS) {
+    pthread_mutex_unlock(&z->mutex);
+    free(raw);
+    return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY, "zoo: too many allocations");
+  }
+  z->allocations[i].raw = raw;
+  z->allocations[i].nbytes = args->nbytes;
+  z->allocations[i].base = ((uint64_t)(uintptr_t)raw + alignment - 1) & ~(alignment - 1);
+#if defined(DEVALLOC_ZOO_MISALIGNED)
+  z->allocations[i].base += 1;
+#endif
+  args->address = z->allocations[i].base;
+  pthread_mutex_unlock(&z->mutex);
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_deallocate(devalloc_instance* z, uint32_t device,
+                                      devalloc_device_address address, devalloc_error* error) {
+  size_t i;
+  void* raw = NULL;
+  if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+  if (address == 0) return DEVALLOC_STATUS_OK;
+  pthread_mutex_lock(&z->mutex);
+  for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) {
+    if (z->allocations[i].raw != NULL && z->allocations[i].base == address) {
+      raw = z->allocations[i].raw;
+      z->allocations[i].raw = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&z->mutex);
+  free(raw);
+#if defined(DEVALLOC_ZOO_ACCEPTS_BAD_FREE)
+  return DEVALLOC_STATUS_OK;
+#else
+  return raw != NULL ? DEVALLOC_STATUS_OK
+                     : zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: unknown address");
+#endif
+}
+
+static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
+                                               const devalloc_copy_to_device_args* args,
+                                               devalloc_error* error) {
+  int releases, inside;
+  if (args == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL args");
+  releases = args->src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED && args->on_release != NULL;
+  pthread_mutex_lock(&z->mutex);
+  inside = args->nbytes == 0 || (args->src != NULL && zoo_inside(z, args->dst, args->nbytes));
+  pthread_mutex_unlock(&z->mutex);
+  if (args->device != 0 || !inside) {
+#if defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY)
+    if (args->device == 0) {
+      if (releases) args->on_release(args->user_data);
+      return DEVALLOC_STATUS_OK; /* and copies nothing */
+    }
+#endif
+    if (releases) args->on_release(args->user_data);
+    return args->device != 0
+               ? zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only")
+               : zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: range outside every allocation");
+  }
+  if (args->nbytes != 0) memcpy((void*)(uintptr_t)args->dst, args->src, (size_t)args->nbytes);
+  if (!releases) return DEVALLOC_STATUS_OK;
+#if defined(DEVALLOC_ZOO_DOUBLE_RELEASE)
+  args->on_release(args->user_data);
+#endif
+  pthread_mutex_lock(&z->mutex);
+  if (z->pending_count == ZOO_MAX_PENDING) {
+    pthread_mutex_unlock(&z->mutex);
+    args->on_release(args->user_data);
+    return DEVALLOC_STATUS_OK;
+  }
+  z->pending[z->pending_count].fn = args->on_release;
+  z->pending[z->pending_count].user_data = args->user_data;
+  ++z->pending_count;
+  pthread_mutex_unlock(&z->mutex);
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_copy_device_to_host(devalloc_instance* z,
+                                               const devalloc_copy_to_host_args* args,
+                                               devalloc_error* error) {
+  int inside;
+  if (args == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL args");
+  if (args->device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+  pthread_mutex_lock(&z->mutex);
+  inside = args->nbytes == 0 || (args->dst != NULL && zoo_inside(z, args->src, args->nbytes));
+  pthread_mutex_unlock(&z->mutex);
+  if (!inside) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: range outside every allocation");
+  if (args->nbytes != 0) memcpy(args->dst, (const void*)(uintptr_t)args->src, (size_t)args->nbytes);
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_synchronize(devalloc_instance* z, uint32_t device,
+                                       devalloc_error* error) {
+  if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+#if defined(DEVALLOC_ZOO_NEVER_RELEASES)
+  (void)z;
+#else
+  zoo_fire_pending(z);
+#endif
+#if defined(DEVALLOC_ZOO_UNKNOWN_STATUS)
+  return 42;
+#else
+  return DEVALLOC_STATUS_OK;
+#endif
+}
+
+
+#endif
 
 /* Not static: the variants that refuse to negotiate never hand it out, and
  * hidden visibility keeps it unexported all the same. */

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <devalloc/plugin_abi.h>
+#include <devalloc/plugin_layer.hpp>
 #include <devalloc/status.hpp>
 
 #include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +36,7 @@ enum class PluginOutcome {
 const char* to_string(PluginOutcome outcome);
 
 class PluginLibrary;
+class PluginLayer;
 
 // The failure of opening or creating a plugin: its outcome and a message that
 // names the file and the precise reason.
@@ -75,10 +78,13 @@ class Plugin {
   Plugin(const Plugin&) = delete;
   Plugin& operator=(const Plugin&) = delete;
 
-  // Creates an instance of an open library with the given options.
+  // Creates an instance of an open library with the given options. With
+  // layers active (after DEVALLOC_VALIDATE is applied to them), every call,
+  // from the first get_capabilities on, goes through the layer
+  // (devalloc/plugin_layer.hpp); api() and instance() are then the layer's.
   static std::pair<std::shared_ptr<Plugin>, PluginError> create(
       std::shared_ptr<const PluginLibrary> library,
-      const PluginOptions& options);
+      const PluginOptions& options, const LayerSettings& layers = {});
 
   const std::string& name() const;  // plugin_name from the table
   const std::string& version() const;
@@ -109,9 +115,13 @@ class Plugin {
   Result<void*> allocate_host(uint64_t nbytes);
   Status free_host(void* host);
 
-  // The raw table and instance, for tests and wrappers.
-  const devalloc_plugin_api_v1& api() const;
+  // The table and instance every call goes through, for tests and
+  // wrappers: the plugin's own, or its layer's.
+  const devalloc_plugin_api_v1& api() const { return *api_; }
   devalloc_instance* instance() const { return instance_; }
+
+  // What the layer saw so far; nullopt without a layer.
+  std::optional<LayerCounters> layer_counters() const;
 
  private:
   Plugin(std::shared_ptr<const PluginLibrary> library,
@@ -121,7 +131,9 @@ class Plugin {
                const char* call) const;
 
   std::shared_ptr<const PluginLibrary> library_;
+  const devalloc_plugin_api_v1* api_ = nullptr;
   devalloc_instance* instance_ = nullptr;
+  PluginLayer* layer_ = nullptr;  // owned by instance_ when set
   Capabilities capabilities_;
   std::vector<DeviceInfo> devices_;
 };

@@ -54,10 +54,11 @@ class PluginLoader {
   std::pair<std::filesystem::path, PluginError> resolve(
       const std::string& name_or_path) const;
 
-  // resolve + PluginLibrary::open + Plugin::create.
+  // resolve + PluginLibrary::open + Plugin::create (with layers).
   std::pair<std::shared_ptr<Plugin>, PluginError> load(
       const std::string& name_or_path,
-      const PluginOptions& options = {}) const;
+      const PluginOptions& options = {},
+      const LayerSettings& layers = {}) const;
 
   // Every libdevalloc_*.so on the search path, each opened and created with
   // no options; a later file of a name already seen is listed as shadowed.

@@ -192,7 +192,7 @@ TEST(ParseConfigErrors, GivenUnknownTopLevelKey_WhenParsing_ThenItIsAnError) {
 TEST(ParseConfigErrors, GivenUnknownKeyInPlugin_WhenParsing_ThenItIsAnError) {
   EXPECT_EQ(error_of("[plugins.cuda]\nlibrery = \"x.so\"\n"),
             "/cfg/devalloc.toml:2:1: unknown key \"librery\" in "
-            "[plugins.cuda] (known: library, options)");
+            "[plugins.cuda] (known: library, options, validate)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownKeyInDevice_WhenParsing_ThenItIsAnError) {

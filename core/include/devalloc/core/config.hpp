@@ -106,6 +106,9 @@ struct PluginConfig {
   std::optional<std::filesystem::path> library;  // absolute
   PluginOptions options;                         // sorted by key
   SourceLocation where;
+  // `validate = true` (or "sources"): the validation layer wraps the plugin
+  // (docs/reliability.md). Tests set faults here too.
+  LayerSettings layers{};
 
   // What PluginLoader::load takes: the library path when set, else name.
   std::string load_spec() const;

@@ -1,0 +1,254 @@
+// The validation layer (loader/, devalloc/plugin_layer.hpp) against the
+// zoo: each broken plugin is caught with the number of the rule it breaks,
+// the well-behaved one is not, and the caller's own breaches are named too.
+#include <devalloc/plugin_layer.hpp>
+#include <devalloc/plugin_loader.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace devalloc {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string zoo(const std::string& variant) {
+  return std::string(DEVALLOC_PLUGIN_ZOO_DIR) + "/libdevalloc_zoo_" + variant + ".so";
+}
+
+LayerSettings validating(bool check_sources = false) {
+  LayerSettings s;
+  s.validate = true;
+  s.check_sources = check_sources;
+  return s;
+}
+
+class ValidationLayer : public ::testing::Test {
+ protected:
+  void SetUp() override { clear_validation_breaches(); }
+
+  std::shared_ptr<Plugin> open(const std::string& variant, LayerSettings s = validating()) {
+    auto [plugin, error] = PluginLoader().load(zoo(variant), {}, s);
+    EXPECT_TRUE(plugin) << error.status.message();
+    return plugin;
+  }
+
+  // The rules of every breach logged so far.
+  std::vector<std::string> rules() {
+    std::vector<std::string> out;
+    for (const auto& b : validation_breaches()) out.push_back(b.rule);
+    return out;
+  }
+};
+
+void count(void* counter) { ++*static_cast<std::atomic<int>*>(counter); }
+
+// Drives one of everything through a plugin: what the core does in a load.
+Status exercise(Plugin& plugin, std::atomic<int>& releases) {
+  auto base = plugin.allocate(0, 4096, 256);
+  if (!base.ok()) return base.status();
+  std::vector<uint8_t> bytes(4096, 7), back(4096);
+  Status s = plugin.copy_to_device(0, *base, bytes.data(), 4096);
+  if (s.ok()) s = plugin.copy_to_device_until_released(0, *base, bytes.data(), 4096, count, &releases);
+  if (s.ok()) s = plugin.synchronize(0);
+  if (s.ok()) s = plugin.copy_to_host(0, back.data(), *base, 4096);
+  if (s.ok() && back != bytes) s = Status(StatusCode::internal, "bytes differ");
+  Status freed = plugin.deallocate(0, *base);
+  return s.ok() ? freed : s;
+}
+
+TEST_F(ValidationLayer, GivenWellBehavedZoo_WhenEverythingIsCalled_ThenNoBreachAndTheLayerCountsEveryCall) {
+  auto plugin = open("well_behaved");
+  ASSERT_TRUE(plugin);
+  std::atomic<int> releases{0};
+  Status s = exercise(*plugin, releases);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(releases, 1);
+  const auto counters = plugin->layer_counters();
+  ASSERT_TRUE(counters);
+  // allocate, two copies to the device, synchronize, its release, the read back.
+  EXPECT_EQ(counters->calls, 6u);
+  EXPECT_EQ(counters->live_allocations, 0u);
+  EXPECT_EQ(counters->pending_releases, 0u);
+  EXPECT_EQ(counters->breaches, 0u);
+  plugin.reset();
+  EXPECT_TRUE(rules().empty());
+}
+
+TEST_F(ValidationLayer, GivenNoLayer_ThenTheHandleCallsThePluginsOwnTable) {
+  auto [plugin, error] = PluginLoader().load(zoo("well_behaved"));
+  ASSERT_TRUE(plugin) << error.status.message();
+  if (std::getenv("DEVALLOC_VALIDATE") != nullptr) GTEST_SKIP() << "DEVALLOC_VALIDATE is set";
+  EXPECT_EQ(&plugin->api(), &plugin->library().api());
+  EXPECT_FALSE(plugin->layer_counters());
+}
+
+TEST_F(ValidationLayer, GivenPluginWritingPastStructSize_WhenCreated_ThenRefusedWithPlugin4) {
+  auto [plugin, error] = PluginLoader().load(zoo("writes_past_struct"), {}, validating());
+  ASSERT_FALSE(plugin);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr("PLUGIN-4"), HasSubstr("get_capabilities"), HasSubstr("past the struct_size")));
+}
+
+TEST_F(ValidationLayer, GivenPluginReturningAnUnknownStatus_WhenSynchronizing_ThenPlugin5) {
+  auto plugin = open("unknown_status");
+  ASSERT_TRUE(plugin);
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-5"), HasSubstr("synchronize(device 0)"), HasSubstr("42")));
+}
+
+TEST_F(ValidationLayer, GivenPluginFailingWithoutMessage_WhenAllocatingTooMuch_ThenPlugin6AndTheStatusIsKept) {
+  auto plugin = open("no_message");
+  ASSERT_TRUE(plugin);
+  auto a = plugin->allocate(0, uint64_t{4} << 30, 0);
+  EXPECT_EQ(a.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(a.status().message(), AllOf(HasSubstr("PLUGIN-6"), HasSubstr("gave no message")));
+}
+
+TEST_F(ValidationLayer, GivenPluginThatForgetsReleasesAtDestroy_WhenDestroyed_ThenPlugin9IsReported) {
+  auto plugin = open("destroy_forgets");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  static std::vector<uint8_t> bytes(64, 1);  // outlives the plugin: the release never comes
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  plugin.reset();
+  EXPECT_EQ(releases, 0);
+  EXPECT_EQ(rules(), std::vector<std::string>{"PLUGIN-9"});
+  EXPECT_THAT(validation_breaches().at(0).text(),
+              AllOf(HasSubstr("destroy"), HasSubstr("1 until-released copies were never released")));
+}
+
+TEST_F(ValidationLayer, GivenPluginWithAnUnknownDlpackDeviceType_WhenCreated_ThenRefusedWithPlugin10) {
+  auto [plugin, error] = PluginLoader().load(zoo("bad_device_type"), {}, validating());
+  ASSERT_FALSE(plugin);
+  EXPECT_THAT(error.status.message(), AllOf(HasSubstr("PLUGIN-10"), HasSubstr("DLPack device type 99")));
+}
+
+TEST_F(ValidationLayer, GivenPluginReturningMisalignedAddresses_WhenAllocating_ThenPlugin11AndNothingLeaks) {
+  auto plugin = open("misaligned");
+  ASSERT_TRUE(plugin);
+  auto a = plugin->allocate(0, 64, 256);
+  EXPECT_EQ(a.status().code(), StatusCode::internal);
+  EXPECT_THAT(a.status().message(), AllOf(HasSubstr("PLUGIN-11"), HasSubstr("not aligned to 256")));
+  EXPECT_EQ(plugin->layer_counters()->live_allocations, 0u);
+}
+
+TEST_F(ValidationLayer, GivenPluginAcceptingAnyFree_WhenFreeingTwice_ThenPlugin12) {
+  auto plugin = open("accepts_bad_free");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+  Status again = plugin->deallocate(0, *base);
+  EXPECT_THAT(again.message(), AllOf(HasSubstr("PLUGIN-12"), HasSubstr("freed already")));
+}
+
+TEST_F(ValidationLayer, GivenPluginReleasingTwice_WhenSynchronizing_ThenPlugin14AndTheCallerSeesOneRelease) {
+  auto plugin = open("double_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(releases, 1);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-14"), HasSubstr("a second time"),
+                                 HasSubstr("copy_host_to_device(device 0")));
+}
+
+TEST_F(ValidationLayer, GivenPluginAcceptingCopiesOutsideAllocations_WhenCopyingPastTheEnd_ThenPlugin15) {
+  auto plugin = open("accepts_bad_copy");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(128, 1);
+  Status s = plugin->copy_to_device(0, *base, bytes.data(), 128);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-15"), HasSubstr("nbytes 128"), HasSubstr("outside")));
+}
+
+TEST_F(ValidationLayer, GivenPluginThatNeverReleasesBeforeDestroy_WhenSynchronizing_ThenPlugin20InsteadOfAHang) {
+  auto plugin = open("never_releases");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-20"), HasSubstr("1 copies issued before it were not released")));
+  EXPECT_EQ(plugin->layer_counters()->pending_releases, 1u);
+  plugin.reset();  // destroy releases it after all
+  EXPECT_EQ(releases, 1);
+}
+
+// The caller's side of the rules, checked by the same layer.
+
+struct Reentrant {
+  Plugin* plugin;
+  Status inner;
+};
+
+void call_back_in(void* r) {
+  auto* self = static_cast<Reentrant*>(r);
+  self->inner = self->plugin->synchronize(0);
+}
+
+TEST_F(ValidationLayer, GivenACallerWhoseReleaseCallsIntoThePlugin_ThenThatCallFailsWithPlugin14) {
+  auto plugin = open("well_behaved");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  Reentrant r{plugin.get(), Status()};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, call_back_in, &r).ok());
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  EXPECT_THAT(r.inner.message(), AllOf(HasSubstr("PLUGIN-14"), HasSubstr("inside an on_release")));
+}
+
+TEST_F(ValidationLayer, GivenSourceChecksAndACallerThatChangesTheSourceBeforeRelease_ThenPlugin14NamesTheCaller) {
+  auto plugin = open("well_behaved", validating(/*check_sources=*/true));
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  bytes[10] = 2;  // too early: the release has not come
+  Status s = plugin->synchronize(0);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-14"), HasSubstr("caller changed the source")));
+}
+
+TEST_F(ValidationLayer, GivenSourceChecksAndACallerThatWaitsForTheRelease_ThenNoBreach) {
+  auto plugin = open("well_behaved", validating(/*check_sources=*/true));
+  ASSERT_TRUE(plugin);
+  std::atomic<int> releases{0};
+  EXPECT_TRUE(exercise(*plugin, releases).ok());
+  EXPECT_TRUE(rules().empty());
+}
+
+TEST_F(ValidationLayer, GivenValidationOff_WhenABrokenPluginAcceptsABadCopy_ThenNothingIsReported) {
+  auto [plugin, error] = PluginLoader().load(zoo("accepts_bad_copy"), {}, LayerSettings{});
+  ASSERT_TRUE(plugin) << error.status.message();
+  if (std::getenv("DEVALLOC_VALIDATE") != nullptr) GTEST_SKIP() << "DEVALLOC_VALIDATE is set";
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(128, 1);
+  EXPECT_TRUE(plugin->copy_to_device(0, *base, bytes.data(), 128).ok());
+  EXPECT_TRUE(rules().empty());
+}
+
+}  // namespace
+}  // namespace devalloc
