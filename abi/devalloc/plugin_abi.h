@@ -31,7 +31,8 @@
  * THREADING
  *   Every function is thread-safe, also for concurrent calls on one device,
  *   except destroy(), which must not race with any other call on the same
- *   instance. Callbacks (on_release) may run on any thread.
+ *   instance. Callbacks (on_release) may run on any thread; see
+ *   devalloc_release_fn for what they may do.
  *
  * The normative rules, numbered PLUGIN-1 ..., are in docs/abi.md.
  */
@@ -46,7 +47,7 @@ extern "C" {
 #endif
 
 #define DEVALLOC_ABI_VERSION_MAJOR 1
-#define DEVALLOC_ABI_VERSION_MINOR 0
+#define DEVALLOC_ABI_VERSION_MINOR 1
 
 /* The one symbol a plugin exports; the loader looks it up by this name. */
 #define DEVALLOC_PLUGIN_ENTRY_POINT_NAME "devalloc_plugin_negotiate"
@@ -130,6 +131,11 @@ typedef struct devalloc_create_args {
 /* allocate_host / free_host are provided and return DMA-friendly memory
  * (pinned, page-locked) from which copies run at full speed. */
 #define DEVALLOC_CAPABILITY_HOST_STAGING ((uint64_t)1 << 1)
+/* (ABI 1.1) Device addresses from allocate() are host pointers: the host may
+ * write and read the bytes at (void*)(uintptr_t)address directly while no
+ * copy into that range is in flight (issued and not yet covered by a
+ * synchronize of the device). A 1.0 plugin never sets it. */
+#define DEVALLOC_CAPABILITY_HOST_ADDRESSABLE ((uint64_t)1 << 2)
 
 typedef struct devalloc_capabilities {
   size_t struct_size;      /* [in] size the caller knows */
@@ -137,12 +143,29 @@ typedef struct devalloc_capabilities {
   uint64_t max_alignment;  /* [out] largest alignment allocate() honours */
 } devalloc_capabilities;
 
-/* DLPack device type codes, as in dlpack.h. */
+/* DLPack device type codes, every code of DLPack 1.x (DLDeviceType in
+ * dlpack.h; 5 and 6 are unused there). A plugin reports one of these. */
 #define DEVALLOC_DLPACK_CPU 1
 #define DEVALLOC_DLPACK_CUDA 2
 #define DEVALLOC_DLPACK_CUDA_HOST 3
+#define DEVALLOC_DLPACK_OPENCL 4
+#define DEVALLOC_DLPACK_VULKAN 7
+#define DEVALLOC_DLPACK_METAL 8
+#define DEVALLOC_DLPACK_VPI 9
 #define DEVALLOC_DLPACK_ROCM 10
+#define DEVALLOC_DLPACK_ROCM_HOST 11
+#define DEVALLOC_DLPACK_EXT_DEV 12
+#define DEVALLOC_DLPACK_CUDA_MANAGED 13
 #define DEVALLOC_DLPACK_ONEAPI 14
+#define DEVALLOC_DLPACK_WEBGPU 15
+#define DEVALLOC_DLPACK_HEXAGON 16
+#define DEVALLOC_DLPACK_MAIA 17
+#define DEVALLOC_DLPACK_TRAINIUM 18
+
+/* Non-zero when code is one of the DEVALLOC_DLPACK_* codes above. */
+#define DEVALLOC_DLPACK_IS_KNOWN(code)                          \
+  (((code) >= DEVALLOC_DLPACK_CPU && (code) <= DEVALLOC_DLPACK_OPENCL) || \
+   ((code) >= DEVALLOC_DLPACK_VULKAN && (code) <= DEVALLOC_DLPACK_TRAINIUM))
 
 #define DEVALLOC_DEVICE_NAME_CAPACITY 256
 #define DEVALLOC_PCI_BUS_ID_CAPACITY 32
@@ -184,9 +207,26 @@ typedef uint32_t devalloc_src_lifetime;
 
 /* Called exactly once per copy_host_to_device() call that had
  * src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED and a non-NULL on_release:
- * after a successful copy has read src, after a failed one, or at destroy().
- * May run before or after the copy call returns, on any thread. It must not
- * call back into the plugin. */
+ * after a successful copy has read src, after a failed one, or at destroy()
+ * (PLUGIN-14). May run before or after the copy call returns.
+ *
+ * An on_release must not call into the plugin, and the plugin must not hold
+ * a lock the host could need while calling it; it may be called on any
+ * thread, including inside the copy call or inside synchronize.
+ *
+ * PLUGIN-20 Forward progress. A plugin may defer an on_release until the
+ * host calls synchronize on that device, but no later: when
+ * synchronize(device) returns, every release for copies issued to that
+ * device before it has run. Plugins SHOULD release as soon as the copy has
+ * read src, without further host calls. The host never blocks waiting for
+ * a release without calling synchronize on the device it waits for.
+ *
+ * PLUGIN-21 Release accounting. A second on_release for the same copy, or a
+ * release still missing after synchronize returned (plus the host's release
+ * timeout), is a breach: the host ends its work with an error naming the
+ * plugin, the rule and the copy, never a hang or a corrupted budget. The
+ * source of a copy whose release never came is kept alive (leaked), never
+ * freed under a copy that may still read it. */
 typedef void (*devalloc_release_fn)(void* user_data);
 
 typedef struct devalloc_copy_to_device_args {
@@ -283,9 +323,13 @@ typedef struct devalloc_plugin_api_v1 {
                                          devalloc_error* error);
 
   /* When it returns, every copy to device issued before the call, from any
-   * thread, has landed and its on_release (if any) has been called. Correct
-   * whatever device or context is current on the calling thread.
-   * OK; NO_SUCH_DEVICE; DEVICE_ERROR (an earlier asynchronous copy failed). */
+   * thread, has landed and its on_release (if any) has been called
+   * (PLUGIN-17, PLUGIN-20). Correct whatever device or context is current
+   * on the calling thread. An asynchronous failure since the previous
+   * synchronize of the device is reported here once, as DEVICE_ERROR, and
+   * then cleared; a device that is lost keeps failing every call.
+   * OK; NO_SUCH_DEVICE; DEVICE_ERROR (an earlier asynchronous copy failed,
+   * or the device is lost). */
   devalloc_status (*synchronize)(devalloc_instance* instance, uint32_t device,
                                  devalloc_error* error);
 
@@ -299,11 +343,28 @@ typedef struct devalloc_plugin_api_v1 {
    * OK; INVALID_ARGUMENT (unknown pointer). */
   devalloc_status (*free_host)(devalloc_instance* instance, void* host,
                                devalloc_error* error);
+
+  /* ---- ABI 1.1: appended; a host reads these only when struct_size covers
+   * them (DEVALLOC_PLUGIN_API_V1_1_SIZE) and uses them only when non-NULL.
+   */
+
+  /* [optional] Memory of device now: *free_bytes is what allocate() could
+   * still hand out (a snapshot; other users of the device may change it),
+   * *total_bytes the device's total, as in devalloc_device_properties.
+   * *free_bytes <= *total_bytes.
+   * OK; INVALID_ARGUMENT (NULL); NO_SUCH_DEVICE; DEVICE_ERROR. */
+  devalloc_status (*get_memory_info)(devalloc_instance* instance,
+                                     uint32_t device, uint64_t* free_bytes,
+                                     uint64_t* total_bytes,
+                                     devalloc_error* error);
 } devalloc_plugin_api_v1;
 
 /* What a host requires of a version-1.0 table. */
 #define DEVALLOC_PLUGIN_API_V1_MIN_SIZE \
   DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, free_host)
+/* A table that holds every function of ABI 1.1. */
+#define DEVALLOC_PLUGIN_API_V1_1_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, get_memory_info)
 
 /* ------------------------------------------------------------------------ */
 /* Negotiation: the plugin's one exported symbol                             */

@@ -305,6 +305,7 @@ static const devalloc_plugin_api_v1 example_api = {
     example_synchronize,
     NULL, /* allocate_host: no host staging */
     NULL, /* free_host */
+    NULL, /* get_memory_info (ABI 1.1, optional) */
 };
 
 /* The one exported symbol. This plugin speaks major 1 only. */

@@ -123,6 +123,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
       api.struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1,
                                               free_host) &&
       api.allocate_host != nullptr && api.free_host != nullptr;
+  plugin->capabilities_.host_addressable =
+      (caps.flags & DEVALLOC_CAPABILITY_HOST_ADDRESSABLE) != 0;
   plugin->capabilities_.max_alignment = caps.max_alignment;
 
   uint32_t count = 0;
@@ -233,6 +235,21 @@ Status Plugin::synchronize(uint32_t device) {
   devalloc_error error = make_error();
   return check(api().synchronize(instance_, device, &error), error,
                "synchronize");
+}
+
+Result<std::optional<MemoryInfo>> Plugin::memory_info(uint32_t device) {
+  const auto& table = api();
+  if (table.struct_size < DEVALLOC_PLUGIN_API_V1_1_SIZE ||
+      table.get_memory_info == nullptr) {
+    return std::optional<MemoryInfo>();
+  }
+  MemoryInfo info;
+  devalloc_error error = make_error();
+  Status s = check(table.get_memory_info(instance_, device, &info.free_bytes,
+                                         &info.total_bytes, &error),
+                   error, "get_memory_info");
+  if (!s.ok()) return s;
+  return std::optional<MemoryInfo>(info);
 }
 
 Result<void*> Plugin::allocate_host(uint64_t nbytes) {

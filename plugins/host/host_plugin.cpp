@@ -32,7 +32,7 @@ class HostInstance final : public plugin::Instance {
   }
 
   uint64_t capability_flags() const override {
-    uint64_t flags = DEVALLOC_CAPABILITY_HOST_STAGING;
+    uint64_t flags = DEVALLOC_CAPABILITY_HOST_STAGING | abi_1_1_capabilities;
     if (device_.async() || releases_on_sync) flags |= DEVALLOC_CAPABILITY_ASYNC_COPY;
     return flags;
   }
@@ -144,6 +144,7 @@ struct HostPlugin {
   static constexpr const char* name = plugin_name;
   static constexpr const char* version = DEVALLOC_HOST_PLUGIN_VERSION;
   static constexpr bool offers_memory_info = true;
+  static constexpr size_t api_struct_size = host::api_struct_size;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
     const bool async = breaks_during_call || options.take_bool("async", false);

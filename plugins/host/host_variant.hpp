@@ -15,7 +15,11 @@
 //   DEVALLOC_HOST_DOUBLE_RELEASE    "host_double_release": releases every
 //                                   until-released copy twice (breaks
 //                                   PLUGIN-14; the host must fail the load,
-//                                   PLUGIN-21).
+//                                   PLUGIN-21);
+//   DEVALLOC_HOST_ABI_1_0           "host_abi_1_0": hands out a function
+//                                   table of ABI 1.0's size and no 1.1
+//                                   capability, as a plugin built against
+//                                   the 1.0 header would.
 #pragma once
 
 #include <devalloc/plugin_kit/error.hpp>
@@ -23,11 +27,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #if defined(DEVALLOC_HOST_FAULT_INJECTION) + defined(DEVALLOC_HOST_BREAK_DURING_CALL) + \
-        defined(DEVALLOC_HOST_RELEASE_ON_SYNC) + defined(DEVALLOC_HOST_DOUBLE_RELEASE) > 1
+        defined(DEVALLOC_HOST_RELEASE_ON_SYNC) + defined(DEVALLOC_HOST_DOUBLE_RELEASE) + \
+        defined(DEVALLOC_HOST_ABI_1_0) > 1
 #error "build one host plugin variant at a time"
 #endif
 
@@ -45,6 +51,9 @@ inline constexpr const char* plugin_name = "host_release_on_sync";
 inline constexpr const char* accepted_options = "none";
 #elif defined(DEVALLOC_HOST_DOUBLE_RELEASE)
 inline constexpr const char* plugin_name = "host_double_release";
+inline constexpr const char* accepted_options = "async";
+#elif defined(DEVALLOC_HOST_ABI_1_0)
+inline constexpr const char* plugin_name = "host_abi_1_0";
 inline constexpr const char* accepted_options = "async";
 #else
 inline constexpr const char* plugin_name = "host";
@@ -70,6 +79,14 @@ inline constexpr bool releases_on_sync = false;
 inline constexpr bool releases_twice = true;
 #else
 inline constexpr bool releases_twice = false;
+#endif
+#if defined(DEVALLOC_HOST_ABI_1_0)
+inline constexpr size_t api_struct_size = DEVALLOC_PLUGIN_API_V1_MIN_SIZE;
+inline constexpr uint64_t abi_1_1_capabilities = 0;
+#else
+inline constexpr size_t api_struct_size = sizeof(devalloc_plugin_api_v1);
+// Device memory is host memory: the host may read straight into it.
+inline constexpr uint64_t abi_1_1_capabilities = DEVALLOC_CAPABILITY_HOST_ADDRESSABLE;
 #endif
 
 #if defined(DEVALLOC_HOST_FAULT_INJECTION)

@@ -436,6 +436,7 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
     zoo_synchronize,
     NULL,
     NULL,
+    NULL,
 };
 
 devalloc_status devalloc_plugin_negotiate(devalloc_negotiation* negotiation,

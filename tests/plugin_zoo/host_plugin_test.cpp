@@ -249,8 +249,9 @@ TEST(HostPlugin, GivenAsyncOption_ThenCapabilitiesAdvertiseAsyncCopies) {
     devalloc_capabilities capabilities{};
     capabilities.struct_size = sizeof capabilities;
     ASSERT_EQ(host->api().get_capabilities(host->get(), &capabilities, &error), DEVALLOC_STATUS_OK);
-    EXPECT_EQ(capabilities.flags,
-              DEVALLOC_CAPABILITY_HOST_STAGING | (async ? DEVALLOC_CAPABILITY_ASYNC_COPY : 0));
+    EXPECT_EQ(capabilities.flags, DEVALLOC_CAPABILITY_HOST_STAGING |
+                                      DEVALLOC_CAPABILITY_HOST_ADDRESSABLE |
+                                      (async ? DEVALLOC_CAPABILITY_ASYNC_COPY : 0));
     EXPECT_EQ(capabilities.max_alignment, uint64_t{1} << 20);
   }
 }

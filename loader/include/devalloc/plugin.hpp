@@ -63,7 +63,16 @@ struct DeviceInfo {
 struct Capabilities {
   bool async_copy = false;
   bool host_staging = false;
+  // ABI 1.1: allocate() returns host pointers the host may write directly
+  // while no copy into the range is in flight.
+  bool host_addressable = false;
   uint64_t max_alignment = 0;
+};
+
+// A device's memory as get_memory_info (ABI 1.1) reports it.
+struct MemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
 };
 
 using PluginOptions = std::vector<std::pair<std::string, std::string>>;
@@ -111,6 +120,9 @@ class Plugin {
   Status copy_to_host(uint32_t device, void* dst, uint64_t src,
                       uint64_t nbytes);
   Status synchronize(uint32_t device);
+  // Free and total memory of device, or nullopt when the plugin does not
+  // offer get_memory_info (a 1.0 table, or the function is NULL).
+  Result<std::optional<MemoryInfo>> memory_info(uint32_t device);
   // unsupported when the plugin has no host staging.
   Result<void*> allocate_host(uint64_t nbytes);
   Status free_host(void* host);

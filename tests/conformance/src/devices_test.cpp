@@ -58,11 +58,9 @@ TEST_F(Devices, EveryDevice_HasSaneProperties) {
           << "pci_bus_id \"" << p.pci_bus_id
           << "\" is not dddd:bb:dd.f in lower-case hex";
     }
-    const std::set<int32_t> dlpack_types = {
-        DEVALLOC_DLPACK_CPU, DEVALLOC_DLPACK_CUDA, DEVALLOC_DLPACK_CUDA_HOST,
-        DEVALLOC_DLPACK_ROCM, DEVALLOC_DLPACK_ONEAPI};
-    EXPECT_TRUE(dlpack_types.contains(p.dlpack_device_type))
-        << "dlpack_device_type " << p.dlpack_device_type;
+    EXPECT_TRUE(DEVALLOC_DLPACK_IS_KNOWN(p.dlpack_device_type))
+        << "dlpack_device_type " << p.dlpack_device_type
+        << " is not a DLPack 1.x device type code (PLUGIN-10)";
     EXPECT_GE(p.dlpack_device_id, 0);
     const DeviceInfo& seen = plugin().devices()[device];
     EXPECT_EQ(seen.name, p.name) << "differs from what the loader saw";

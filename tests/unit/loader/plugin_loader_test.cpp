@@ -165,5 +165,38 @@ TEST(PluginHandle, GivenHostPlugin_WhenCopyingThroughIt_ThenStatusesAndBytesAreR
   EXPECT_TRUE(plugin->deallocate(0, *address).ok());
 }
 
+TEST(PluginHandle, GivenHostPlugin_WhenAskingMemoryInfo_ThenFreeIsAtMostTotalAndTotalIsTheDevicesTotal) {
+  PluginLoader loader;
+  auto [plugin, error] = loader.load(kHost.string(), {});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  EXPECT_TRUE(plugin->capabilities().host_addressable);
+  auto info = plugin->memory_info(0);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  ASSERT_TRUE(info->has_value()) << "the host plugin offers get_memory_info";
+  EXPECT_EQ((*info)->total_bytes, plugin->devices()[0].total_memory_bytes);
+  EXPECT_GT((*info)->free_bytes, 0u);
+  EXPECT_LE((*info)->free_bytes, (*info)->total_bytes);
+  auto no_device = plugin->memory_info(1);
+  EXPECT_EQ(no_device.status().code(), StatusCode::no_such_device);
+  EXPECT_THAT(no_device.status().message(), HasSubstr("get_memory_info"));
+}
+
+// A table of ABI 1.0's size still holds a get_memory_info pointer in memory
+// (the variant is built from the 1.1 sources); the handle must not read it.
+TEST(PluginHandle, GivenTableOfAbi10Size_WhenAskingMemoryInfo_ThenNotOfferedAndLoadStillWorks) {
+  PluginLoader loader;
+  auto [plugin, error] = loader.load(
+      DEVALLOC_BINARY_DIR "/tests/plugin_zoo/libdevalloc_host_abi_1_0.so", {});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  EXPECT_EQ(plugin->api().struct_size, DEVALLOC_PLUGIN_API_V1_MIN_SIZE);
+  EXPECT_FALSE(plugin->capabilities().host_addressable);
+  auto info = plugin->memory_info(0);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  EXPECT_FALSE(info->has_value());
+  auto address = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(address.ok()) << address.status().message();
+  EXPECT_TRUE(plugin->deallocate(0, *address).ok());
+}
+
 }  // namespace
 }  // namespace devalloc
