@@ -39,7 +39,9 @@ class FaultWalk : public LoadFixture {
         "[plugins.second]\nlibrary = \"" + (std::filesystem::path(DEVALLOC_PLUGIN_BUILD_DIR) / "libdevalloc_host.so").string() +
         "\"\noptions = { async = \"true\" }\nvalidate = true\n"
         "[devices.\"second:0\"]\nuse = [\"second\", { index = 0 }]\n"
-        "[load]\nverify = true\nstaging = \"64KiB\"\n");
+        // Staged copies: host memory is host-addressable (ABI 1.1), and a
+        // direct read would skip the copy and release calls the walk covers.
+        "[load]\nverify = true\nstaging = \"64KiB\"\ndirect = false\n");
     c.plugins[faulty].layers.faults = faults;
     return c;
   }
