@@ -179,6 +179,12 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
     table_.allocate_host = &PluginLayer::allocate_host;
     table_.free_host = &PluginLayer::free_host;
   }
+  // ABI 1.1: forwarded only when the plugin's table has it, so that the
+  // layer never offers what the plugin does not.
+  has_memory_info_ =
+      real.struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, get_memory_info) &&
+      real.get_memory_info != nullptr;
+  if (has_memory_info_) table_.get_memory_info = &PluginLayer::get_memory_info;
 }
 
 PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
@@ -725,6 +731,31 @@ devalloc_status PluginLayer::free_host(devalloc_instance* instance, void* host,
   DEVALLOC_LAYER_ENTRY(call)
   call.status = layer.real_.free_host(layer.real_instance_, host, &call.mine);
   return layer.finish(call);
+}
+
+devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32_t device,
+                                             uint64_t* free_bytes, uint64_t* total_bytes,
+                                             devalloc_error* error) {
+  Call call(printed("get_memory_info(device %" PRIu32 ")", device), error);
+  DEVALLOC_LAYER_ENTRY(call)
+  call.status = layer.real_.get_memory_info(layer.real_instance_, device, free_bytes,
+                                            total_bytes, &call.mine);
+  layer.finish(call);
+  if (call.status != DEVALLOC_STATUS_OK || !layer.settings_.validate) return call.status;
+  if (!layer.device_exists(device)) {
+    return layer.fail_breach(call, "PLUGIN-10",
+                             "answered OK for a device at or above the count of " +
+                                 std::to_string(layer.device_count_));
+  }
+  if (free_bytes == nullptr || total_bytes == nullptr) {
+    return layer.fail_breach(call, "PLUGIN-10", "accepted a NULL output");
+  }
+  if (*free_bytes > *total_bytes) {
+    return layer.fail_breach(call, "PLUGIN-10",
+                             "said " + std::to_string(*free_bytes) + " bytes free of " +
+                                 std::to_string(*total_bytes) + " in total");
+  }
+  return call.status;
 }
 
 void PluginLayer::on_release(void* user_data) {

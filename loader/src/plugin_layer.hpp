@@ -62,6 +62,8 @@ class PluginLayer {
   static devalloc_status allocate_host(devalloc_instance*, uint64_t, void**,
                                        devalloc_error*);
   static devalloc_status free_host(devalloc_instance*, void*, devalloc_error*);
+  static devalloc_status get_memory_info(devalloc_instance*, uint32_t, uint64_t*, uint64_t*,
+                                         devalloc_error*);
   static void on_release(void* ticket);
 
   // Reports a breach (log, stderr) and returns its text without the plugin:
@@ -86,6 +88,7 @@ class PluginLayer {
   const LayerSettings settings_;
   std::atomic<uint64_t> breaches_{0};
   bool has_host_staging_ = false;
+  bool has_memory_info_ = false;
   uint32_t device_count_ = 0;
 
   mutable std::mutex mutex_;

@@ -181,6 +181,24 @@ TEST(PluginHandle, GivenHostPlugin_WhenAskingMemoryInfo_ThenFreeIsAtMostTotalAnd
   EXPECT_THAT(no_device.status().message(), HasSubstr("get_memory_info"));
 }
 
+// The validation layer wraps the function table; a 1.1 query the plugin
+// offers must pass through it, or the core's "does the plan fit" check is
+// silently skipped for every validated plugin.
+TEST(PluginHandle, GivenHostPluginUnderTheValidationLayer_WhenAskingMemoryInfo_ThenTheLayerForwardsIt) {
+  LayerSettings validating;
+  validating.validate = true;
+  auto [plugin, error] = PluginLoader().load(kHost.string(), {}, validating);
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  ASSERT_TRUE(plugin->layer_counters()) << "the plugin runs under the layer";
+  auto info = plugin->memory_info(0);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  ASSERT_TRUE(info->has_value()) << "the layer hid the plugin's get_memory_info";
+  EXPECT_EQ((*info)->total_bytes, plugin->devices()[0].total_memory_bytes);
+  EXPECT_LE((*info)->free_bytes, (*info)->total_bytes);
+  EXPECT_EQ(plugin->memory_info(1).status().code(), StatusCode::no_such_device);
+  EXPECT_EQ(plugin->layer_counters()->breaches, 0u);
+}
+
 // A table of ABI 1.0's size still holds a get_memory_info pointer in memory
 // (the variant is built from the 1.1 sources); the handle must not read it.
 TEST(PluginHandle, GivenTableOfAbi10Size_WhenAskingMemoryInfo_ThenNotOfferedAndLoadStillWorks) {
