@@ -88,6 +88,7 @@ class ConfigReader {
   }
 
   void read_plugin_path(const toml::node& node);
+  void read_security(const toml::node& node);
   void read_plugin(const toml::key& key, const toml::node& node);
   void read_options(const toml::node& node, PluginConfig& plugin,
                     const std::string& section);
@@ -131,9 +132,11 @@ void ConfigReader::check_keys(const toml::table& table,
 Result<RuntimeConfig> ConfigReader::read(const toml::table& root) {
   config_.source = fs::path(source_name_);
   check_keys(root, "at the top level",
-             {"devices", "load", "memory", "plugin_path", "plugins"});
+             {"devices", "load", "memory", "plugin_path", "plugins",
+              "security"});
 
   if (const auto* node = root.get("plugin_path")) read_plugin_path(*node);
+  if (const auto* node = root.get("security")) read_security(*node);
   if (const auto* node = root.get("plugins")) {
     if (const auto* table = node->as_table()) {
       for (const auto& [key, plugin] : *table) read_plugin(key, plugin);
@@ -204,6 +207,32 @@ void ConfigReader::read_plugin_path(const toml::node& node) {
   }
 }
 
+void ConfigReader::read_security(const toml::node& node) {
+  const auto* table = node.as_table();
+  if (!table) {
+    type_error(node, "\"security\"", "a table");
+    return;
+  }
+  check_keys(*table, "in [security]", {"trust_paths"});
+  const auto* paths = table->get("trust_paths");
+  if (paths == nullptr) return;
+  const auto* array = paths->as_array();
+  if (!array) {
+    type_error(*paths, "\"trust_paths\" in [security]", "an array of strings");
+    return;
+  }
+  for (const auto& entry : *array) {
+    const auto* dir = entry.as_string();
+    if (!dir) {
+      type_error(entry, "each \"trust_paths\" entry", "a string");
+    } else if (dir->get().empty()) {
+      error(entry.source(), "a \"trust_paths\" entry is empty");
+    } else {
+      config_.trust_paths.push_back(resolve(dir->get()));
+    }
+  }
+}
+
 void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
   const std::string name(key.str());
   if (!is_valid_plugin_name(name)) {
@@ -217,7 +246,7 @@ void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
     type_error(node, section, "a table");
     return;
   }
-  check_keys(*table, "in " + section, {"library", "options", "validate"});
+  check_keys(*table, "in " + section, {"library", "options", "trust", "validate"});
 
   PluginConfig plugin;
   plugin.name = name;
@@ -243,6 +272,13 @@ void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
       plugin.layers.check_sources = true;
     } else {
       type_error(*validate, "\"validate\" in " + section, "a boolean or \"sources\"");
+    }
+  }
+  if (const auto* trust = table->get("trust")) {
+    if (const auto* flag = trust->as_boolean()) {
+      plugin.trust = flag->get();
+    } else {
+      type_error(*trust, "\"trust\" in " + section, "a boolean");
     }
   }
   config_.plugins.emplace(name, std::move(plugin));

@@ -14,14 +14,25 @@ std::string ResolvedDevice::device_label() const {
          info().name + "\"";
 }
 
+namespace {
+
+PluginSearchOptions search_options(const RuntimeConfig& config) {
+  PluginSearchOptions options;
+  options.config_dirs = config.plugin_path;
+  options.trusted_paths = config.trust_paths;
+  return options;
+}
+
+}  // namespace
+
 DeviceRegistry::DeviceRegistry(RuntimeConfig config)
-    : config_(std::move(config)), loader_(config_.plugin_path) {}
+    : config_(std::move(config)), loader_(search_options(config_)) {}
 
 Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin(std::string_view name) {
   std::lock_guard lock(mutex_);
   if (auto it = plugins_.find(name); it != plugins_.end()) return it->second;
   const PluginConfig pc = config_.plugin(name);
-  auto [plugin, error] = loader_.load(pc.load_spec(), pc.options, pc.layers);
+  auto [plugin, error] = loader_.load(pc.load_spec(), pc.options, pc.layers, pc.trust);
   if (!plugin) {
     // Not remembered: the next use tries again, so that a plugin whose
     // runtime or device came back (or was installed meanwhile) is found.

@@ -42,7 +42,69 @@ bool is_valid_plugin_name(std::string_view name) {
 }
 
 PluginLoader::PluginLoader(std::vector<fs::path> extra_dirs)
-    : search_path_(default_search_path(extra_dirs)) {}
+    : PluginLoader([&] {
+        PluginSearchOptions options;
+        options.command_line_dirs = std::move(extra_dirs);
+        return options;
+      }()) {
+  for (auto& d : search_dirs_) {
+    if (d.source == PluginPathSource::command_line) {
+      d.source = PluginPathSource::caller;
+    }
+  }
+}
+
+PluginLoader::PluginLoader(PluginSearchOptions options)
+    : credentials_(options.credentials.value_or(ProcessCredentials::current())),
+      trusted_paths_(std::move(options.trusted_paths)) {
+  const std::optional<std::string> elevation = credentials_.elevation();
+  auto add = [&](const fs::path& dir, PluginPathSource source) {
+    search_dirs_.push_back({fs::absolute(dir).lexically_normal(), source});
+  };
+  // Every source but the installed folder is the user's word; a process
+  // with more rights than its user must not take it.
+  auto user_source = [&](bool present, const std::string& what) {
+    if (present && elevation) {
+      notes_.push_back(what + " is ignored while running with elevated "
+                              "privileges (" + *elevation + ")");
+    }
+    return present && !elevation;
+  };
+  if (user_source(!options.command_line_dirs.empty(), "--plugin-path")) {
+    for (const auto& d : options.command_line_dirs) {
+      add(d, PluginPathSource::command_line);
+    }
+  }
+  if (user_source(!options.config_dirs.empty(), "the config's plugin_path")) {
+    for (const auto& d : options.config_dirs) add(d, PluginPathSource::config);
+  }
+  // secure_getenv already hides the variable from a setuid program; the
+  // explicit check also covers a process that gained rights otherwise.
+  const char* env = secure_getenv("DEVALLOC_PLUGIN_PATH");
+  if (env == nullptr && elevation && getenv("DEVALLOC_PLUGIN_PATH") != nullptr) {
+    env = "";  // only to say that it was ignored
+  }
+  if (user_source(env != nullptr, "DEVALLOC_PLUGIN_PATH")) {
+    std::string value(env);
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t end = value.find(':', start);
+      if (end == std::string::npos) end = value.size();
+      const std::string entry = value.substr(start, end - start);
+      // An empty entry would mean the current directory; never implied.
+      if (!entry.empty()) add(entry, PluginPathSource::environment);
+      start = end + 1;
+    }
+  }
+  if (!user_source(!trusted_paths_.empty(),
+                   "--trust-plugin-path / [security] trust_paths")) {
+    trusted_paths_.clear();
+  }
+  if (fs::path installed = installed_plugin_dir(); !installed.empty()) {
+    add(installed, PluginPathSource::installed);
+  }
+  for (const auto& d : search_dirs_) search_path_.push_back(d.dir);
+}
 
 std::string PluginLoader::file_name_for(const std::string& name) {
   return kFilePrefix + name + kFileSuffix;
@@ -65,29 +127,10 @@ fs::path PluginLoader::installed_plugin_dir() {
   return (self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN).lexically_normal();
 }
 
-std::vector<fs::path> PluginLoader::default_search_path(
-    const std::vector<fs::path>& extra_dirs) {
-  std::vector<fs::path> dirs;
-  for (const auto& d : extra_dirs) {
-    dirs.push_back(fs::absolute(d).lexically_normal());
-  }
-  // secure_getenv: a setuid program must not load plugins named by its user.
-  if (const char* env = secure_getenv("DEVALLOC_PLUGIN_PATH")) {
-    std::string value(env);
-    size_t start = 0;
-    while (start <= value.size()) {
-      size_t end = value.find(':', start);
-      if (end == std::string::npos) end = value.size();
-      const std::string entry = value.substr(start, end - start);
-      // An empty entry would mean the current directory; never implied.
-      if (!entry.empty()) dirs.push_back(fs::absolute(entry).lexically_normal());
-      start = end + 1;
-    }
-  }
-  if (fs::path installed = installed_plugin_dir(); !installed.empty()) {
-    dirs.push_back(std::move(installed));
-  }
-  return dirs;
+std::string PluginLoader::ignored_sources() const {
+  std::string out;
+  for (const auto& note : notes_) out += "; " + note;
+  return out;
 }
 
 std::pair<fs::path, PluginError> PluginLoader::resolve(
@@ -120,15 +163,49 @@ std::pair<fs::path, PluginError> PluginLoader::resolve(
           {PluginOutcome::not_found,
            Status(StatusCode::runtime_unavailable,
                   "plugin \"" + spec + "\" not found: no " + file + " in " +
-                      join(search_path_))}};
+                      join(search_path_) + ignored_sources())}};
 }
 
 std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load(
     const std::string& spec, const PluginOptions& options,
-    const LayerSettings& layers) const {
+    const LayerSettings& layers, bool trusted) const {
   auto [path, resolve_error] = resolve(spec);
   if (path.empty()) return {nullptr, resolve_error};
-  auto [library, open_error] = PluginLibrary::open(path);
+  if (looks_like_path(spec)) {
+    if (auto elevation = credentials_.elevation()) {
+      // An explicit path is the user's word too (a config's library, a
+      // command line): only the installed folder is taken.
+      std::error_code ec;
+      const fs::path installed = fs::weakly_canonical(installed_plugin_dir(), ec);
+      if (fs::weakly_canonical(path, ec).parent_path() != installed) {
+        return {nullptr,
+                {PluginOutcome::untrusted,
+                 Status(StatusCode::unsupported,
+                        "plugin " + path.string() +
+                            ": refused: an explicit plugin path is not taken "
+                            "while running with elevated privileges (" +
+                            *elevation + "); only the installed folder " +
+                            installed.string() + " is")}};
+      }
+    }
+  }
+  return load_file(path, options, layers, trusted);
+}
+
+std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load_file(
+    const fs::path& path, const PluginOptions& options,
+    const LayerSettings& layers, bool trusted) const {
+  // Checked right before it is opened, on the file dlopen will map.
+  const PluginFileCheck check =
+      check_plugin_file(path, trusted, trusted_paths_, credentials_);
+  if (!check.ok()) {
+    return {nullptr,
+            {check.missing ? PluginOutcome::not_found : PluginOutcome::untrusted,
+             Status(check.missing ? StatusCode::runtime_unavailable
+                                  : StatusCode::unsupported,
+                    "plugin " + path.string() + ": " + check.refusal)}};
+  }
+  auto [library, open_error] = PluginLibrary::open(check.resolved);
   if (!library) return {nullptr, open_error};
   return Plugin::create(std::move(library), options, layers);
 }
@@ -137,7 +214,7 @@ std::vector<PluginCandidate> PluginLoader::discover() const {
   std::vector<PluginCandidate> out;
   std::set<std::string> seen;
   std::set<fs::path> visited_dirs;
-  for (const auto& dir : search_path_) {
+  for (const auto& [dir, source] : search_dirs_) {
     std::error_code ec;
     if (!visited_dirs.insert(dir).second || !fs::is_directory(dir, ec)) continue;
     std::vector<fs::path> files;
@@ -156,6 +233,7 @@ std::vector<PluginCandidate> PluginLoader::discover() const {
                             fname.size() - std::string(kFilePrefix).size() -
                                 std::string(kFileSuffix).size());
       c.path = path;
+      c.source = source;
       if (!seen.insert(c.name).second) {
         c.outcome = PluginOutcome::shadowed;
         c.reason = "a plugin named \"" + c.name +
@@ -163,7 +241,7 @@ std::vector<PluginCandidate> PluginLoader::discover() const {
         out.push_back(std::move(c));
         continue;
       }
-      auto [plugin, error] = load(path.string());
+      auto [plugin, error] = load_file(path, {}, {}, false);
       c.outcome = error.outcome;
       c.reason = error.status.message();
       c.code = error.status.code();

@@ -43,6 +43,7 @@ const char* to_string(PluginOutcome outcome) {
     case PluginOutcome::table_too_small: return "function table too small";
     case PluginOutcome::create_failed: return "create failed";
     case PluginOutcome::shadowed: return "shadowed";
+    case PluginOutcome::untrusted: return "untrusted";
   }
   return "unknown";
 }

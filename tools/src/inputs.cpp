@@ -3,12 +3,26 @@
 #include "commands.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 namespace devalloc::cli {
 
-Result<RuntimeConfig> config_from(const std::string& path) {
-  if (path.empty()) return default_config();
-  return read_config(path);
+Result<RuntimeConfig> config_from(const std::string& path,
+                                  const std::vector<std::string>& trust_paths) {
+  Result<RuntimeConfig> config = path.empty() ? default_config() : read_config(path);
+  if (config.ok()) {
+    for (const auto& p : trust_paths) {
+      config->trust_paths.push_back(std::filesystem::absolute(p).lexically_normal());
+    }
+  }
+  return config;
+}
+
+void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths) {
+  cmd->add_option("--trust-plugin-path", *paths,
+                  "Plugins at or below this path skip the owner and permission "
+                  "checks; ignored when running with elevated privileges "
+                  "(repeatable; docs/security.md)");
 }
 
 Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache) {

@@ -7,7 +7,10 @@
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/status.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <string>
+#include <vector>
 
 namespace devalloc::cli {
 
@@ -15,8 +18,13 @@ namespace devalloc::cli {
 // differently; see docs/cli.md.
 inline constexpr int kExitBadInput = 3;
 
-// The config file if one was given, else the defaults.
-Result<RuntimeConfig> config_from(const std::string& path);
+// The config file if one was given, else the defaults; trust_paths
+// (--trust-plugin-path) are added to its [security] trust_paths.
+Result<RuntimeConfig> config_from(const std::string& path,
+                                  const std::vector<std::string>& trust_paths = {});
+
+// Adds --trust-plugin-path (repeatable) to cmd, collected into *paths.
+void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths);
 
 // Reads and validates the plan; source files are opened through cache.
 Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache);

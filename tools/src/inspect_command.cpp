@@ -16,11 +16,12 @@ namespace {
 struct InspectOptions {
   std::string plan;
   std::string config;
+  std::vector<std::string> trust_paths;
   bool tensors = false;
 };
 
 int run_inspect(const InspectOptions& o) {
-  auto config = config_from(o.config);
+  auto config = config_from(o.config, o.trust_paths);
   if (!config.ok()) return report_failure("inspect", config.status());
   SafetensorsCache cache;
   auto plan = valid_plan_from(o.plan, cache);
@@ -78,6 +79,7 @@ void add_inspect_command(CLI::App& app, Action* run) {
       "inspect", "Show a plan's buffers, methods and the devices they resolve to");
   cmd->add_option("plan", o->plan, "The plan file")->required();
   cmd->add_option("--config", o->config, "The runtime config (TOML)");
+  add_trust_plugin_path_option(cmd, &o->trust_paths);
   cmd->add_flag("--tensors", o->tensors, "Also list every tensor");
   cmd->callback([run, o] { *run = [o] { return run_inspect(*o); }; });
 }

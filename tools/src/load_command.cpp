@@ -23,6 +23,7 @@ namespace {
 struct LoadCommandOptions {
   std::string plan;
   std::string config;
+  std::vector<std::string> trust_paths;
   std::string methods;  // comma-separated
   bool verify = false;
   bool json = false;
@@ -71,7 +72,7 @@ double gb_per_s(uint64_t bytes, double seconds) {
 }
 
 int run_load(const LoadCommandOptions& o) {
-  auto config = config_from(o.config);
+  auto config = config_from(o.config, o.trust_paths);
   if (!config.ok()) return report_failure("load", config.status());
   if (o.verify) config->load.verify = true;
   SafetensorsCache cache;
@@ -164,6 +165,7 @@ void add_load_command(CLI::App& app, Action* run) {
       "load", "Load a plan's buffers and constants onto their devices");
   cmd->add_option("plan", o->plan, "The plan file")->required();
   cmd->add_option("--config", o->config, "The runtime config (TOML)");
+  add_trust_plugin_path_option(cmd, &o->trust_paths);
   cmd->add_option("--methods", o->methods, "Comma-separated methods (default: all)");
   cmd->add_flag("--verify", o->verify,
                 "Read every constant back and compare hashes with the file");

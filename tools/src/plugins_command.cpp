@@ -1,6 +1,7 @@
 // `devalloc plugins`: every candidate plugin on the search path, whether it
 // loaded or why not, and the devices of those that did.
 #include "commands.hpp"
+#include "inputs.hpp"
 
 #include <devalloc/plugin_loader.hpp>
 
@@ -17,6 +18,7 @@ namespace {
 
 struct PluginsOptions {
   std::vector<std::string> plugin_path;
+  std::vector<std::string> trust_paths;
   bool json = false;
 };
 
@@ -38,15 +40,21 @@ std::string gib(uint64_t bytes) {
 }
 
 int run_plugins(const PluginsOptions& options) {
-  std::vector<std::filesystem::path> extra(options.plugin_path.begin(),
-                                           options.plugin_path.end());
-  PluginLoader loader(extra);
+  PluginSearchOptions search;
+  search.command_line_dirs.assign(options.plugin_path.begin(),
+                                  options.plugin_path.end());
+  search.trusted_paths.assign(options.trust_paths.begin(),
+                              options.trust_paths.end());
+  PluginLoader loader(search);
   const auto candidates = loader.discover();
 
   if (options.json) {
     nlohmann::json out;
     out["search_path"] = nlohmann::json::array();
     for (const auto& d : loader.search_path()) out["search_path"].push_back(d.string());
+    out["search_sources"] = nlohmann::json::array();
+    for (const auto& d : loader.search_dirs()) out["search_sources"].push_back(to_string(d.source));
+    out["notes"] = loader.notes();
     out["plugins"] = nlohmann::json::array();
     for (const auto& c : candidates) {
       nlohmann::json p = {{"name", c.name},
@@ -68,7 +76,10 @@ int run_plugins(const PluginsOptions& options) {
   }
 
   std::printf("plugin search path:\n");
-  for (const auto& d : loader.search_path()) std::printf("  %s\n", d.c_str());
+  for (const auto& d : loader.search_dirs()) {
+    std::printf("  %s (%s)\n", d.dir.c_str(), to_string(d.source));
+  }
+  for (const auto& note : loader.notes()) std::printf("note: %s\n", note.c_str());
   if (candidates.empty()) {
     std::printf("no plugins found (libdevalloc_*.so)\n");
     return kExitOk;
@@ -107,6 +118,7 @@ void add_plugins_command(CLI::App& app, Action* run) {
       "plugins", "List every plugin on the search path: loaded, or why not");
   cmd->add_option("--plugin-path", options->plugin_path,
                   "Extra directory searched first (repeatable)");
+  add_trust_plugin_path_option(cmd, &options->trust_paths);
   cmd->add_flag("--json", options->json, "Machine-readable output");
   cmd->callback([run, options] { *run = [options] { return run_plugins(*options); }; });
 }

@@ -32,6 +32,7 @@ enum class PluginOutcome {
   table_too_small,     // struct_size of the function table is too small
   create_failed,       // create() returned an error
   shadowed,            // a plugin of the same name was found earlier on the path
+  untrusted,           // refused by the trust checks; never opened
 };
 const char* to_string(PluginOutcome outcome);
 

@@ -1,18 +1,24 @@
 // Finding plugins: by explicit path, or by name on a search path.
 //
 // Search order for a name ("cuda" -> "libdevalloc_cuda.so"):
-//   1. directories given by the caller (the runtime config's plugin_path),
-//   2. DEVALLOC_PLUGIN_PATH (colon-separated; read with secure_getenv, so it
-//      is ignored in setuid programs),
-//   3. the installed plugin folder, ../lib/devalloc/plugins relative to the
+//   1. --plugin-path folders (command_line_dirs),
+//   2. the runtime config's plugin_path (config_dirs),
+//   3. DEVALLOC_PLUGIN_PATH (colon-separated),
+//   4. the installed plugin folder, ../lib/devalloc/plugins relative to the
 //      binary that contains the loader.
-// The current directory is never searched implicitly.
+// The current directory is never searched implicitly. While the process
+// runs with elevated privileges (effective ids differ from the real ones, or
+// AT_SECURE), 1-3 are ignored and an explicit path outside the installed
+// folder is refused; notes() says so. Every file is checked by
+// check_plugin_file (plugin_trust.hpp) before it is opened.
 #pragma once
 
 #include <devalloc/plugin.hpp>
+#include <devalloc/plugin_trust.hpp>
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,16 +36,31 @@ struct PluginCandidate {
   std::string reason;           // empty when loaded
   StatusCode code = StatusCode::ok;  // runtime_unavailable: no vendor runtime
   std::shared_ptr<Plugin> plugin;  // set when loaded
+  PluginPathSource source = PluginPathSource::installed;  // of its folder
+};
+
+// One folder of the search path and where it came from.
+struct PluginSearchDir {
+  std::filesystem::path dir;  // absolute
+  PluginPathSource source;
+};
+
+struct PluginSearchOptions {
+  std::vector<std::filesystem::path> command_line_dirs;  // --plugin-path
+  std::vector<std::filesystem::path> config_dirs;        // plugin_path
+  // --trust-plugin-path and [security] trust_paths: see check_plugin_file.
+  std::vector<std::filesystem::path> trusted_paths;
+  // The identity the trust checks use; this process's when unset. Tests set
+  // it to see what an elevated process would do.
+  std::optional<ProcessCredentials> credentials;
 };
 
 class PluginLoader {
  public:
-  // Uses default_search_path(extra_dirs).
-  explicit PluginLoader(std::vector<std::filesystem::path> extra_dirs = {});
+  explicit PluginLoader(PluginSearchOptions options = {});
+  // extra_dirs are searched first, as the program's own (source caller).
+  explicit PluginLoader(std::vector<std::filesystem::path> extra_dirs);
 
-  // extra_dirs, then DEVALLOC_PLUGIN_PATH, then installed_plugin_dir().
-  static std::vector<std::filesystem::path> default_search_path(
-      const std::vector<std::filesystem::path>& extra_dirs);
   // ../lib/devalloc/plugins next to the binary containing the loader.
   static std::filesystem::path installed_plugin_dir();
   // "libdevalloc_" + name + ".so"
@@ -48,24 +69,42 @@ class PluginLoader {
   const std::vector<std::filesystem::path>& search_path() const {
     return search_path_;
   }
+  const std::vector<PluginSearchDir>& search_dirs() const {
+    return search_dirs_;
+  }
+  // What was ignored and why ("DEVALLOC_PLUGIN_PATH is ignored: ...").
+  const std::vector<std::string>& notes() const { return notes_; }
+  bool elevated() const { return credentials_.elevation().has_value(); }
 
   // A spec containing '/' or ending in ".so" is a path (made absolute);
   // anything else is a plugin name looked up on the search path.
   std::pair<std::filesystem::path, PluginError> resolve(
       const std::string& name_or_path) const;
 
-  // resolve + PluginLibrary::open + Plugin::create (with layers).
+  // resolve + check_plugin_file + PluginLibrary::open + Plugin::create
+  // (with layers). trusted: [plugins.NAME] trust = true for this plugin.
   std::pair<std::shared_ptr<Plugin>, PluginError> load(
-      const std::string& name_or_path,
-      const PluginOptions& options = {},
-      const LayerSettings& layers = {}) const;
+      const std::string& name_or_path, const PluginOptions& options = {},
+      const LayerSettings& layers = {}, bool trusted = false) const;
 
-  // Every libdevalloc_*.so on the search path, each opened and created with
-  // no options; a later file of a name already seen is listed as shadowed.
+  // Every libdevalloc_*.so on the search path, each checked, then opened and
+  // created with no options; a file refused by the checks is listed with
+  // the reason and never opened; a later file of a name already seen is
+  // listed as shadowed.
   std::vector<PluginCandidate> discover() const;
 
  private:
+  std::pair<std::shared_ptr<Plugin>, PluginError> load_file(
+      const std::filesystem::path& path, const PluginOptions& options,
+      const LayerSettings& layers, bool trusted) const;
+
+  std::string ignored_sources() const;  // notes_, each after "; "
+
+  ProcessCredentials credentials_;
+  std::vector<std::filesystem::path> trusted_paths_;
+  std::vector<PluginSearchDir> search_dirs_;
   std::vector<std::filesystem::path> search_path_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace devalloc

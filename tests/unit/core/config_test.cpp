@@ -186,13 +186,13 @@ TEST(ParseConfigErrors, GivenUnknownKeyInLoad_WhenParsing_ThenPositionAndKnownKe
 TEST(ParseConfigErrors, GivenUnknownTopLevelKey_WhenParsing_ThenItIsAnError) {
   EXPECT_EQ(error_of("\nplugin_paths = []\n"),
             "/cfg/devalloc.toml:2:1: unknown key \"plugin_paths\" at the top "
-            "level (known: devices, load, memory, plugin_path, plugins)");
+            "level (known: devices, load, memory, plugin_path, plugins, security)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownKeyInPlugin_WhenParsing_ThenItIsAnError) {
   EXPECT_EQ(error_of("[plugins.cuda]\nlibrery = \"x.so\"\n"),
             "/cfg/devalloc.toml:2:1: unknown key \"librery\" in "
-            "[plugins.cuda] (known: library, options, validate)");
+            "[plugins.cuda] (known: library, options, trust, validate)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownKeyInDevice_WhenParsing_ThenItIsAnError) {

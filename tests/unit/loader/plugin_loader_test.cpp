@@ -69,14 +69,25 @@ TEST(PluginLoader, GivenName_WhenResolving_ThenFoundInInstalledDir) {
   EXPECT_EQ(fs::weakly_canonical(path), fs::weakly_canonical(kHost));
 }
 
-TEST(PluginLoader, GivenEnvPath_WhenBuildingSearchPath_ThenConfigDirsComeFirstThenEnvThenInstalled) {
+TEST(PluginLoader, GivenEverySource_WhenBuildingSearchPath_ThenCommandLineThenConfigThenEnvThenInstalled) {
   ScopedEnv env("DEVALLOC_PLUGIN_PATH", "/tmp/devalloc-a::/tmp/devalloc-b");
-  auto dirs = PluginLoader::default_search_path({"/tmp/devalloc-config"});
-  ASSERT_EQ(dirs.size(), 4u);
-  EXPECT_EQ(dirs[0], fs::path("/tmp/devalloc-config"));
-  EXPECT_EQ(dirs[1], fs::path("/tmp/devalloc-a"));
-  EXPECT_EQ(dirs[2], fs::path("/tmp/devalloc-b"));
-  EXPECT_EQ(fs::weakly_canonical(dirs[3]), fs::weakly_canonical(kPlugins));
+  PluginSearchOptions options;
+  options.command_line_dirs = {"/tmp/devalloc-cli"};
+  options.config_dirs = {"/tmp/devalloc-config"};
+  PluginLoader loader(options);
+  const auto& dirs = loader.search_dirs();
+  ASSERT_EQ(dirs.size(), 5u);
+  EXPECT_EQ(dirs[0].dir, fs::path("/tmp/devalloc-cli"));
+  EXPECT_EQ(dirs[0].source, PluginPathSource::command_line);
+  EXPECT_EQ(dirs[1].dir, fs::path("/tmp/devalloc-config"));
+  EXPECT_EQ(dirs[1].source, PluginPathSource::config);
+  EXPECT_EQ(dirs[2].dir, fs::path("/tmp/devalloc-a"));
+  EXPECT_EQ(dirs[2].source, PluginPathSource::environment);
+  EXPECT_EQ(dirs[3].dir, fs::path("/tmp/devalloc-b"));
+  EXPECT_EQ(fs::weakly_canonical(dirs[4].dir), fs::weakly_canonical(kPlugins));
+  EXPECT_EQ(dirs[4].source, PluginPathSource::installed);
+  EXPECT_EQ(loader.search_path().size(), 5u);
+  EXPECT_TRUE(loader.notes().empty());
 }
 
 TEST(PluginLoader, GivenPluginOnlyInCurrentDirectory_WhenResolvingByName_ThenNotFound) {

@@ -105,6 +105,7 @@ struct PluginConfig {
   std::string name;
   std::optional<std::filesystem::path> library;  // absolute
   PluginOptions options;                         // sorted by key
+  bool trust = false;  // skip the owner/permission checks (docs/security.md)
   SourceLocation where;
   // `validate = true` (or "sources"): the validation layer wraps the plugin
   // (docs/reliability.md). Tests set faults here too.
@@ -162,6 +163,9 @@ struct RuntimeConfig {
   std::filesystem::path source;  // the file or name it was read from; empty
                                  // for default_config()
   std::vector<std::filesystem::path> plugin_path;  // absolute, in order
+  // [security] trust_paths: plugin files at or below these skip the owner
+  // and permission checks (docs/security.md). Absolute.
+  std::vector<std::filesystem::path> trust_paths;
   std::map<std::string, PluginConfig, std::less<>> plugins;
   std::map<std::string, DeviceTagConfig, std::less<>> devices;
   std::map<uint32_t, std::string> memory_overrides;  // memory id -> tag

@@ -1,0 +1,160 @@
+#include <devalloc/plugin_trust.hpp>
+
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
+
+namespace devalloc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+bool is_within(const fs::path& path, const fs::path& root) {
+  auto p = path.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator
+    if (p == path.end() || *p != *r) return false;
+  }
+  return true;
+}
+
+// The reason `what` (the plugin file or a folder on its path) lets someone
+// other than root and the effective user replace the plugin, or nothing.
+std::optional<std::string> unsafe_owner_or_mode(
+    const fs::path& what, const struct stat& st, bool is_folder,
+    const ProcessCredentials& credentials) {
+  const std::string noun = (is_folder ? "folder " : "file ") + what.string();
+  if (st.st_uid != 0 && st.st_uid != credentials.effective_uid) {
+    return noun + " is owned by uid " + std::to_string(st.st_uid) +
+           ", neither root nor the effective user (uid " +
+           std::to_string(credentials.effective_uid) + ")";
+  }
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  if (!others_write) return std::nullopt;
+  // Sticky and root-owned (as /tmp): others may add entries, but not rename
+  // or remove ours.
+  if (is_folder && (st.st_mode & S_ISVTX) != 0 && st.st_uid == 0) {
+    return std::nullopt;
+  }
+  return noun + " is " +
+         ((st.st_mode & S_IWOTH) != 0 ? "world-writable" : "group-writable") +
+         " (mode " + octal_mode(st.st_mode) + ")";
+}
+
+}  // namespace
+
+ProcessCredentials ProcessCredentials::current() {
+  ProcessCredentials c;
+  c.real_uid = getuid();
+  c.effective_uid = geteuid();
+  c.real_gid = getgid();
+  c.effective_gid = getegid();
+  c.at_secure = getauxval(AT_SECURE) != 0;
+  return c;
+}
+
+std::optional<std::string> ProcessCredentials::elevation() const {
+  if (effective_uid != real_uid) {
+    return "effective uid " + std::to_string(effective_uid) +
+           " differs from real uid " + std::to_string(real_uid);
+  }
+  if (effective_gid != real_gid) {
+    return "effective gid " + std::to_string(effective_gid) +
+           " differs from real gid " + std::to_string(real_gid);
+  }
+  if (at_secure) return std::string("the kernel set AT_SECURE");
+  return std::nullopt;
+}
+
+const char* to_string(PluginPathSource source) {
+  switch (source) {
+    case PluginPathSource::command_line: return "--plugin-path";
+    case PluginPathSource::config: return "config";
+    case PluginPathSource::environment: return "DEVALLOC_PLUGIN_PATH";
+    case PluginPathSource::installed: return "installed";
+    case PluginPathSource::caller: return "caller";
+  }
+  return "unknown";
+}
+
+PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
+                                  const std::vector<fs::path>& trusted_paths,
+                                  const ProcessCredentials& credentials) {
+  PluginFileCheck check;
+  std::error_code ec;
+  // The file dlopen will open, every symbolic link resolved: the checks
+  // below are about it and the folders that really lead to it.
+  const fs::path resolved = fs::canonical(path, ec);
+  struct stat st{};
+  if (ec || ::stat(resolved.c_str(), &st) != 0) {
+    check.missing = true;
+    check.refusal = "no such file";
+    return check;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    check.refusal = std::string("is ") + file_kind(st.st_mode) +
+                    ", not a regular file";
+    return check;
+  }
+
+  const bool elevated = credentials.elevation().has_value();
+  bool trusted = file_trusted && !elevated;
+  for (const auto& root : trusted_paths) {
+    if (elevated || trusted) break;
+    const fs::path canonical_root = fs::weakly_canonical(root, ec);
+    trusted = !ec && is_within(resolved, canonical_root);
+  }
+  if (!trusted) {
+    const auto refuse = [&](std::string why) {
+      check.refusal =
+          "refused: " + why +
+          "; only root and the effective user may be able to change a "
+          "plugin or a folder above it (docs/security.md" +
+          (elevated ? "; trust settings are ignored while running with "
+                      "elevated privileges: " + *credentials.elevation() + ")"
+                    : std::string("; to trust it anyway: --trust-plugin-path, "
+                                  "[security] trust_paths or [plugins.NAME] "
+                                  "trust = true)"));
+      return check;
+    };
+    if (auto why = unsafe_owner_or_mode(resolved, st, false, credentials)) {
+      return refuse(*why);
+    }
+    for (fs::path dir = resolved.parent_path();; dir = dir.parent_path()) {
+      struct stat dst{};
+      if (::stat(dir.c_str(), &dst) != 0) {
+        return refuse("folder " + dir.string() + " cannot be checked: " +
+                      std::strerror(errno));
+      }
+      if (auto why = unsafe_owner_or_mode(dir, dst, true, credentials)) {
+        return refuse(*why);
+      }
+      if (dir == dir.root_path() || dir.parent_path() == dir) break;
+    }
+  }
+  check.resolved = resolved;
+  return check;
+}
+
+}  // namespace devalloc

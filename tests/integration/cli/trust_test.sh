@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The plugin trust model seen from the devalloc program (docs/security.md),
+# one case per ctest entry:
+#   trust_test.sh CASE DEVALLOC SCRATCH
+set -euo pipefail
+case_name=$1 devalloc=$2 scratch=$3
+rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch"
+host_plugin="$(dirname "$devalloc")/../lib/devalloc/plugins/libdevalloc_host.so"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A folder anyone may write to, holding a copy of the host plugin as "mine".
+mkdir -p open
+cp "$host_plugin" open/libdevalloc_mine.so
+chmod 0777 open
+
+case "$case_name" in
+plugins_lists_untrusted_without_opening)
+  # LD_DEBUG=files logs every object the dynamic linker opens.
+  LD_DEBUG=files "$devalloc" plugins --plugin-path open > out.txt 2> ld.txt
+  cat out.txt
+  grep -q "^  $PWD/open (--plugin-path)" out.txt || fail "search path does not say where the folder came from"
+  grep -A2 '^mine ' out.txt | grep -q 'untrusted' || fail "mine not listed as untrusted"
+  grep -A2 '^mine ' out.txt | grep -q "folder $PWD/open is world-writable (mode 0777)" || fail "no reason for mine"
+  ! grep -q 'open/libdevalloc_mine.so' ld.txt || fail "the refused plugin was opened"
+  "$devalloc" plugins --plugin-path open --trust-plugin-path open > out.txt
+  cat out.txt
+  grep -q '^mine  *loaded' out.txt || fail "a trusted path is not loaded"
+  ;;
+load_refuses_config_library_in_writable_folder)
+  printf '{"format": "devalloc-plan", "version": 1, "buffers": [{"memory_id": 0, "device": "mine:0", "size": 64, "alignment": 64}], "tensors": [], "methods": [{"name": "forward", "memory_ids": [0], "tensors": []}]}' > plan.json
+  printf '[plugins.mine]\nlibrary = "open/libdevalloc_mine.so"\n' > refused.toml
+  set +e; "$devalloc" load plan.json --config refused.toml > out.txt 2> err.txt; rc=$?; set -e
+  cat err.txt
+  [ "$rc" -eq 1 ] || fail "exit code $rc, expected 1"
+  grep -q "refused.toml:1:10: \[plugins.mine\]: plugin $PWD/open/libdevalloc_mine.so: refused: folder $PWD/open is world-writable" err.txt \
+    || fail "the refusal does not name the config place, the file and the folder"
+  # Trusted by the config, or by the command line: the same load works.
+  printf 'trust = true\n' >> refused.toml
+  "$devalloc" load plan.json --config refused.toml
+  printf '[plugins.mine]\nlibrary = "open/libdevalloc_mine.so"\n[security]\ntrust_paths = ["open"]\n' > trusted.toml
+  "$devalloc" load plan.json --config trusted.toml
+  printf '[plugins.mine]\nlibrary = "open/libdevalloc_mine.so"\n' > plain.toml
+  "$devalloc" load plan.json --config plain.toml --trust-plugin-path open
+  ;;
+*) fail "unknown case $case_name" ;;
+esac
+echo "PASS: $case_name"

@@ -1,0 +1,293 @@
+// The plugin trust model (docs/security.md): what is refused before it is
+// opened, what the user may trust, and what an elevated process ignores.
+#include <devalloc/plugin_loader.hpp>
+#include <devalloc/plugin_trust.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace devalloc {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+const fs::path kPlugins = DEVALLOC_PLUGIN_BUILD_DIR;
+const fs::path kHost = kPlugins / "libdevalloc_host.so";
+
+// A private folder (mode 0700) holding a "plugins" folder; copies of the
+// host plugin get names of their own, so that no other test has them open.
+class TrustFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        (fs::temp_directory_path() / "devalloc-trust-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    root_ = pattern;
+    plugins_ = root_ / "plugins";
+    fs::create_directory(plugins_);
+    ::chmod(plugins_.c_str(), 0755);
+    ::unsetenv("DEVALLOC_PLUGIN_PATH");
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(root_, ignored);
+  }
+
+  // A copy of the host plugin named libdevalloc_<name>.so in dir.
+  fs::path plugin_copy(const std::string& name, const fs::path& dir) {
+    const fs::path path = dir / ("libdevalloc_" + name + ".so");
+    fs::copy_file(kHost, path, fs::copy_options::overwrite_existing);
+    ::chmod(path.c_str(), 0755);
+    return path;
+  }
+  // A name no other test uses, so RTLD_NOLOAD tells whether this test opened it.
+  std::string unique(const std::string& stem) {
+    return stem + "_" + std::to_string(getpid()) + "_" +
+           std::to_string(counter_++);
+  }
+
+  static bool is_open(const fs::path& path) {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) return false;
+    dlclose(h);
+    return true;
+  }
+
+  PluginLoader loader_for(const fs::path& dir,
+                          std::vector<fs::path> trusted = {}) {
+    PluginSearchOptions options;
+    options.command_line_dirs = {dir};
+    options.trusted_paths = std::move(trusted);
+    return PluginLoader(options);
+  }
+
+  fs::path root_;
+  fs::path plugins_;
+  int counter_ = 0;
+};
+
+ProcessCredentials setuid_root_credentials() {
+  ProcessCredentials c;
+  c.real_uid = 1000;
+  c.effective_uid = 0;
+  c.real_gid = 1000;
+  c.effective_gid = 1000;
+  return c;
+}
+
+TEST_F(TrustFixture, GivenWorldWritableFolder_WhenLoadingByName_ThenRefusedNamingTheFolderAndNeverOpened) {
+  const std::string name = unique("ww");
+  const fs::path file = plugin_copy(name, plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr("plugin " + file.string() + ": refused"),
+                    HasSubstr("folder " + plugins_.string() +
+                              " is world-writable (mode 0777)"),
+                    HasSubstr("--trust-plugin-path")));
+  EXPECT_FALSE(is_open(file));
+}
+
+TEST_F(TrustFixture, GivenGroupWritablePluginFile_WhenLoadingByPath_ThenRefusedNamingTheFile) {
+  const fs::path file = plugin_copy(unique("gw"), plugins_);
+  ASSERT_EQ(::chmod(file.c_str(), 0775), 0);
+  auto [plugin, error] = loader_for(plugins_).load(file.string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("file " + file.string() + " is group-writable (mode 0775)"));
+  EXPECT_FALSE(is_open(file));
+}
+
+TEST_F(TrustFixture, GivenWritableFolderHigherUp_WhenLoading_ThenEveryFolderUpToRootIsChecked) {
+  const fs::path file = plugin_copy(unique("up"), plugins_);
+  ASSERT_EQ(::chmod(root_.c_str(), 0770), 0);
+  auto [plugin, error] = loader_for(plugins_).load(file.string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("folder " + root_.string() + " is group-writable (mode 0770)"));
+}
+
+TEST_F(TrustFixture, GivenPluginOwnedByAnotherUser_WhenLoading_ThenRefusedNamingTheOwner) {
+  const fs::path file = plugin_copy(unique("owner"), plugins_);
+  PluginSearchOptions options;
+  options.command_line_dirs = {plugins_};
+  uid_t owner = geteuid();
+  if (geteuid() == 0) {
+    owner = 4242;
+    ASSERT_EQ(::chown(file.c_str(), owner, static_cast<gid_t>(-1)), 0);
+  } else {
+    // Not root: the file is ours; be another (non-root) user.
+    ProcessCredentials c = ProcessCredentials::current();
+    c.real_uid = c.effective_uid = owner + 1;
+    options.credentials = c;
+  }
+  auto [plugin, error] = PluginLoader(options).load(file.string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("file " + file.string() + " is owned by uid " +
+                        std::to_string(owner) +
+                        ", neither root nor the effective user"));
+  EXPECT_FALSE(is_open(file));
+}
+
+TEST_F(TrustFixture, GivenStickyRootOwnedWritableFolder_WhenLoading_ThenAccepted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs a root-owned folder";
+  const fs::path file = plugin_copy(unique("sticky"), plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 01777), 0);
+  auto [plugin, error] = loader_for(plugins_).load(file.string());
+  EXPECT_NE(plugin, nullptr) << error.status.message();
+}
+
+TEST_F(TrustFixture, GivenSymlinkToPluginInWritableFolder_WhenLoading_ThenTheResolvedFoldersAreChecked) {
+  const fs::path unsafe = root_ / "unsafe";
+  fs::create_directory(unsafe);
+  const std::string name = unique("link");
+  const fs::path target = plugin_copy(name, unsafe);
+  ASSERT_EQ(::chmod(unsafe.c_str(), 0777), 0);
+  fs::create_symlink(target, plugins_ / target.filename());
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("folder " + unsafe.string() + " is world-writable"));
+  EXPECT_FALSE(is_open(target));
+}
+
+TEST_F(TrustFixture, GivenTrustedPath_WhenLoadingFromWritableFolder_ThenLoaded) {
+  const std::string name = unique("trusted");
+  plugin_copy(name, plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_, {root_}).load(name);
+  EXPECT_NE(plugin, nullptr) << error.status.message();
+}
+
+TEST_F(TrustFixture, GivenPluginMarkedTrusted_WhenLoadingFromWritableFolder_ThenLoaded) {
+  const fs::path file = plugin_copy(unique("marked"), plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_).load(file.string(), {}, {}, /*trusted=*/true);
+  EXPECT_NE(plugin, nullptr) << error.status.message();
+}
+
+TEST_F(TrustFixture, GivenFifoNamedLikePlugin_WhenLoading_ThenRefusedAsNotRegularWithoutBlocking) {
+  const fs::path fifo = plugins_ / "libdevalloc_fifo.so";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // Trusted, too: the regular-file check is never skipped.
+  auto [plugin, error] = loader_for(plugins_, {root_}).load(fifo.string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(), HasSubstr("is a FIFO, not a regular file"));
+}
+
+TEST_F(TrustFixture, GivenRefusedFilesOnPath_WhenDiscovering_ThenListedWithReasonAndNeverOpened) {
+  const std::string name = unique("listed");
+  const fs::path file = plugin_copy(name, plugins_);
+  fs::create_directory(plugins_ / "libdevalloc_folder.so");
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  std::map<std::string, PluginCandidate> by_name;
+  for (auto& c : loader_for(plugins_).discover()) by_name.emplace(c.name, c);
+  ASSERT_EQ(by_name.count(name), 1u);
+  EXPECT_EQ(by_name[name].outcome, PluginOutcome::untrusted);
+  EXPECT_EQ(by_name[name].source, PluginPathSource::command_line);
+  EXPECT_THAT(by_name[name].reason, HasSubstr("is world-writable"));
+  EXPECT_EQ(by_name["folder"].outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(by_name["folder"].reason, HasSubstr("is a folder, not a regular file"));
+  EXPECT_FALSE(is_open(file));
+}
+
+TEST(ProcessCredentials, GivenThisTestProcess_WhenAskingElevation_ThenNotElevated) {
+  EXPECT_EQ(ProcessCredentials::current().elevation(), std::nullopt);
+}
+
+TEST(ProcessCredentials, GivenEachKindOfElevation_WhenAsking_ThenTheReasonNamesIt) {
+  ProcessCredentials c;
+  c.real_uid = c.effective_uid = 1000;
+  c.real_gid = c.effective_gid = 1000;
+  EXPECT_EQ(c.elevation(), std::nullopt);
+  ProcessCredentials uid = c;
+  uid.effective_uid = 0;
+  EXPECT_EQ(uid.elevation(), "effective uid 0 differs from real uid 1000");
+  ProcessCredentials gid = c;
+  gid.effective_gid = 0;
+  EXPECT_EQ(gid.elevation(), "effective gid 0 differs from real gid 1000");
+  ProcessCredentials secure = c;
+  secure.at_secure = true;
+  EXPECT_EQ(secure.elevation(), "the kernel set AT_SECURE");
+}
+
+TEST_F(TrustFixture, GivenElevatedProcess_WhenBuildingSearchPath_ThenEveryUserSourceIsIgnoredWithANote) {
+  ::setenv("DEVALLOC_PLUGIN_PATH", plugins_.c_str(), 1);
+  PluginSearchOptions options;
+  options.command_line_dirs = {plugins_};
+  options.config_dirs = {plugins_};
+  options.trusted_paths = {root_};
+  options.credentials = setuid_root_credentials();
+  PluginLoader loader(options);
+  ::unsetenv("DEVALLOC_PLUGIN_PATH");
+  ASSERT_EQ(loader.search_dirs().size(), 1u);
+  EXPECT_EQ(loader.search_dirs()[0].source, PluginPathSource::installed);
+  const std::string why = "ignored while running with elevated privileges "
+                          "(effective uid 0 differs from real uid 1000)";
+  EXPECT_THAT(loader.notes(),
+              ::testing::ElementsAre("--plugin-path is " + why,
+                                     "the config's plugin_path is " + why,
+                                     "DEVALLOC_PLUGIN_PATH is " + why,
+                                     "--trust-plugin-path / [security] trust_paths is " + why));
+}
+
+TEST_F(TrustFixture, GivenElevatedProcess_WhenLoadingAnExplicitPath_ThenRefusedUnlessInstalled) {
+  const fs::path file = plugin_copy(unique("explicit"), plugins_);
+  PluginSearchOptions options;
+  options.credentials = setuid_root_credentials();
+  PluginLoader loader(options);
+  auto [plugin, error] = loader.load(file.string(), {}, {}, /*trusted=*/true);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr(file.string()),
+                    HasSubstr("explicit plugin path is not taken while running "
+                              "with elevated privileges")));
+  EXPECT_FALSE(is_open(file));
+  // The installed host plugin is still found by name.
+  auto [host, host_error] = loader.load("host");
+  EXPECT_NE(host, nullptr) << host_error.status.message();
+}
+
+TEST_F(TrustFixture, GivenElevatedProcess_WhenAFileIsMarkedTrusted_ThenTheChecksStillApply) {
+  const fs::path file = plugin_copy(unique("elevated"), plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  const PluginFileCheck check =
+      check_plugin_file(file, /*file_trusted=*/true, {root_}, setuid_root_credentials());
+  EXPECT_FALSE(check.ok());
+  EXPECT_THAT(check.refusal,
+              AllOf(HasSubstr("is world-writable"),
+                    HasSubstr("trust settings are ignored while running with "
+                              "elevated privileges")));
+}
+
+TEST_F(TrustFixture, GivenSafeFolder_WhenChecking_ThenAcceptedWithTheResolvedPath) {
+  const fs::path file = plugin_copy(unique("safe"), plugins_);
+  const PluginFileCheck check =
+      check_plugin_file(plugins_ / "." / file.filename(), false, {},
+                        ProcessCredentials::current());
+  EXPECT_TRUE(check.ok()) << check.refusal;
+  EXPECT_EQ(check.resolved, fs::canonical(file));
+  EXPECT_THAT(check.refusal, IsEmpty());
+}
+
+}  // namespace
+}  // namespace devalloc
