@@ -105,11 +105,11 @@ struct PluginConfig {
   std::string name;
   std::optional<std::filesystem::path> library;  // absolute
   PluginOptions options;                         // sorted by key
-  bool trust = false;  // skip the owner/permission checks (docs/security.md)
   SourceLocation where;
   // `validate = true` (or "sources"): the validation layer wraps the plugin
   // (docs/reliability.md). Tests set faults here too.
   LayerSettings layers{};
+  bool trust = false;  // skip the owner/permission checks (docs/security.md)
 
   // What PluginLoader::load takes: the library path when set, else name.
   std::string load_spec() const;
