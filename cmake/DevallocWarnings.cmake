@@ -9,7 +9,10 @@ target_compile_options(devalloc_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align
   -Wimplicit-fallthrough $<$<BOOL:${DEVALLOC_WERROR}>:-Werror>)
 
-if(DEVALLOC_SANITIZE)
+if(DEVALLOC_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(DEVALLOC_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
                       -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)

@@ -68,6 +68,13 @@ inline std::string safetensors_bytes(std::string_view header, size_t data_bytes)
 // Runs tests/unit/core/write_reference.py with the reference safetensors
 // package; returns its exit status (0 on success).
 inline int run_reference_script(const std::string& arguments) {
+  if (!std::filesystem::exists(DEVALLOC_TEST_PYTHON)) {
+    ADD_FAILURE() << "the reference Python writer " << DEVALLOC_TEST_PYTHON
+                  << " is missing (CMake warned at configure time): run "
+                     "scripts/setup.sh, or configure with "
+                     "-DDEVALLOC_TEST_PYTHON=/path/to/python";
+    return 127;
+  }
   const std::string command = std::string("'") + DEVALLOC_TEST_PYTHON + "' '" +
                               DEVALLOC_SOURCE_DIR +
                               "/tests/unit/core/write_reference.py' " + arguments;
