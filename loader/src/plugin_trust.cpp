@@ -1,5 +1,7 @@
 #include <devalloc/plugin_trust.hpp>
 
+#include <devalloc/regular_file.hpp>
+
 #include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,15 +21,6 @@ std::string octal_mode(mode_t mode) {
   char text[8];
   std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
   return text;
-}
-
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
 }
 
 bool is_within(const fs::path& path, const fs::path& root) {
@@ -106,17 +99,21 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
   // The file dlopen will open, every symbolic link resolved: the checks
   // below are about it and the folders that really lead to it.
   const fs::path resolved = fs::canonical(path, ec);
-  struct stat st{};
-  if (ec || ::stat(resolved.c_str(), &st) != 0) {
+  if (ec) {
     check.missing = true;
     check.refusal = "no such file";
     return check;
   }
-  if (!S_ISREG(st.st_mode)) {
-    check.refusal = std::string("is ") + file_kind(st.st_mode) +
-                    ", not a regular file";
+  // Opened without blocking and checked on the descriptor: a FIFO or a
+  // device named like a plugin is refused here, never handed to dlopen.
+  Result<RegularFile> file = open_regular_file(resolved);
+  if (!file.ok()) {
+    check.refusal = "refused: " + file.status().message();
     return check;
   }
+  struct stat st{};
+  st.st_uid = file->owner();
+  st.st_mode = file->mode();
 
   const bool elevated = credentials.elevation().has_value();
   bool trusted = file_trusted && !elevated;

@@ -190,7 +190,7 @@ TEST_F(TrustFixture, GivenFifoNamedLikePlugin_WhenLoading_ThenRefusedAsNotRegula
   auto [plugin, error] = loader_for(plugins_, {root_}).load(fifo.string());
   EXPECT_EQ(plugin, nullptr);
   EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
-  EXPECT_THAT(error.status.message(), HasSubstr("is a FIFO, not a regular file"));
+  EXPECT_THAT(error.status.message(), HasSubstr("refused: " + fifo.string() + ": not a regular file (a FIFO)"));
 }
 
 TEST_F(TrustFixture, GivenRefusedFilesOnPath_WhenDiscovering_ThenListedWithReasonAndNeverOpened) {
@@ -205,7 +205,7 @@ TEST_F(TrustFixture, GivenRefusedFilesOnPath_WhenDiscovering_ThenListedWithReaso
   EXPECT_EQ(by_name[name].source, PluginPathSource::command_line);
   EXPECT_THAT(by_name[name].reason, HasSubstr("is world-writable"));
   EXPECT_EQ(by_name["folder"].outcome, PluginOutcome::untrusted);
-  EXPECT_THAT(by_name["folder"].reason, HasSubstr("is a folder, not a regular file"));
+  EXPECT_THAT(by_name["folder"].reason, HasSubstr("not a regular file (a directory)"));
   EXPECT_FALSE(is_open(file));
 }
 
