@@ -6,13 +6,15 @@
 #            test but the valgrind ones, which the sanitizers cannot run under
 #   tsan     build/tsan (preset tsan): only the target
 #            devalloc_concurrent_tests, then the tests labelled "concurrent"
+#   fuzz     scripts/fuzz.sh: the libFuzzer targets (clang-14, ASan+UBSan) in
+#            build/fuzz, each for FUZZ_SECONDS (default 60)
 # Every stage runs even when an earlier one failed; the exit status is 0 only
 # when all passed, and the last line printed says which failed.
 # STAGES="default tsan" runs a subset; ccache is used when installed.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
-stages="${STAGES:-default asan tsan}"
+stages="${STAGES:-default asan tsan fuzz}"
 jobs="$(nproc)"
 
 launcher=()
@@ -66,6 +68,8 @@ for stage in $stages; do
     # halt_on_error: the first race fails the test, with its report.
     tsan) TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
             run_stage tsan stage_preset tsan devalloc_concurrent_tests -L concurrent ;;
+    fuzz) FUZZ_BUILD_DIR="$build/fuzz" \
+            run_stage fuzz bash "$here/scripts/fuzz.sh" "${FUZZ_SECONDS:-60}" ;;
     *) summary+=("$stage: FAILED (unknown stage)"); failed+=("$stage") ;;
   esac
 done
