@@ -10,6 +10,7 @@ namespace devalloc::conformance {
 namespace {
 
 using Allocation = DeviceTest;
+DEVALLOC_CONFORMANCE_RULES(Allocation, "PLUGIN-11, PLUGIN-12");
 
 constexpr uint64_t kNaturalAlignment = 256;
 

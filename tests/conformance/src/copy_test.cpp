@@ -13,6 +13,8 @@ namespace {
 
 using RoundTrip = DeviceTest;
 using Copy = DeviceTest;
+DEVALLOC_CONFORMANCE_RULES(RoundTrip, "PLUGIN-11, PLUGIN-15, PLUGIN-16");
+DEVALLOC_CONFORMANCE_RULES(Copy, "PLUGIN-15, PLUGIN-16");
 
 constexpr uint64_t kRoundTripSizes[] = {0, 1, 3, 255, 4096 + 7, kMiB + 13};
 
@@ -46,14 +48,16 @@ TEST_F(RoundTrip, UntilReleasedSourceAcrossSizes_DeviceGivesBackWhatTheHostWrote
         kDevice, *base, sources[i].data(), nbytes, ReleaseProbe::on_release,
         &probes[i]));
     ASSERT_OK(plugin().synchronize(kDevice));
-    EXPECT_EQ(probes[i].releases, 1);
+    EXPECT_TRUE(ReleasedExactlyOnce(probes[i], kBySynchronize));
     Result<std::vector<uint8_t>> read = read_device(kDevice, *base, nbytes);
     ASSERT_OK(read);
     EXPECT_TRUE(BytesEqual(sources[i], *read));
     EXPECT_OK(plugin().deallocate(kDevice, *base));
   }
   destroy_plugin();
-  for (const ReleaseProbe& probe : probes) EXPECT_EQ(probe.releases, 1);
+  for (const ReleaseProbe& probe : probes) {
+    EXPECT_TRUE(ReleasedExactlyOnce(probe, kByDestroy));
+  }
 }
 
 TEST_F(RoundTrip, AtUnalignedOffsets_CopyWritesExactlyItsRange) {

@@ -13,6 +13,8 @@ namespace {
 
 using Devices = PluginTest;
 using Capabilities = PluginTest;
+DEVALLOC_CONFORMANCE_RULES(Devices, "PLUGIN-4, PLUGIN-10");
+DEVALLOC_CONFORMANCE_RULES(Capabilities, "PLUGIN-4, PLUGIN-11, PLUGIN-18");
 
 constexpr uint8_t kCanary = 0xab;
 // Fields a later minor version appends, which a 1.0 plugin must not touch.

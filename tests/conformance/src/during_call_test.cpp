@@ -11,6 +11,7 @@ namespace devalloc::conformance {
 namespace {
 
 using DuringCall = DeviceTest;
+DEVALLOC_CONFORMANCE_RULES(DuringCall, "PLUGIN-13");
 
 constexpr uint8_t kOverwritten = 0xee;
 constexpr const char* kOverwrittenHint =

@@ -67,6 +67,7 @@ class Errors : public DeviceTest {
   uint64_t base_ = 0;
   std::vector<uint8_t>* host_ = nullptr;
 };
+DEVALLOC_CONFORMANCE_RULES(Errors, "PLUGIN-6");
 
 std::vector<Errors::FailingCall> Errors::failing_calls() {
   const devalloc_plugin_api_v1* const t = &api();

@@ -15,6 +15,7 @@ class HostStaging : public DeviceTest {
     }
   }
 };
+DEVALLOC_CONFORMANCE_RULES(HostStaging, "PLUGIN-18");
 
 TEST_F(HostStaging, Buffer_IsWritableAndServesAsAnUntilReleasedSource) {
   constexpr uint64_t kSize = kMiB;
@@ -30,7 +31,7 @@ TEST_F(HostStaging, Buffer_IsWritableAndServesAsAnUntilReleasedSource) {
   ASSERT_OK(plugin().copy_to_device_until_released(
       kDevice, *base, staging.data(), kSize, ReleaseProbe::on_release, &probe));
   ASSERT_OK(plugin().synchronize(kDevice));
-  EXPECT_EQ(probe.releases, 1);
+  EXPECT_TRUE(ReleasedExactlyOnce(probe, kBySynchronize));
   EXPECT_OK(plugin().free_host(*host));
   Result<std::vector<uint8_t>> read = read_device(kDevice, *base, kSize);
   ASSERT_OK(read);

@@ -11,6 +11,8 @@ namespace {
 
 using Options = PluginTest;
 using Lifecycle = DeviceTest;
+DEVALLOC_CONFORMANCE_RULES(Options, "PLUGIN-8");
+DEVALLOC_CONFORMANCE_RULES(Lifecycle, "PLUGIN-9, PLUGIN-12");
 
 constexpr const char* kBogusOption = "devalloc_conformance_bogus_option";
 

@@ -73,6 +73,7 @@ class Negotiation : public ::testing::Test {
   void* handle_ = nullptr;
   devalloc_plugin_negotiate_fn negotiate_ = nullptr;
 };
+DEVALLOC_CONFORMANCE_RULES(Negotiation, "PLUGIN-1, PLUGIN-2, PLUGIN-3");
 
 TEST_F(Negotiation, LoaderOpensTheLibrary_AgreeingOnMajor1) {
   auto [library, error] = PluginLibrary::open(path_);

@@ -148,6 +148,20 @@ void ReleaseProbe::on_release(void* probe) {
   self.releases.fetch_add(1);
 }
 
+::testing::AssertionResult ReleasedExactlyOnce(const ReleaseProbe& probe,
+                                               std::string_view when) {
+  const int releases = probe.releases.load();
+  if (releases == 1) return ::testing::AssertionSuccess();
+  if (releases == 0) {
+    return ::testing::AssertionFailure()
+           << "the copy was not released " << when;
+  }
+  return ::testing::AssertionFailure()
+         << "on_release came " << releases << " times for one copy " << when
+         << ": a release of the same copy came twice, which breaks PLUGIN-14 "
+            "(exactly once) and PLUGIN-21 (a host ends its load on it)";
+}
+
 void PluginTest::SetUp() {
   PluginLoader loader;
   auto [plugin, error] = loader.load(target().plugin, target().options);

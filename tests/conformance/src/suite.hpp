@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -91,6 +92,29 @@ struct ReleaseProbe {
   std::atomic<int> releases{0};
   std::atomic<bool> source_intact{true};
 };
+
+// When a probe's release is checked, with the rule that makes it due.
+inline constexpr const char* kBySynchronize =
+    "when synchronize returned (PLUGIN-17, PLUGIN-20)";
+inline constexpr const char* kByDestroy = "when destroy returned (PLUGIN-9)";
+
+// PLUGIN-14 seen through a probe: exactly one release by `when`. A missing
+// release and a second one are told apart, each with the rule it breaks.
+::testing::AssertionResult ReleasedExactlyOnce(const ReleaseProbe& probe,
+                                               std::string_view when);
+
+// The PLUGIN rules a test group checks, declared once per group next to its
+// fixture: a failure that names no rule of its own is shown with them.
+bool declare_rules(const char* group, const char* rules);
+// "" for a group that declared none.
+std::string rules_of(std::string_view group);
+#define DEVALLOC_CONFORMANCE_RULES(group, rules)                \
+  [[maybe_unused]] const bool devalloc_rules_of_##group =       \
+      ::devalloc::conformance::declare_rules(#group, rules)
+
+// Shows failures without the suite's file names and lines, which a vendor
+// does not have, and with the rule each checks. Call after InitGoogleTest.
+void install_printer();
 
 class PluginTest : public ::testing::Test {
  protected:

@@ -10,6 +10,7 @@ namespace devalloc::conformance {
 namespace {
 
 using Synchronize = DeviceTest;
+DEVALLOC_CONFORMANCE_RULES(Synchronize, "PLUGIN-17");
 
 TEST_F(Synchronize, AfterCopiesFromSeveralThreads_EveryCopyHasLandedAndBeenReleased) {
   constexpr int kThreads = 4;
@@ -42,7 +43,7 @@ TEST_F(Synchronize, AfterCopiesFromSeveralThreads_EveryCopyHasLandedAndBeenRelea
   }
   ASSERT_OK(plugin().synchronize(kDevice));
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(probes[i].releases, 1) << "copy " << i;
+    EXPECT_TRUE(ReleasedExactlyOnce(probes[i], kBySynchronize)) << "copy " << i;
   }
   Result<std::vector<uint8_t>> read =
       read_device(kDevice, *base, kCopies * kChunk);
@@ -80,7 +81,7 @@ TEST_F(Synchronize, WhileAnotherThreadKeepsCopying_CoversEveryCopyIssuedBeforeIt
     const int before = issued.load();
     ASSERT_OK(plugin().synchronize(kDevice));
     for (; checked < before; ++checked) {
-      ASSERT_EQ(probes[checked].releases, 1)
+      ASSERT_TRUE(ReleasedExactlyOnce(probes[checked], kBySynchronize))
           << "copy " << checked << " was issued before synchronize began";
     }
   }

@@ -9,6 +9,7 @@ namespace devalloc::conformance {
 namespace {
 
 using UntilReleased = DeviceTest;
+DEVALLOC_CONFORMANCE_RULES(UntilReleased, "PLUGIN-9, PLUGIN-14");
 
 TEST_F(UntilReleased, EveryCopy_IsReleasedExactlyOnceWithItsSourceUnchanged) {
   constexpr int kCopies = 32;
@@ -28,14 +29,14 @@ TEST_F(UntilReleased, EveryCopy_IsReleasedExactlyOnceWithItsSourceUnchanged) {
   }
   ASSERT_OK(plugin().synchronize(kDevice));
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(probes[i].releases, 1) << "copy " << i << " after synchronize";
+    EXPECT_TRUE(ReleasedExactlyOnce(probes[i], kBySynchronize)) << "copy " << i;
     EXPECT_TRUE(probes[i].source_intact)
         << "copy " << i << ": the plugin wrote to src";
   }
   EXPECT_OK(plugin().deallocate(kDevice, *base));
   destroy_plugin();
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(probes[i].releases, 1) << "copy " << i << " after destroy";
+    EXPECT_TRUE(ReleasedExactlyOnce(probes[i], kByDestroy)) << "copy " << i;
   }
 }
 
@@ -58,7 +59,7 @@ TEST_F(UntilReleased, SourceOverwrittenAsSoonAsReleased_DeviceHoldsTheBytesFromB
       read_device(kDevice, *base, kCopies * kChunk);
   ASSERT_OK(read);
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(probes[i].releases, 1) << "copy " << i;
+    EXPECT_TRUE(ReleasedExactlyOnce(probes[i], kBySynchronize)) << "copy " << i;
     EXPECT_TRUE(BytesEqual(pattern(kChunk, i),
                            std::span<const uint8_t>(*read).subspan(
                                i * kChunk, kChunk)))
@@ -86,13 +87,13 @@ TEST_F(UntilReleased, FailedCopy_IsStillReleasedExactlyOnce) {
                     ReleaseProbe::on_release, &probes[2]),
                 StatusCode::no_such_device);
   ASSERT_OK(plugin().synchronize(kDevice));
-  EXPECT_EQ(probes[0].releases, 1) << "range past the end, after synchronize";
-  EXPECT_EQ(probes[1].releases, 1) << "address 0, after synchronize";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[0], kBySynchronize)) << "range past the end";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[1], kBySynchronize)) << "address 0";
   EXPECT_OK(plugin().deallocate(kDevice, *base));
   destroy_plugin();
-  EXPECT_EQ(probes[0].releases, 1) << "range past the end, after destroy";
-  EXPECT_EQ(probes[1].releases, 1) << "address 0, after destroy";
-  EXPECT_EQ(probes[2].releases, 1) << "no such device, after destroy";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[0], kByDestroy)) << "range past the end";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[1], kByDestroy)) << "address 0";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[2], kByDestroy)) << "no such device";
 }
 
 TEST_F(UntilReleased, ZeroByteCopy_IsStillReleasedExactlyOnce) {
@@ -100,9 +101,9 @@ TEST_F(UntilReleased, ZeroByteCopy_IsStillReleasedExactlyOnce) {
   ASSERT_OK(plugin().copy_to_device_until_released(
       kDevice, 0, nullptr, 0, ReleaseProbe::on_release, &probe));
   ASSERT_OK(plugin().synchronize(kDevice));
-  EXPECT_EQ(probe.releases, 1) << "after synchronize";
+  EXPECT_TRUE(ReleasedExactlyOnce(probe, kBySynchronize));
   destroy_plugin();
-  EXPECT_EQ(probe.releases, 1) << "after destroy";
+  EXPECT_TRUE(ReleasedExactlyOnce(probe, kByDestroy));
 }
 
 TEST_F(UntilReleased, DestroyWithCopiesInFlight_ReleasesEveryCopyExactlyOnceBeforeReturning) {
@@ -121,7 +122,7 @@ TEST_F(UntilReleased, DestroyWithCopiesInFlight_ReleasesEveryCopyExactlyOnceBefo
   }
   destroy_plugin();
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(probes[i].releases, 1) << "copy " << i;
+    EXPECT_TRUE(ReleasedExactlyOnce(probes[i], kByDestroy)) << "copy " << i;
     EXPECT_TRUE(probes[i].source_intact) << "copy " << i;
   }
 }
