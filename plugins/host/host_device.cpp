@@ -74,6 +74,11 @@ void HostDevice::deallocate(uint64_t address) {
   allocations_.free(address, free_address);
 }
 
+void HostDevice::require_destination(uint64_t dst, uint64_t nbytes) const {
+  std::shared_lock lock(memory_lifetime_);
+  allocations_.require_range(dst, nbytes, "destination");
+}
+
 void HostDevice::copy_now(uint64_t dst, const void* src, uint64_t nbytes) {
   // Waiting keeps FIFO order with earlier queued copies to overlapping
   // bytes without holding a second copy of src; the caller could not reuse

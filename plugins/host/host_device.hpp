@@ -38,6 +38,9 @@ class HostDevice {
   void deallocate(uint64_t address);
 
   // Reads src before returning, ordered after every queued copy.
+  // Throws Failure(INVALID_ARGUMENT) unless [dst, dst + nbytes) lies in one
+  // live allocation (PLUGIN-15): for copies performed later.
+  void require_destination(uint64_t dst, uint64_t nbytes) const;
   void copy_now(uint64_t dst, const void* src, uint64_t nbytes);
   // May read src after returning (async mode); fires release once src has
   // been read, or once the copy failed.

@@ -76,6 +76,9 @@ class HostInstance final : public plugin::Instance {
                            plugin::Release release) override {
     if (copy_corrupted(dst, src, nbytes)) return;
     if constexpr (releases_on_sync) {
+      // The range is checked now (PLUGIN-15); on failure `release` fires as
+      // it unwinds (PLUGIN-14), only the copy itself waits for synchronize.
+      device_.require_destination(dst, nbytes);
       std::lock_guard lock(deferred_mutex_);
       deferred_.push_back(Deferred{dst, src, nbytes, std::move(release)});
     } else if constexpr (releases_twice) {
