@@ -46,7 +46,8 @@ run_stage() {
 }
 
 stage_default() {
-  BUILD_DIR="$build" bash "$here/scripts/build.sh" "${launcher[@]}" "$@" &&
+  # build.sh adds ccache itself, as it does for run-example.sh.
+  BUILD_DIR="$build" bash "$here/scripts/build.sh" "$@" &&
     (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300)
 }
 
