@@ -25,6 +25,15 @@ std::string message_text(const devalloc_error& error) {
   return escaped(text_of(error.message, sizeof error.message), sizeof error.message);
 }
 
+// An output struct handed to a plugin, followed by slack: a plugin that
+// writes past the struct_size it was given (PLUGIN-4) scribbles into the
+// slack instead of the loader's stack. The validation layer reports it.
+template <class Struct>
+struct WithSlack {
+  Struct value{};
+  unsigned char slack[512]{};
+};
+
 }  // namespace
 
 Plugin::Plugin(std::shared_ptr<const PluginLibrary> library,
@@ -107,7 +116,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
         nullptr, {PluginOutcome::create_failed, s.with_context(who)}};
   };
 
-  devalloc_capabilities caps{};
+  WithSlack<devalloc_capabilities> caps_buffer;
+  devalloc_capabilities& caps = caps_buffer.value;
   caps.struct_size = sizeof caps;
   error = make_error();
   if (Status s = plugin->check(api.get_capabilities(plugin->instance_, &caps,
@@ -145,7 +155,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   }
   plugin->devices_.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
-    devalloc_device_properties p{};
+    WithSlack<devalloc_device_properties> p_buffer;
+    devalloc_device_properties& p = p_buffer.value;
     p.struct_size = sizeof p;
     error = make_error();
     if (Status s = plugin->check(
@@ -169,7 +180,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
 
 Result<uint64_t> Plugin::allocate(uint32_t device, uint64_t nbytes,
                                   uint64_t alignment) {
-  devalloc_allocate_args args{};
+  WithSlack<devalloc_allocate_args> args_buffer;
+  devalloc_allocate_args& args = args_buffer.value;
   args.struct_size = sizeof args;
   args.device = device;
   args.nbytes = nbytes;
