@@ -118,6 +118,9 @@ class HostInstance final : public plugin::Instance {
   // here, in issue order; a failed copy still releases (on unwinding).
   void land_deferred() {
     if constexpr (releases_on_sync) {
+      // Held while landing: a synchronize on another thread that finds the
+      // list already taken must still wait until those copies landed.
+      std::lock_guard landing(landing_mutex_);
       std::vector<Deferred> pending;
       {
         std::lock_guard lock(deferred_mutex_);
@@ -139,6 +142,7 @@ class HostInstance final : public plugin::Instance {
 
   FaultPlan faults_;
   HostDevice device_;
+  std::mutex landing_mutex_;
   std::mutex deferred_mutex_;
   std::vector<Deferred> deferred_;
 };
