@@ -169,6 +169,23 @@ std::optional<std::string> normalize_pci_bus_id(std::string_view text) {
   return std::string(out);
 }
 
+std::string human_bytes(uint64_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+  }
+  return text;
+}
+
 Result<uint64_t> parse_byte_size(std::string_view text) {
   const auto invalid = [&](const std::string& why) {
     return Status(StatusCode::invalid_argument,

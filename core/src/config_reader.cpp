@@ -533,7 +533,8 @@ void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
 
 void ConfigReader::read_load(const toml::table& table) {
   check_keys(table, "in [load]",
-             {"direct", "read", "release_timeout", "staging", "threads", "verify"});
+             {"check_free_memory", "direct", "read", "release_timeout", "staging",
+              "threads", "verify"});
 
   if (const auto* staging = table.get("staging")) {
     const std::string what = "\"staging\" in [load]";
@@ -569,7 +570,7 @@ void ConfigReader::read_load(const toml::table& table) {
       if (integer->get() < 0 || integer->get() > kMaxLoadThreads) {
         error(threads->source(),
               what + " must be between 0 and " +
-                  std::to_string(kMaxLoadThreads) + " (0: one per device), "
+                  std::to_string(kMaxLoadThreads) + " (0: automatic), "
                   "found " + std::to_string(integer->get()));
       } else {
         config_.load.threads = static_cast<uint32_t>(integer->get());
@@ -592,6 +593,14 @@ void ConfigReader::read_load(const toml::table& table) {
       config_.load.direct = boolean->get();
     } else {
       type_error(*direct, "\"direct\" in [load]", "a boolean");
+    }
+  }
+
+  if (const auto* check = table.get("check_free_memory")) {
+    if (const auto* boolean = check->as_boolean()) {
+      config_.load.check_free_memory = boolean->get();
+    } else {
+      type_error(*check, "\"check_free_memory\" in [load]", "a boolean");
     }
   }
 

@@ -14,19 +14,15 @@ std::string ResolvedDevice::device_label() const {
          info().name + "\"";
 }
 
-namespace {
-
-PluginSearchOptions search_options(const RuntimeConfig& config) {
+PluginSearchOptions plugin_search_options(const RuntimeConfig& config) {
   PluginSearchOptions options;
   options.config_dirs = config.plugin_path;
   options.trusted_paths = config.trust_paths;
   return options;
 }
 
-}  // namespace
-
 DeviceRegistry::DeviceRegistry(RuntimeConfig config)
-    : config_(std::move(config)), loader_(search_options(config_)) {}
+    : config_(std::move(config)), loader_(plugin_search_options(config_)) {}
 
 Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin(std::string_view name) {
   std::lock_guard lock(mutex_);

@@ -4,6 +4,8 @@
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/core/plan.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 
 namespace devalloc {
@@ -64,6 +66,56 @@ Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
   if (!device.ok()) return device.status();
   placement.device = std::move(*device);
   return placement;
+}
+
+std::string DeviceDemand::summary() const {
+  std::string text = "plan needs " + human_bytes(bytes) + " in " + std::to_string(buffers) +
+                     (buffers == 1 ? " buffer" : " buffers") + ", ";
+  if (!memory) return text + "free memory unknown (" + unknown_reason + ")";
+  return text + human_bytes(memory->free_bytes) + " free of " +
+         human_bytes(memory->total_bytes);
+}
+
+std::vector<DeviceDemand> device_demands(const std::vector<BufferPlacement>& placements) {
+  std::vector<DeviceDemand> demands;
+  for (const BufferPlacement& p : placements) {
+    auto it = std::find_if(demands.begin(), demands.end(), [&](const DeviceDemand& d) {
+      return d.device.same_device(p.device);
+    });
+    if (it == demands.end()) {
+      DeviceDemand fresh;
+      fresh.device = p.device;
+      demands.push_back(std::move(fresh));
+      it = demands.end() - 1;
+    }
+    // Saturating: a hostile plan's sizes must not wrap into "fits".
+    it->bytes = p.buffer.nbytes > UINT64_MAX - it->bytes ? UINT64_MAX
+                                                         : it->bytes + p.buffer.nbytes;
+    ++it->buffers;
+  }
+  for (DeviceDemand& d : demands) {
+    auto info = d.device.plugin->memory_info(d.device.device);
+    if (!info.ok()) {
+      d.unknown_reason = "get_memory_info failed: " + info.status().message();
+    } else if (!info->has_value()) {
+      d.unknown_reason = "plugin " + d.device.plugin_name + " does not report free memory";
+    } else {
+      d.memory = **info;
+    }
+  }
+  return demands;
+}
+
+Status check_fit(const std::vector<DeviceDemand>& demands) {
+  std::string message;
+  for (const DeviceDemand& d : demands) {
+    if (d.fits()) continue;
+    if (!message.empty()) message += "; ";
+    message += d.device.device_label() + ": " + d.summary();
+  }
+  if (message.empty()) return Status();
+  return Status(StatusCode::out_of_device_memory,
+                "the load does not fit, nothing was allocated: " + message);
 }
 
 }  // namespace devalloc

@@ -74,15 +74,25 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     }
   }
 
-  // Allocation: buffers not yet live. Until the commit below they are owned
-  // here only, so any failure frees them on return.
-  std::map<uint32_t, std::shared_ptr<DeviceBuffer>> fresh;
+  // Placement of the buffers not yet live, then the fit check: a load that
+  // cannot fit fails here, before anything is allocated.
+  std::vector<BufferPlacement> placements;
   for (const PlannedBuffer& b : needs->buffers) {
     if (buffers_.count(b.memory_id) != 0) continue;
     auto placed = place_buffer(b, runtime_->registry());
     if (!placed.ok()) return placed.status();
-    auto buffer = DeviceBuffer::allocate(placed->device, b.memory_id, b.nbytes,
-                                         b.alignment);
+    placements.push_back(std::move(*placed));
+  }
+  if (options.check_free_memory) {
+    if (Status s = check_fit(device_demands(placements)); !s.ok()) return s;
+  }
+
+  // Allocation. Until the commit below the buffers are owned here only, so
+  // any failure frees them on return.
+  std::map<uint32_t, std::shared_ptr<DeviceBuffer>> fresh;
+  for (const BufferPlacement& p : placements) {
+    const PlannedBuffer& b = p.buffer;
+    auto buffer = DeviceBuffer::allocate(p.device, b.memory_id, b.nbytes, b.alignment);
     if (!buffer.ok()) return buffer.status();
     fresh.emplace(b.memory_id, std::move(*buffer));
   }

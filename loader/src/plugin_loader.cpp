@@ -210,7 +210,9 @@ std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load_file(
   return Plugin::create(std::move(library), options, layers);
 }
 
-std::vector<PluginCandidate> PluginLoader::discover() const {
+std::vector<PluginCandidate> PluginLoader::discover(
+    const std::map<std::string, PluginLoadSettings, std::less<>>& settings) const {
+  static const PluginLoadSettings none;
   std::vector<PluginCandidate> out;
   std::set<std::string> seen;
   std::set<fs::path> visited_dirs;
@@ -241,7 +243,9 @@ std::vector<PluginCandidate> PluginLoader::discover() const {
         out.push_back(std::move(c));
         continue;
       }
-      auto [plugin, error] = load_file(path, {}, {}, false);
+      const auto given = settings.find(c.name);
+      const PluginLoadSettings& use = given != settings.end() ? given->second : none;
+      auto [plugin, error] = load_file(path, use.options, use.layers, use.trusted);
       c.outcome = error.outcome;
       c.reason = error.status.message();
       c.code = error.status.code();

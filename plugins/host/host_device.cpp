@@ -7,7 +7,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -41,37 +44,106 @@ std::byte* pointer(uint64_t address) {
 
 void free_address(uint64_t address) { std::free(pointer(address)); }
 
+// MemAvailable from /proc/meminfo, in bytes; nullopt where it is missing
+// (kernels before 3.14, no /proc).
+std::optional<uint64_t> available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-HostDevice::HostDevice(bool async) : total_memory_(pages_to_bytes(sysconf(_SC_PHYS_PAGES))) {
-  if (async) queue_ = std::make_unique<plugin::CompletionThread>();
+HostDevice::HostDevice(const Settings& settings)
+    : total_memory_(settings.memory_limit > 0 ? settings.memory_limit
+                                              : pages_to_bytes(sysconf(_SC_PHYS_PAGES))),
+      limited_(settings.memory_limit > 0),
+      pooling_(settings.pool) {
+  if (settings.async) queue_ = std::make_unique<plugin::CompletionThread>();
 }
 
 HostDevice::~HostDevice() {
   queue_.reset();
   allocations_.for_each([](const plugin::AllocationTable::Allocation& a) { free_address(a.base); });
   host_buffers_.for_each([](void* buffer, uint64_t) { std::free(buffer); });
+  for (const auto& [shape, block] : pool_) std::free(block);
 }
 
-uint64_t HostDevice::free_memory() const { return pages_to_bytes(sysconf(_SC_AVPHYS_PAGES)); }
+void* HostDevice::obtain(uint64_t nbytes, uint64_t alignment) {
+  if (pooling_) {
+    std::lock_guard lock(pool_mutex_);
+    if (auto it = pool_.find({nbytes, alignment}); it != pool_.end()) {
+      void* block = it->second;
+      pool_.erase(it);
+      return block;
+    }
+  }
+  return aligned_memory(nbytes, alignment);
+}
+
+uint64_t HostDevice::free_memory() const {
+  if (limited_) return total_memory_ - std::min(total_memory_, allocations_.live_bytes());
+  return available_memory().value_or(pages_to_bytes(sysconf(_SC_AVPHYS_PAGES)));
+}
 
 uint64_t HostDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   // Checked before asking malloc: with overcommit a huge request could
   // succeed and fail only when touched.
-  if (nbytes > total_memory_) {
+  if (!limited_ && nbytes > total_memory_) {
     throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
                   "out of device memory (the host has " + std::to_string(total_memory_) +
                       " bytes)"};
   }
-  void* p = aligned_memory(nbytes, alignment);
+  std::unique_lock limit_lock(allocate_mutex_, std::defer_lock);
+  if (limited_) {
+    limit_lock.lock();
+    const uint64_t used = allocations_.live_bytes();
+    if (nbytes > total_memory_ - std::min(total_memory_, used)) {
+      throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+                    "out of device memory: " + std::to_string(nbytes) + " bytes asked, " +
+                        std::to_string(total_memory_ - std::min(total_memory_, used)) +
+                        " of the memory_limit " + std::to_string(total_memory_) + " free"};
+    }
+  }
+  void* p = obtain(nbytes, alignment);
   if (p == nullptr) throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY, "out of device memory"};
-  return allocations_.adopt(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)), nbytes,
-                            alignment, free_address);
+  const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  if (pooling_) {
+    std::lock_guard lock(pool_mutex_);
+    try {
+      shape_of_[base] = {nbytes, alignment};
+    } catch (...) {
+      std::free(p);
+      throw;
+    }
+  }
+  return allocations_.adopt(base, nbytes, alignment, free_address);
 }
 
 void HostDevice::deallocate(uint64_t address) {
   std::unique_lock lock(memory_lifetime_);
-  allocations_.free(address, free_address);
+  if (!pooling_) {
+    allocations_.free(address, free_address);
+    return;
+  }
+  // posix_memalign honours the alignment itself: address is the base.
+  allocations_.free(address, [this](uint64_t base) {
+    std::lock_guard pool_lock(pool_mutex_);
+    const auto shape = shape_of_.find(base);
+    if (shape == shape_of_.end()) {
+      free_address(base);
+      return;
+    }
+    void* block = pointer(base);
+    pool_.emplace(shape->second, block);  // may throw: the allocation stays live
+    shape_of_.erase(shape);
+  });
 }
 
 void HostDevice::require_destination(uint64_t dst, uint64_t nbytes) const {

@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 
 namespace devalloc::host {
@@ -21,16 +23,30 @@ class HostDevice {
   static constexpr uint64_t natural_alignment = 256;
   static constexpr uint64_t max_alignment = uint64_t{1} << 20;
 
-  explicit HostDevice(bool async);
+  struct Settings {
+    // Copies whose source outlives the call run on a completion thread.
+    bool async = false;
+    // > 0: a device of that many bytes; allocations past it fail with
+    // OUT_OF_DEVICE_MEMORY and free_memory() counts down from it. 0: the
+    // device is the host's physical RAM.
+    uint64_t memory_limit = 0;
+    // Freed allocations are kept, touched, for the next allocation of the
+    // same size and alignment, instead of going back to the C library.
+    bool pool = false;
+  };
+  explicit HostDevice(const Settings& settings);
   // Lands and releases every queued copy, then frees all memory still live.
   ~HostDevice();
   HostDevice(const HostDevice&) = delete;
   HostDevice& operator=(const HostDevice&) = delete;
 
   bool async() const { return queue_ != nullptr; }
-  // Physical RAM: what a "device" backed by it could hold at most.
+  // Physical RAM (what a "device" backed by it could hold at most), or the
+  // memory limit.
   uint64_t total_memory() const { return total_memory_; }
-  // Physical RAM not in use now.
+  // What the kernel could still hand out without swapping (MemAvailable of
+  // /proc/meminfo: free pages plus reclaimable caches), or the part of the
+  // memory limit not allocated.
   uint64_t free_memory() const;
 
   // nbytes > 0; alignment a power of two, natural_alignment to max_alignment.
@@ -58,7 +74,19 @@ class HostDevice {
  private:
   void perform(uint64_t dst, const void* src, uint64_t nbytes);
 
+  // The memory behind a fresh allocation: from the pool when one of the same
+  // size and alignment is there, else from the C library.
+  void* obtain(uint64_t nbytes, uint64_t alignment);
+
   uint64_t total_memory_;
+  bool limited_;
+  std::mutex allocate_mutex_;  // a limited device checks and records at once
+  bool pooling_;
+  std::mutex pool_mutex_;
+  // Pooled blocks by (size, alignment), and the size and alignment of each
+  // live pooled-device allocation, to file it on deallocate.
+  std::multimap<std::pair<uint64_t, uint64_t>, void*> pool_;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> shape_of_;
   plugin::AllocationTable allocations_;
   plugin::StagingTable host_buffers_;
   // Shared by copies, exclusive for deallocate: a copy never writes into

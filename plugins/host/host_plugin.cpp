@@ -21,7 +21,8 @@ namespace {
 
 class HostInstance final : public plugin::Instance {
  public:
-  HostInstance(bool async, const FaultPlan::Settings& faults) : faults_(faults), device_(async) {}
+  HostInstance(const HostDevice::Settings& device, const FaultPlan::Settings& faults)
+      : faults_(faults), device_(device) {}
   // destroy() lands and releases what host_release_on_sync still holds.
   ~HostInstance() override {
     try {
@@ -154,10 +155,13 @@ struct HostPlugin {
   static constexpr size_t api_struct_size = host::api_struct_size;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
-    const bool async = breaks_during_call || options.take_bool("async", false);
+    HostDevice::Settings device;
+    device.async = breaks_during_call || options.take_bool("async", false);
+    device.memory_limit = options.take_u64("memory_limit", 0);
+    device.pool = options.take_bool("pool", false);
     const auto faults = FaultPlan::take_settings(options);
     options.reject_unknown(plugin_name, accepted_options);
-    return std::make_unique<HostInstance>(async, faults);
+    return std::make_unique<HostInstance>(device, faults);
   }
 };
 

@@ -42,22 +42,22 @@ namespace devalloc::host {
 #if defined(DEVALLOC_HOST_FAULT_INJECTION)
 inline constexpr const char* plugin_name = "host_faulty";
 inline constexpr const char* accepted_options =
-    "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy";
+    "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy, memory_limit, pool";
 #elif defined(DEVALLOC_HOST_BREAK_DURING_CALL)
 inline constexpr const char* plugin_name = "host_late_read";
-inline constexpr const char* accepted_options = "none";
+inline constexpr const char* accepted_options = "memory_limit, pool";
 #elif defined(DEVALLOC_HOST_RELEASE_ON_SYNC)
 inline constexpr const char* plugin_name = "host_release_on_sync";
-inline constexpr const char* accepted_options = "none";
+inline constexpr const char* accepted_options = "memory_limit, pool";
 #elif defined(DEVALLOC_HOST_DOUBLE_RELEASE)
 inline constexpr const char* plugin_name = "host_double_release";
-inline constexpr const char* accepted_options = "async";
+inline constexpr const char* accepted_options = "async, memory_limit, pool";
 #elif defined(DEVALLOC_HOST_ABI_1_0)
 inline constexpr const char* plugin_name = "host_abi_1_0";
-inline constexpr const char* accepted_options = "async";
+inline constexpr const char* accepted_options = "async, memory_limit, pool";
 #else
 inline constexpr const char* plugin_name = "host";
-inline constexpr const char* accepted_options = "async";
+inline constexpr const char* accepted_options = "async, memory_limit, pool";
 #endif
 
 #if defined(DEVALLOC_HOST_BREAK_DURING_CALL)

@@ -32,7 +32,4 @@ Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache);
 // Prints "devalloc COMMAND: message" to stderr and returns the exit code.
 int report_failure(const char* command, const Status& status);
 
-// "1.5 GiB", "12 KiB", "17 B".
-std::string human_bytes(uint64_t bytes);
-
 }  // namespace devalloc::cli

@@ -7,7 +7,7 @@
 #include <devalloc/core/placement.hpp>
 
 #include <cstdio>
-#include <map>
+#include <vector>
 
 namespace devalloc::cli {
 
@@ -31,7 +31,7 @@ int run_inspect(const InspectOptions& o) {
   std::printf("plan %s: %zu buffers, %zu tensors, %zu methods\n", o.plan.c_str(),
               plan->buffers.size(), plan->tensors.size(), plan->methods.size());
   std::printf("\nbuffers:\n");
-  std::map<std::string, uint64_t> bytes_per_device;
+  std::vector<BufferPlacement> placements;
   Status first_failure;
   for (const PlanBuffer& b : plan->buffers) {
     PlannedBuffer pb{b.memory_id, b.size, b.alignment, b.device};
@@ -42,7 +42,7 @@ int run_inspect(const InspectOptions& o) {
     if (placed.ok()) {
       std::printf(" -> %s%s\n", placed->device.describe().c_str(),
                   placed->device.is_fallback ? " [fallback]" : "");
-      bytes_per_device[placed->device.describe()] += b.size;
+      placements.push_back(std::move(*placed));
     } else {
       std::printf(" -> unresolved\n      %s\n", placed.status().message().c_str());
       if (first_failure.ok()) first_failure = placed.status();
@@ -63,10 +63,14 @@ int run_inspect(const InspectOptions& o) {
                   t.source ? (t.source->file + ":" + t.source->key).c_str() : "(scratch)");
     }
   }
-  std::printf("\nbytes per device:\n");
-  for (const auto& [device, bytes] : bytes_per_device) {
-    std::printf("  %-50s %s\n", device.c_str(), human_bytes(bytes).c_str());
+  // What each physical device must hold, against what it has free now.
+  const std::vector<DeviceDemand> demands = device_demands(placements);
+  std::printf("\ndevices:\n");
+  for (const DeviceDemand& d : demands) {
+    std::printf("  %s: %s%s\n", d.device.device_label().c_str(), d.summary().c_str(),
+                d.fits() ? "" : " [does not fit]");
   }
+  if (first_failure.ok() && config->load.check_free_memory) first_failure = check_fit(demands);
   if (!first_failure.ok()) return report_failure("inspect", first_failure);
   return kExitOk;
 }

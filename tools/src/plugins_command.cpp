@@ -1,14 +1,19 @@
 // `devalloc plugins`: every candidate plugin on the search path, whether it
-// loaded or why not, and the devices of those that did.
+// loaded or why not, and the devices of those that did; with --config, as
+// that config's runtime would load them (its plugin_path, options, layers
+// and trust, and its aliases).
 #include "commands.hpp"
 #include "inputs.hpp"
 
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/plugin_loader.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,7 @@ namespace devalloc::cli {
 namespace {
 
 struct PluginsOptions {
+  std::string config;
   std::vector<std::string> plugin_path;
   std::vector<std::string> trust_paths;
   bool json = false;
@@ -32,21 +38,52 @@ nlohmann::json device_json(const DeviceInfo& d) {
           {"dlpack_device_id", d.dlpack_device_id}};
 }
 
-std::string gib(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB",
-                static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return text;
+// Every plugin the config names that discovery did not create as the
+// config would: aliases of a library file, and names not on the path.
+void add_configured(const RuntimeConfig& config, const PluginLoader& loader,
+                    std::vector<PluginCandidate>& candidates) {
+  for (const auto& [name, pc] : config.plugins) {
+    const bool discovered =
+        !pc.library && std::any_of(candidates.begin(), candidates.end(),
+                                   [&](const PluginCandidate& c) { return c.name == name; });
+    if (discovered) continue;
+    PluginCandidate c;
+    c.name = name;
+    c.source = PluginPathSource::config;
+    auto [plugin, error] = loader.load(pc.load_spec(), pc.options, pc.layers, pc.trust);
+    if (plugin) {
+      c.outcome = PluginOutcome::loaded;
+      c.path = plugin->path();
+      c.plugin = std::move(plugin);
+    } else {
+      c.outcome = error.outcome;
+      c.reason = error.status.message();
+      c.code = error.status.code();
+      if (pc.library) c.path = *pc.library;
+    }
+    candidates.push_back(std::move(c));
+  }
 }
 
 int run_plugins(const PluginsOptions& options) {
-  PluginSearchOptions search;
+  auto config = config_from(options.config, options.trust_paths);
+  if (!config.ok()) return report_failure("plugins", config.status());
+  PluginSearchOptions search = plugin_search_options(*config);
   search.command_line_dirs.assign(options.plugin_path.begin(),
                                   options.plugin_path.end());
-  search.trusted_paths.assign(options.trust_paths.begin(),
-                              options.trust_paths.end());
   PluginLoader loader(search);
-  const auto candidates = loader.discover();
+  std::map<std::string, PluginLoadSettings, std::less<>> settings;
+  for (const auto& [name, pc] : config->plugins) {
+    if (!pc.library) settings[name] = PluginLoadSettings{pc.options, pc.layers, pc.trust};
+  }
+  auto candidates = loader.discover(settings);
+  add_configured(*config, loader, candidates);
+  // Where a listed plugin's settings come from, for the listing.
+  auto configured_at = [&](const PluginCandidate& c) -> std::string {
+    const auto it = config->plugins.find(c.name);
+    if (it == config->plugins.end() || c.outcome == PluginOutcome::shadowed) return "";
+    return it->second.where.to_string();
+  };
 
   if (options.json) {
     nlohmann::json out;
@@ -61,7 +98,8 @@ int run_plugins(const PluginsOptions& options) {
                           {"path", c.path.string()},
                           {"status", to_string(c.outcome)},
                           {"code", to_string(c.code)},
-                          {"reason", c.reason}};
+                          {"reason", c.reason},
+                          {"configured_at", configured_at(c)}};
       if (c.plugin) {
         p["version"] = c.plugin->version();
         p["abi"] = std::to_string(c.plugin->abi_major()) + "." +
@@ -90,18 +128,25 @@ int run_plugins(const PluginsOptions& options) {
       // machine without that hardware: say so plainly.
       const bool unavailable = c.outcome == PluginOutcome::create_failed &&
                                c.code == StatusCode::runtime_unavailable;
-      std::printf("\n%-12s %s\n  %s\n  %s\n", c.name.c_str(),
-                  unavailable ? "unavailable (vendor runtime missing)" : to_string(c.outcome),
-                  c.path.c_str(), c.reason.c_str());
+      std::printf("\n%-12s %s\n", c.name.c_str(),
+                  unavailable ? "unavailable (vendor runtime missing)" : to_string(c.outcome));
+      if (!c.path.empty()) std::printf("  %s\n", c.path.c_str());
+      if (const std::string at = configured_at(c); !at.empty()) {
+        std::printf("  configured at %s\n", at.c_str());
+      }
+      std::printf("  %s\n", c.reason.c_str());
       continue;
     }
     std::printf("\n%-12s loaded (plugin %s, ABI %u.%u)\n  %s\n", c.name.c_str(),
                 c.plugin->version().c_str(), c.plugin->abi_major(),
                 c.plugin->abi_minor(), c.path.c_str());
+    if (const std::string at = configured_at(c); !at.empty()) {
+      std::printf("  configured at %s\n", at.c_str());
+    }
     if (c.plugin->devices().empty()) std::printf("  no devices\n");
     for (const auto& d : c.plugin->devices()) {
       std::printf("  [%u] %s, %s", d.index, d.name.c_str(),
-                  gib(d.total_memory_bytes).c_str());
+                  human_bytes(d.total_memory_bytes).c_str());
       if (d.has_uuid()) std::printf(", uuid %s", d.uuid_string().c_str());
       if (!d.pci_bus_id.empty()) std::printf(", pci %s", d.pci_bus_id.c_str());
       std::printf("\n");
@@ -116,6 +161,9 @@ void add_plugins_command(CLI::App& app, Action* run) {
   auto options = std::make_shared<PluginsOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plugins", "List every plugin on the search path: loaded, or why not");
+  cmd->add_option("--config", options->config,
+                  "A runtime config: its plugin_path is searched and its [plugins] "
+                  "options, layers and trust are used");
   cmd->add_option("--plugin-path", options->plugin_path,
                   "Extra directory searched first (repeatable)");
   add_trust_plugin_path_option(cmd, &options->trust_paths);

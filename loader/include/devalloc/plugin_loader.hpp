@@ -17,6 +17,8 @@
 #include <devalloc/plugin_trust.hpp>
 
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +39,14 @@ struct PluginCandidate {
   StatusCode code = StatusCode::ok;  // runtime_unavailable: no vendor runtime
   std::shared_ptr<Plugin> plugin;  // set when loaded
   PluginPathSource source = PluginPathSource::installed;  // of its folder
+};
+
+// How discover() creates the plugin of one name: the options, layers and
+// trust a runtime config's [plugins.NAME] gives it.
+struct PluginLoadSettings {
+  PluginOptions options;
+  LayerSettings layers{};
+  bool trusted = false;
 };
 
 // One folder of the search path and where it came from.
@@ -88,10 +98,11 @@ class PluginLoader {
       const LayerSettings& layers = {}, bool trusted = false) const;
 
   // Every libdevalloc_*.so on the search path, each checked, then opened and
-  // created with no options; a file refused by the checks is listed with
-  // the reason and never opened; a later file of a name already seen is
-  // listed as shadowed.
-  std::vector<PluginCandidate> discover() const;
+  // created with the settings given for its name (none by default); a file
+  // refused by the checks is listed with the reason and never opened; a
+  // later file of a name already seen is listed as shadowed.
+  std::vector<PluginCandidate> discover(
+      const std::map<std::string, PluginLoadSettings, std::less<>>& settings = {}) const;
 
  private:
   std::pair<std::shared_ptr<Plugin>, PluginError> load_file(

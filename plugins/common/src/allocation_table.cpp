@@ -50,17 +50,26 @@ void AllocationTable::unclaim(uint64_t address) noexcept {
 
 void AllocationTable::erase(uint64_t address) noexcept {
   std::lock_guard lock(mutex_);
-  live_.erase(address);
+  if (auto it = live_.find(address); it != live_.end()) {
+    live_bytes_ -= it->second.nbytes;
+    live_.erase(it);
+  }
 }
 
 void AllocationTable::clear() noexcept {
   std::lock_guard lock(mutex_);
   live_.clear();
+  live_bytes_ = 0;
 }
 
 size_t AllocationTable::size() const noexcept {
   std::lock_guard lock(mutex_);
   return live_.size();
+}
+
+uint64_t AllocationTable::live_bytes() const noexcept {
+  std::lock_guard lock(mutex_);
+  return live_bytes_;
 }
 
 }  // namespace devalloc::plugin

@@ -141,6 +141,66 @@ inspect_shows_resolved_devices)
     || fail "buffer 0 not shown on its fallback"
   grep -q 'kv_cache .*(scratch)' out.txt || fail "scratch tensor not listed"
   ;;
+inspect_and_load_check_free_memory)
+  # Issue 7: a device that reports less free memory than the plan needs is
+  # shown by inspect and refused by load before anything is allocated.
+  cp "$source_dir/examples/small_model/plan.json" "$source_dir/examples/small_model/devalloc.toml" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  sed -i 's/cuda/nosuchvendor/g' plan.json devalloc.toml
+  printf '[plugins.host]\noptions = { memory_limit = "1048576" }\n' >> devalloc.toml
+  set +e; "$devalloc" inspect plan.json --config devalloc.toml >out.txt 2>err.txt; rc=$?; set -e
+  cat out.txt err.txt
+  [ "$rc" -eq 1 ] || fail "inspect exit code $rc, expected 1"
+  grep -qE '^  host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 1\.0 MiB free of 1\.0 MiB \[does not fit\]$' out.txt \
+    || fail "inspect does not show need against free"
+  expect_failure 1 'the load does not fit, nothing was allocated: host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 1\.0 MiB free of 1\.0 MiB' \
+    "$devalloc" load plan.json --config devalloc.toml
+  # Without the check, the plugin's allocate is what refuses the load.
+  sed -i 's/^\[load\]$/[load]\ncheck_free_memory = false/' devalloc.toml
+  expect_failure 1 'buffer [0-9].*memory_limit' "$devalloc" load plan.json --config devalloc.toml
+  # With room, inspect shows what is free and exits 0.
+  sed -i 's/memory_limit = "1048576"/memory_limit = "8388608"/' devalloc.toml
+  "$devalloc" inspect plan.json --config devalloc.toml | tee out.txt
+  grep -qE '^  host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 8\.0 MiB free of 8\.0 MiB$' out.txt \
+    || fail "inspect does not show free memory"
+  ;;
+plugins_with_config_uses_its_path_options_and_aliases)
+  # Issue 7: `devalloc plugins --config` shows the plugins as that config's
+  # runtime would load them.
+  host_so="$(cd "$(dirname "$devalloc")/../lib/devalloc/plugins" && pwd)/libdevalloc_host.so"
+  cat > devalloc.toml <<TOML
+plugin_path = ["$zoo_dir"]
+[plugins.host]
+options = { memory_limit = "1048576" }
+[plugins.tiny]
+library = "$host_so"
+options = { memory_limit = "4096" }
+[plugins.picky]
+library = "$host_so"
+options = { no_such_option = "1" }
+[plugins.absent]
+TOML
+  "$devalloc" plugins --config devalloc.toml | tee out.txt
+  grep -q "^  $zoo_dir (config)" out.txt || fail "the config's plugin_path is not searched"
+  grep -q '^zoo_major2 ' out.txt || fail "a plugin of the config's plugin_path is not listed"
+  grep -A3 '^host ' out.txt | grep -q 'configured at .*devalloc.toml:2:' || fail "host not shown as configured"
+  grep -A3 '^host ' out.txt | grep -q 'host memory, 1.0 MiB' || fail "host options not passed"
+  grep -A3 '^tiny ' out.txt | grep -q 'host memory, 4.0 KiB' || fail "alias tiny not created with its options"
+  grep -A3 '^picky ' out.txt | grep -q 'no_such_option' || fail "picky's refusal does not name the option"
+  grep -A3 '^absent ' out.txt | grep -q 'libdevalloc_absent.so' || fail "absent plugin not listed as not found"
+  "$devalloc" plugins --config devalloc.toml --json > out.json
+  "$python" -c "
+import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}
+assert p['tiny']['status'] == 'loaded' and p['tiny']['devices'][0]['total_memory_bytes'] == 4096, p['tiny']
+assert p['tiny']['configured_at'].startswith('devalloc.toml:4:'), p['tiny']
+assert p['picky']['status'] == 'create failed', p['picky']
+assert p['zoo_major2']['configured_at'] == '', p['zoo_major2']"
+  # Without --config the host plugin is created with no options.
+  "$devalloc" plugins > plain.txt
+  grep -A3 '^host ' plain.txt | grep -q 'host memory, 1.0 MiB' && fail "options leaked into a plain listing"
+  printf '[plugins.host]\nlibrery = "x"\n' > bad.toml
+  expect_failure 3 'bad.toml:2:1: unknown key "librery"' "$devalloc" plugins --config bad.toml
+  ;;
 hostile_inputs_are_refused_with_exit_3)
   # Issue 9: each is refused at once, naming the file, with exit code 3;
   # `timeout` turns a hang into a failure.

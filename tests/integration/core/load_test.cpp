@@ -160,7 +160,8 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_Then
 class FaultyLoad : public LoadFixture {
  protected:
   Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
-                                                   bool verify = false) {
+                                                   bool verify = false,
+                                                   bool check_free_memory = true) {
     RuntimeConfig c = config("[plugins.faulty]\nlibrary = \"" +
                              (kZooDir / "libdevalloc_host_faulty.so").string() +
                              "\"\noptions = { async = \"true\", " + options +
@@ -170,9 +171,50 @@ class FaultyLoad : public LoadFixture {
                              // "the N-th copy" is always the same tensor.
                              "[load]\ndirect = false\nthreads = 1\n");
     c.load.verify = verify;
+    c.load.check_free_memory = check_free_memory;
     return Runtime::create(c)->load(plan(), {}, nullptr);
   }
 };
+
+// The fit check runs before the first allocate: were any allocate reached,
+// the injected fault would be the error.
+TEST_F(FaultyLoad, GivenPlanAboveTheDevicesFreeMemory_WhenLoading_ThenRefusedBeforeAnyAllocate) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = load_with("memory_limit = \"1024\", fail_allocate_at = \"1\"");
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_EQ(program.status().message(),
+            "the load does not fit, nothing was allocated: faulty device 0 \"host memory\": "
+            "plan needs 2.0 KiB in 3 buffers, 1.0 KiB free of 1.0 KiB");
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_F(FaultyLoad, GivenCheckFreeMemoryOff_WhenThePlanIsAboveTheLimit_ThenAllocateIsReachedAndHasTheLastWord) {
+  auto program = load_with("memory_limit = \"1024\", fail_allocate_at = \"1\"", false, false);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(), HasSubstr("injected by fail_allocate_at = 1"));
+  auto limited = load_with("memory_limit = \"1024\"", false, false);
+  ASSERT_FALSE(limited.ok());
+  EXPECT_EQ(limited.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(limited.status().message(), HasSubstr("memory_limit"));
+}
+
+TEST_F(LoadFixture, GivenAMethodLoaded_WhenLoadingTheNext_ThenOnlyItsNewBuffersMustFitTheFreeMemory) {
+  // prefill: buffers 0 and 2 (1792 B); decode adds buffer 1 (256 B).
+  auto runtime = Runtime::create(config("[plugins.host]\noptions = { memory_limit = \"2048\" }\n"));
+  auto program = runtime->load(plan(), {"prefill"}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  ASSERT_TRUE((*program)->load_methods({"decode"}).ok()) << "exactly the 256 bytes left";
+  EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
+
+  auto tight = Runtime::create(config("[plugins.host]\noptions = { memory_limit = \"2047\" }\n"));
+  auto first = tight->load(plan(), {"prefill"}, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  const Status second = (*first)->load_methods({"decode"});
+  EXPECT_EQ(second.code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(second.message(), HasSubstr("plan needs 256 B in 1 buffer, 255 B free of 2.0 KiB"));
+  EXPECT_EQ((*first)->methods(), std::vector<std::string>{"prefill"});
+}
 
 TEST_F(FaultyLoad, GivenCorruptingPlugin_WhenLoadingWithVerify_ThenTheCorruptTensorIsNamedAndNothingIsLeft) {
   const uint64_t before = DeviceBuffer::live_count();

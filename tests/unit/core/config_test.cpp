@@ -180,7 +180,8 @@ TEST(ParseConfigErrors, GivenRedefinedKey_WhenParsing_ThenTomlReportsIt) {
 TEST(ParseConfigErrors, GivenUnknownKeyInLoad_WhenParsing_ThenPositionAndKnownKeysAreNamed) {
   EXPECT_EQ(error_of("[load]\nthreads = 1\nstagin = \"64MiB\"\n"),
             "/cfg/devalloc.toml:3:1: unknown key \"stagin\" in [load] "
-            "(known: direct, read, release_timeout, staging, threads, verify)");
+            "(known: check_free_memory, direct, read, release_timeout, staging, threads, "
+            "verify)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownTopLevelKey_WhenParsing_ThenItIsAnError) {
@@ -217,14 +218,17 @@ TEST(ParseConfigErrors, GivenThreadsAsString_WhenParsing_ThenTypeErrorNamesBothT
 
 TEST(ParseConfig, GivenPipelineKeys_WhenParsing_ThenTheyLandInLoadOptions) {
   const RuntimeConfig config = parsed(
-      "[load]\nrelease_timeout = \"250ms\"\nread = \"pread\"\ndirect = false\n");
+      "[load]\nrelease_timeout = \"250ms\"\nread = \"pread\"\ndirect = false\n"
+      "check_free_memory = false\n");
   EXPECT_EQ(config.load.release_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(config.load.read, ReadMode::pread);
   EXPECT_FALSE(config.load.direct);
+  EXPECT_FALSE(config.load.check_free_memory);
   const RuntimeConfig defaults = parsed("[load]\n");
   EXPECT_EQ(defaults.load.release_timeout, std::chrono::seconds(5));
   EXPECT_EQ(defaults.load.read, ReadMode::automatic);
   EXPECT_TRUE(defaults.load.direct);
+  EXPECT_TRUE(defaults.load.check_free_memory);
   EXPECT_EQ(parsed("[load]\nrelease_timeout = \"2min\"\n").load.release_timeout,
             std::chrono::minutes(2));
   EXPECT_EQ(parsed("[load]\nread = \"direct_io\"\n").load.read, ReadMode::direct_io);
@@ -240,6 +244,9 @@ TEST(ParseConfigErrors, GivenBadPipelineKeys_WhenParsing_ThenEachIsNamed) {
   EXPECT_EQ(error_of("[load]\nrelease_timeout = 5\n"),
             "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load] must be a "
             "duration such as \"5s\", found an integer");
+  EXPECT_EQ(error_of("[load]\ncheck_free_memory = 1\n"),
+            "/cfg/devalloc.toml:2:21: \"check_free_memory\" in [load] must be a "
+            "boolean, found an integer");
   EXPECT_EQ(error_of("[load]\nread = \"mmmap\"\n"),
             "/cfg/devalloc.toml:2:8: \"read\" in [load] is \"mmmap\"; known: "
             "auto, mmap, pread, direct_io");
@@ -327,7 +334,7 @@ TEST(ParseConfigErrors, GivenZeroOrNegativeStaging_WhenParsing_ThenError) {
 TEST(ParseConfigErrors, GivenThreadsOutOfRange_WhenParsing_ThenError) {
   EXPECT_EQ(error_of("[load]\nthreads = -2\n"),
             "/cfg/devalloc.toml:2:11: \"threads\" in [load] must be between 0 "
-            "and 1024 (0: one per device), found -2");
+            "and 1024 (0: automatic), found -2");
   EXPECT_THAT(error_of("[load]\nthreads = 1025\n"), HasSubstr("found 1025"));
   EXPECT_EQ(parsed("[load]\nthreads = 1024\n").load.threads, 1024u);
 }
@@ -474,9 +481,9 @@ stagin = 1
             "/cfg/devalloc.toml:2:1: memory id \"x\" in [memory] is not an "
             "unsigned 32-bit integer (decimal, without sign or leading zeros)\n"
             "/cfg/devalloc.toml:5:11: \"threads\" in [load] must be between 0 "
-            "and 1024 (0: one per device), found -1\n"
+            "and 1024 (0: automatic), found -1\n"
             "/cfg/devalloc.toml:6:1: unknown key \"stagin\" in [load] (known: "
-            "direct, read, release_timeout, staging, threads, verify)");
+            "check_free_memory, direct, read, release_timeout, staging, threads, verify)");
 }
 
 class ReadConfigTest : public ::testing::Test {

@@ -192,6 +192,51 @@ TEST(PluginHandle, GivenHostPlugin_WhenAskingMemoryInfo_ThenFreeIsAtMostTotalAnd
   EXPECT_THAT(no_device.status().message(), HasSubstr("get_memory_info"));
 }
 
+TEST(PluginHandle, GivenHostPluginWithMemoryLimit_WhenAllocating_ThenFreeMemoryCountsDownAndTheLimitHolds) {
+  auto [plugin, error] = PluginLoader().load(kHost.string(), {{"memory_limit", "4096"}});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  EXPECT_EQ(plugin->devices()[0].total_memory_bytes, 4096u);
+  auto free_bytes = [&] {
+    auto info = plugin->memory_info(0);
+    EXPECT_TRUE(info.ok() && info->has_value());
+    return info.ok() && info->has_value() ? (*info)->free_bytes : 0;
+  };
+  EXPECT_EQ(free_bytes(), 4096u);
+  auto a = plugin->allocate(0, 3000, 0);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(free_bytes(), 1096u);
+  auto b = plugin->allocate(0, 1097, 0);
+  EXPECT_EQ(b.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(b.status().message(), HasSubstr("memory_limit"));
+  auto c = plugin->allocate(0, 1096, 0);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(free_bytes(), 0u);
+  EXPECT_TRUE(plugin->deallocate(0, *a).ok());
+  EXPECT_TRUE(plugin->deallocate(0, *c).ok());
+  EXPECT_EQ(free_bytes(), 4096u);
+}
+
+TEST(PluginHandle, GivenHostPluginWithPool_WhenReallocatingTheSameShape_ThenTheFreedBlockIsReused) {
+  auto [plugin, error] = PluginLoader().load(kHost.string(), {{"pool", "true"}});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  auto first = plugin->allocate(0, 3000, 4096);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(plugin->deallocate(0, *first).ok());
+  auto other_shape = plugin->allocate(0, 3000, 256);  // another alignment: not the pooled one
+  ASSERT_TRUE(other_shape.ok()) << other_shape.status().message();
+  EXPECT_NE(*other_shape, *first);
+  auto again = plugin->allocate(0, 3000, 4096);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(*again, *first) << "the pooled block of the same size and alignment";
+  EXPECT_EQ(*again % 4096, 0u);
+  const std::vector<std::byte> bytes(3000, std::byte{0x5a});
+  EXPECT_TRUE(plugin->copy_to_device(0, *again, bytes.data(), bytes.size()).ok());
+  EXPECT_TRUE(plugin->deallocate(0, *again).ok());
+  EXPECT_EQ(plugin->deallocate(0, *again).code(), StatusCode::invalid_argument)
+      << "a pooled block is not live: freeing it twice is still PLUGIN-12";
+  EXPECT_TRUE(plugin->deallocate(0, *other_shape).ok());
+}
+
 // The validation layer wraps the function table; a 1.1 query the plugin
 // offers must pass through it, or the core's "does the plan fit" check is
 // silently skipped for every validated plugin.

@@ -36,6 +36,21 @@ TEST(AllocationTable, FreeThatFails_KeepsTheAllocationForAnotherTry) {
   EXPECT_THROW(table.free(address, [](uint64_t) {}), Failure);
 }
 
+TEST(AllocationTable, LiveBytes_CountWhatWasAskedForUntilFreedAndSurviveAFailedFree) {
+  AllocationTable table;
+  const uint64_t a = table.adopt(0x1000, 100, 256, [](uint64_t) {});
+  const uint64_t b = table.adopt(0x9000, 28, 256, [](uint64_t) {});
+  EXPECT_EQ(table.live_bytes(), 128u);
+  EXPECT_THROW(table.free(a, [](uint64_t) { throw Failure{DEVALLOC_STATUS_DEVICE_ERROR, "no"}; }),
+               Failure);
+  EXPECT_EQ(table.live_bytes(), 128u) << "a failed free keeps its bytes";
+  table.free(a, [](uint64_t) {});
+  EXPECT_EQ(table.live_bytes(), 28u);
+  table.clear();
+  EXPECT_EQ(table.live_bytes(), 0u);
+  (void)b;
+}
+
 TEST(AllocationTable, OverflowingAlignedSize_IsOutOfDeviceMemory) {
   try {
     over_allocation(UINT64_MAX - 10, 4096, 256);

@@ -67,6 +67,8 @@ std::optional<std::string> normalize_pci_bus_id(std::string_view text);
 // "4096", "4096B", "64KiB", "64 MiB", "1GiB", "2TiB" (powers of 1024) or
 // "64KB", "64MB", "1GB", "2TB" (powers of 1000). Integers only.
 Result<uint64_t> parse_byte_size(std::string_view text);
+// For people: "1.5 GiB", "12.0 KiB", "17 B" (powers of 1024, one decimal).
+std::string human_bytes(uint64_t bytes);
 
 enum class SelectorKind { index, uuid, pci_bus_id };
 const char* to_string(SelectorKind kind);  // "index", "uuid", "pci_bus_id"
@@ -151,6 +153,9 @@ struct LoadOptions {
   ReadMode read = ReadMode::automatic;
   // Read straight into device memory a plugin says is host-addressable.
   bool direct = true;
+  // Refuse a load whose buffers do not fit in the free memory their devices
+  // report (get_memory_info) before allocating any of them.
+  bool check_free_memory = true;
 };
 
 // "500ms", "5s", "2min" (an integer and a unit). Integers only.

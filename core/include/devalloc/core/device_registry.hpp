@@ -36,6 +36,10 @@ struct ResolvedDevice {
   }
 };
 
+// The search path and trusted paths of a config: plugin_path as the
+// config's folders, [security] trust_paths.
+PluginSearchOptions plugin_search_options(const RuntimeConfig& config);
+
 class DeviceRegistry {
  public:
   explicit DeviceRegistry(RuntimeConfig config);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,5 +55,31 @@ struct BufferPlacement {
 };
 Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
                                      DeviceRegistry& registry);
+
+// What a set of placed buffers asks of one physical device, and what its
+// plugin says is free there (get_memory_info, ABI 1.1).
+struct DeviceDemand {
+  ResolvedDevice device;  // as the first of its buffers resolved it
+  uint64_t bytes = 0;     // the buffers' sizes, summed
+  size_t buffers = 0;
+  // nullopt when the plugin does not offer the query or the query failed
+  // (unknown_reason says which); the load then goes ahead and the plugin's
+  // allocate has the last word.
+  std::optional<MemoryInfo> memory;
+  std::string unknown_reason;
+
+  bool fits() const { return !memory || bytes <= memory->free_bytes; }
+  // "plan needs 96.0 MiB, 64.0 MiB free of 64.0 MiB" (or "free memory
+  // unknown: ...").
+  std::string summary() const;
+};
+
+// One entry per physical device the placements use (in order of first
+// use), each with the device's free memory asked for once.
+std::vector<DeviceDemand> device_demands(const std::vector<BufferPlacement>& placements);
+
+// out_of_device_memory naming every device whose share does not fit in
+// what its plugin reports free; ok when each fits or cannot tell.
+Status check_fit(const std::vector<DeviceDemand>& demands);
 
 }  // namespace devalloc

@@ -48,6 +48,7 @@ class AllocationTable {
     try {
       std::lock_guard lock(mutex_);
       live_.emplace(address, Entry{nbytes, base, false});
+      live_bytes_ += nbytes;
     } catch (...) {
       free_base(base);
       throw;
@@ -89,6 +90,9 @@ class AllocationTable {
   // Forgets everything (after destroy freed it all).
   void clear() noexcept;
   size_t size() const noexcept;
+  // The nbytes of every live allocation, summed (what was asked for, not
+  // the over-allocation behind it).
+  uint64_t live_bytes() const noexcept;
 
  private:
   struct Entry {
@@ -103,6 +107,7 @@ class AllocationTable {
   const char* live_name_;
   mutable std::mutex mutex_;
   std::map<uint64_t, Entry> live_;  // by the address handed out
+  uint64_t live_bytes_ = 0;
 };
 
 // Pinned host memory handed out for staging (allocate_host): which
