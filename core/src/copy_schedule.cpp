@@ -177,11 +177,96 @@ void abandon(std::unique_ptr<Ledger> ledger) {
   abandoned_ledgers().push_back(std::move(ledger));
 }
 
+// read = auto: mmap or pread, whichever reads faster on this machine, as
+// measured on the load's own first pieces. Until each mode has read
+// kSamples pieces of at least kMinBytes, such pieces alternate between the
+// two (smaller ones use mmap); then the mode with more bytes per second
+// serves the rest of the load. Both read the same page cache into the same
+// kind of destination, so the figures compare like with like.
+class ReadChooser {
+ public:
+  static constexpr uint64_t kMinBytes = uint64_t{1} << 20;
+  static constexpr int kSamples = 2;
+
+  // A fixed mode (anything but automatic), or automatic to measure.
+  void start(ReadMode mode) {
+    probing_ = mode == ReadMode::automatic;
+    mode_ = probing_ ? ReadMode::mmap : mode;
+  }
+  void fix(ReadMode mode) {
+    probing_ = false;
+    mode_ = mode;
+  }
+  ReadMode current() const { return mode_.load(); }
+  bool probing() const { return probing_.load(); }
+
+  // The mode for a piece of nbytes; *timed says to report it to record().
+  ReadMode pick(uint64_t nbytes, bool* timed) {
+    *timed = false;
+    if (!probing_ || nbytes < kMinBytes) return mode_;
+    std::lock_guard lock(mutex_);
+    if (!probing_) return mode_;
+    const int i = turn_++ % 2;
+    if (taken_[i] >= kSamples) return mode_;
+    ++taken_[i];
+    *timed = true;
+    return kModes[i];
+  }
+
+  void record(ReadMode mode, uint64_t nbytes, double seconds) {
+    std::lock_guard lock(mutex_);
+    const int i = mode == kModes[0] ? 0 : 1;
+    bytes_[i] += nbytes;
+    seconds_[i] += seconds;
+    ++done_[i];
+    if (done_[0] >= kSamples && done_[1] >= kSamples) {
+      // bytes / seconds, compared without dividing by a zero time.
+      mode_ = bytes_[0] * seconds_[1] >= bytes_[1] * seconds_[0] ? kModes[0] : kModes[1];
+      probing_ = false;
+    }
+  }
+
+ private:
+  static constexpr ReadMode kModes[2] = {ReadMode::mmap, ReadMode::pread};
+  std::mutex mutex_;
+  std::atomic<bool> probing_{false};
+  std::atomic<ReadMode> mode_{ReadMode::mmap};
+  uint64_t turn_ = 0;
+  int taken_[2] = {0, 0};
+  int done_[2] = {0, 0};
+  double bytes_[2] = {0, 0};
+  double seconds_[2] = {0, 0};
+};
+
+// Reads nbytes at offset of a step's file into dst, with mmap (memcpy from
+// the mapping) or pread, timing it for the chooser when it asks.
+Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
+                  uint64_t offset, uint64_t nbytes);
+
 struct QueueContext {
   const DeviceCopyQueue* queue = nullptr;
   bool direct = false;
   size_t ring = 0;
 };
+
+Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
+                  uint64_t offset, uint64_t nbytes) {
+  bool timed = false;
+  const ReadMode mode = chooser.pick(nbytes, &timed);
+  const auto start = std::chrono::steady_clock::now();
+  Status read;
+  if (mode == ReadMode::mmap) {
+    std::memcpy(dst, file.data() + offset, nbytes);
+  } else {
+    read = pread_all(file.fd(), dst, nbytes, offset, file);
+  }
+  if (timed && read.ok()) {
+    chooser.record(mode, nbytes,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                       .count());
+  }
+  return read;
+}
 
 extern "C" void on_piece_released(void* user_data);
 
@@ -230,7 +315,8 @@ class Pipeline {
   std::vector<std::once_flag> start_once_;
   std::map<const MappedFile*, int> direct_io_fd_;
   std::vector<int> direct_fds_;
-  ReadMode read_ = ReadMode::mmap;
+  ReadMode read_ = ReadMode::mmap;  // as configured (automatic resolved by chooser_)
+  ReadChooser chooser_;
   bool direct_io_fallback_ = false;
   std::atomic<size_t> next_{0};
   std::atomic<bool> stop_{false};
@@ -329,7 +415,7 @@ void Pipeline::open_direct_io() {
 }
 
 Status Pipeline::set_up() {
-  read_ = options_.read == ReadMode::automatic ? ReadMode::mmap : options_.read;
+  read_ = options_.read;
   Ledger& ledger = *ledger_;
   ledger.unreleased.resize(queues_.size());
   std::map<Plugin*, size_t> ring_of;
@@ -352,6 +438,8 @@ Status Pipeline::set_up() {
     contexts_.push_back(c);
   }
   if (read_ == ReadMode::direct_io) open_direct_io();
+  // direct_io reads staged pieces only; direct reads use pread.
+  chooser_.start(read_ == ReadMode::direct_io ? ReadMode::pread : read_);
   // One budget, shared by the rings.
   const uint64_t budget =
       ledger.rings.empty() ? 0 : std::max<uint64_t>(1, options_.staging_bytes / ledger.rings.size());
@@ -469,13 +557,9 @@ Status Pipeline::direct_piece(const Piece& p) {
   const CopyStep& s = *p.step;
   auto* dst = reinterpret_cast<std::byte*>(
       static_cast<uintptr_t>(s.buffer->address() + s.buffer_offset + p.offset));
-  const uint64_t offset = s.file_offset + p.offset;
-  if (read_ == ReadMode::mmap) {
-    std::memcpy(dst, s.file->data() + offset, p.nbytes);
-    return Status();
-  }
-  // O_DIRECT wants aligned destinations the device memory need not have.
-  return pread_all(s.file->fd(), dst, p.nbytes, offset, *s.file);
+  // O_DIRECT wants aligned destinations the device memory need not have:
+  // direct_io reads direct pieces with pread.
+  return read_piece(chooser_, *s.file, dst, s.file_offset + p.offset, p.nbytes);
 }
 
 Status Pipeline::staged_piece(const Piece& p) {
@@ -489,9 +573,9 @@ Status Pipeline::staged_piece(const Piece& p) {
 
   const std::byte* payload = slot.memory;
   Status read;
-  if (read_ == ReadMode::mmap) {
-    std::memcpy(slot.memory, s.file->data() + offset, p.nbytes);
-  } else if (read_ == ReadMode::direct_io && direct_io_fd_.at(s.file) >= 0) {
+  if (read_ != ReadMode::direct_io || direct_io_fd_.at(s.file) < 0) {
+    read = read_piece(chooser_, *s.file, slot.memory, offset, p.nbytes);
+  } else {
     const uint64_t start = offset / kDirectIoAlign * kDirectIoAlign;
     const uint64_t length = round_up(offset + p.nbytes, kDirectIoAlign) - start;
     uint64_t got = 0;
@@ -502,8 +586,6 @@ Status Pipeline::staged_piece(const Piece& p) {
                         std::to_string(offset + p.nbytes) + " (was it truncated?)");
     }
     payload = slot.memory + (offset - start);
-  } else {
-    read = pread_all(s.file->fd(), slot.memory, p.nbytes, offset, *s.file);
   }
   Ticket* ticket = nullptr;
   {
@@ -623,7 +705,8 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     }
     pipeline->max_in_flight_bytes = ledger.max_in_flight;
     pipeline->forced_synchronizes = ledger.forced_synchronizes;
-    pipeline->read = read_;
+    pipeline->read = chooser_.current();
+    pipeline->read_measured = options_.read == ReadMode::automatic && !chooser_.probing();
     pipeline->direct_io_fallback = direct_io_fallback_;
   }
   if (stats != nullptr) *stats = per_device_;

@@ -116,7 +116,8 @@ int run_load(const LoadCommandOptions& o) {
                             {"pinned", report.pipeline.pinned},
                             {"max_in_flight_bytes", report.pipeline.max_in_flight_bytes},
                             {"forced_synchronizes", report.pipeline.forced_synchronizes},
-                            {"read", to_string(report.pipeline.read)}}},
+                            {"read", to_string(report.pipeline.read)},
+                            {"read_measured", report.pipeline.read_measured}}},
                           {"devices", nlohmann::json::array()}};
     for (const auto& d : report.devices) {
       out["devices"].push_back({{"plugin", d.device.plugin_name},

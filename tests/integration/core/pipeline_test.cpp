@@ -137,6 +137,62 @@ TEST_F(PipelineLoad, GivenEachReadMode_WhenStaged_ThenTheBytesAreRight) {
   }
 }
 
+// read = auto measures mmap against pread on the load's first pieces of at
+// least 1 MiB, then keeps the faster; a load with too few such pieces stays
+// on mmap, unmeasured.
+TEST_F(PipelineLoad, GivenReadAuto_WhenTheLoadHasEnoughLargePieces_ThenBothModesAreMeasuredAndOneChosen) {
+  LoadReport small;
+  auto unmeasured = Runtime::create(config_for("host", "direct = false\nread = \"auto\"\n"))
+                        ->load(plan_, {}, &small);
+  ASSERT_TRUE(unmeasured.ok()) << unmeasured.status().message();
+  EXPECT_FALSE(small.pipeline.read_measured);
+  EXPECT_EQ(small.pipeline.read, ReadMode::mmap);
+
+  // Six tensors of 1 MiB in one buffer, staged through 1 MiB slots: six
+  // pieces, four of them measured.
+  constexpr uint64_t kMiB = 1 << 20;
+  std::vector<SafetensorsWriteTensor> out;
+  std::vector<std::vector<std::byte>> data(6, std::vector<std::byte>(kMiB));
+  Plan plan;
+  plan.path = dir_ / "big-plan.json";
+  plan.buffers = {{0, "host", 6 * kMiB, 4096}};
+  PlanMethod method{"main", {0}, {}};
+  for (uint64_t i = 0; i < 6; ++i) {
+    for (uint64_t b = 0; b < kMiB; ++b) data[i][b] = static_cast<std::byte>((b * 31 + i) >> 3);
+    const std::string n = "big" + std::to_string(i);
+    out.push_back({n, DType::u8, {kMiB}, data[i]});
+    plan.tensors.push_back(
+        PlanTensor{n, DType::u8, {kMiB}, 0, i * kMiB, PlanSource{"big.safetensors", n}});
+    method.tensors.push_back(n);
+  }
+  plan.methods = {method};
+  ASSERT_TRUE(write_safetensors(dir_ / "big.safetensors", out).ok());
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    LoadReport report;
+    // Direct reads come in pieces of up to 8 MiB: this model is one piece,
+    // too few to measure, and its bytes must still be right.
+    auto program = Runtime::create(
+                       config_for("host", std::string("staging = \"4MiB\"\nread = \"auto\"\n") +
+                                              (direct ? "" : "direct = false\n")))
+                       ->load(plan, {}, &report);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    EXPECT_EQ(report.pipeline.read_measured, !direct);
+    if (!direct) {
+      EXPECT_EQ(report.pipeline.slot_bytes, kMiB);
+    }
+    EXPECT_TRUE(report.pipeline.read == ReadMode::mmap || report.pipeline.read == ReadMode::pread)
+        << to_string(report.pipeline.read);
+    for (uint64_t i = 0; i < 6; ++i) {
+      const std::optional<LoadedTensor> t = (*program)->find("big" + std::to_string(i));
+      ASSERT_TRUE(t.has_value());
+      std::vector<std::byte> back(kMiB);
+      ASSERT_TRUE(t->device().plugin->copy_to_host(0, back.data(), t->address(), kMiB).ok());
+      EXPECT_EQ(back, data[i]) << i;
+    }
+  }
+}
+
 // PLUGIN-20: the plugin copies and releases only inside synchronize. A
 // model 16 times the staging budget loads, because a wait for a slot
 // synchronizes; and because the plugin reads each slot only then, a slot

@@ -90,7 +90,10 @@ struct PipelineStats {
   uint64_t max_in_flight_bytes = 0;  // most staged bytes issued and not
                                      // yet released at any moment
   uint64_t forced_synchronizes = 0;  // waits that called synchronize
-  ReadMode read = ReadMode::automatic;  // as resolved
+  ReadMode read = ReadMode::automatic;  // as resolved (mmap or pread for auto)
+  // read = auto, and the load was large enough to measure both modes: read
+  // is the faster of them. False: auto fell back to mmap unmeasured.
+  bool read_measured = false;
   bool direct_io_fallback = false;  // O_DIRECT refused; plain pread used
 };
 
