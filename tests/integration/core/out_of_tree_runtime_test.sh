@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the devalloc build into a scratch prefix, builds
+# examples/out_of_tree_runtime against it as a runtime author would (it
+# links devalloc::core), and runs it: it plans and loads a model through the
+# installed host plugin. The installed package must not ask its consumers
+# for Boost, which only the loader's sources use.
+# Usage: out_of_tree_runtime_test.sh SOURCE_DIR BUILD_DIR SCRATCH_DIR
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 SOURCE_DIR BUILD_DIR SCRATCH_DIR" >&2
+  exit 2
+fi
+source_dir=$1 build_dir=$2 scratch=$3
+prefix="$scratch/prefix"
+rm -rf "$scratch"
+mkdir -p "$scratch/model"
+
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+if grep -n "Boost" "$prefix"/lib/cmake/devalloc/*.cmake; then
+  echo "FAIL: the installed package names Boost (above)" >&2
+  exit 1
+fi
+# A fresh configure: nothing of the devalloc build tree may leak in.
+cmake -S "$source_dir/examples/out_of_tree_runtime" -B "$scratch/build" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$scratch/build"
+DEVALLOC_PLUGIN_PATH= "$scratch/build/example_runtime" "$scratch/model" | tee "$scratch/out.txt"
+grep -q '^loaded 2 constants (4160 bytes) on host' "$scratch/out.txt"
