@@ -127,7 +127,12 @@ class Parser {
     const size_t key_at = pos_;
     std::string key;
     if (!string(key)) return false;
-    if (frame.container->contains(key)) {
+    // One lookup for the duplicate check and the insertion, hinted at the
+    // end: writers mostly emit keys in order, and then it costs no search.
+    auto& members = frame.container->get_ref<json::object_t&>();
+    const size_t before = members.size();
+    const auto slot = members.emplace_hint(members.end(), key, nullptr);
+    if (members.size() == before) {
       fail(key_at, "key appears twice in one object");
       error_->duplicate = DuplicateKey{pointer_to_top(), key};
       return false;
@@ -140,8 +145,8 @@ class Parser {
     }
     ++pos_;
     skip_space();
-    frame.key = key;
-    return value((*frame.container)[key]);
+    frame.key = std::move(key);
+    return value(slot->second);
   }
 
   // JSON pointer of the innermost container.
