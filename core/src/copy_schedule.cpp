@@ -193,12 +193,9 @@ class ReadChooser {
     probing_ = mode == ReadMode::automatic;
     mode_ = probing_ ? ReadMode::mmap : mode;
   }
-  void fix(ReadMode mode) {
-    probing_ = false;
-    mode_ = mode;
-  }
   ReadMode current() const { return mode_.load(); }
-  bool probing() const { return probing_.load(); }
+  // True once automatic chose by measurement.
+  bool measured() const { return measured_.load(); }
 
   // The mode for a piece of nbytes; *timed says to report it to record().
   ReadMode pick(uint64_t nbytes, bool* timed) {
@@ -223,6 +220,7 @@ class ReadChooser {
       // bytes / seconds, compared without dividing by a zero time.
       mode_ = bytes_[0] * seconds_[1] >= bytes_[1] * seconds_[0] ? kModes[0] : kModes[1];
       probing_ = false;
+      measured_ = true;
     }
   }
 
@@ -230,6 +228,7 @@ class ReadChooser {
   static constexpr ReadMode kModes[2] = {ReadMode::mmap, ReadMode::pread};
   std::mutex mutex_;
   std::atomic<bool> probing_{false};
+  std::atomic<bool> measured_{false};
   std::atomic<ReadMode> mode_{ReadMode::mmap};
   uint64_t turn_ = 0;
   int taken_[2] = {0, 0};
@@ -706,7 +705,7 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     pipeline->max_in_flight_bytes = ledger.max_in_flight;
     pipeline->forced_synchronizes = ledger.forced_synchronizes;
     pipeline->read = chooser_.current();
-    pipeline->read_measured = options_.read == ReadMode::automatic && !chooser_.probing();
+    pipeline->read_measured = chooser_.measured();
     pipeline->direct_io_fallback = direct_io_fallback_;
   }
   if (stats != nullptr) *stats = per_device_;
