@@ -1,5 +1,7 @@
 #include <devalloc/core/copy_schedule.hpp>
 
+#include <devalloc/input_text.hpp>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,8 +43,8 @@ bool host_addressable(const Caps& caps) {
 }
 
 std::string tensors_text(const CopyStep& s) {
-  if (s.first_tensor == s.last_tensor) return "\"" + s.first_tensor + "\"";
-  return "\"" + s.first_tensor + "\" .. \"" + s.last_tensor + "\"";
+  if (s.first_tensor == s.last_tensor) return quote(s.first_tensor);
+  return quote(s.first_tensor) + " .. " + quote(s.last_tensor);
 }
 
 std::string range_text(const CopyStep& s) {
@@ -69,7 +71,7 @@ Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset,
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       return Status(StatusCode::invalid_argument,
-                    file.path().string() + ": cannot read " + std::to_string(n) +
+                    path_for_message(file.path().string()) + ": cannot read " + std::to_string(n) +
                         " bytes at offset " + std::to_string(offset) + ": " +
                         errno_text(errno));
     }
@@ -82,7 +84,7 @@ Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset,
   }
   if (done < n) {
     return Status(StatusCode::invalid_argument,
-                  file.path().string() + ": ends before offset " +
+                  path_for_message(file.path().string()) + ": ends before offset " +
                       std::to_string(offset + n) + " (was it truncated?)");
   }
   return Status();
@@ -581,7 +583,7 @@ Status Pipeline::staged_piece(const Piece& p) {
     read = pread_all(direct_io_fd_.at(s.file), slot.memory, length, start, *s.file, &got);
     if (read.ok() && got < offset + p.nbytes - start) {
       read = Status(StatusCode::invalid_argument,
-                    s.file->path().string() + ": ends before offset " +
+                    path_for_message(s.file->path().string()) + ": ends before offset " +
                         std::to_string(offset + p.nbytes) + " (was it truncated?)");
     }
     payload = slot.memory + (offset - start);
@@ -631,7 +633,7 @@ void Pipeline::work() {
     std::lock_guard lock(ledger_->mutex);
     ledger_->fail(s.with_context("copying tensor " + tensors_text(step) + " (" +
                                  range_text(step) + ") from " +
-                                 step.file->path().string() + " to " +
+                                 path_for_message(step.file->path().string()) + " to " +
                                  queues_[p.queue].device.describe()));
     stop_ = true;
     ledger_->changed.notify_all();

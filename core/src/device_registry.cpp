@@ -1,17 +1,17 @@
 #include <devalloc/core/device_registry.hpp>
 
 #include <devalloc/core/device_selection.hpp>
+#include <devalloc/input_text.hpp>
 
 namespace devalloc {
 
 std::string ResolvedDevice::describe() const {
   return tag + " (plugin " + plugin_name + ", device " +
-         std::to_string(device) + " \"" + info().name + "\")";
+         std::to_string(device) + " " + quote(info().name) + ")";
 }
 
 std::string ResolvedDevice::device_label() const {
-  return plugin_name + " device " + std::to_string(device) + " \"" +
-         info().name + "\"";
+  return plugin_name + " device " + std::to_string(device) + " " + quote(info().name);
 }
 
 PluginSearchOptions plugin_search_options(const RuntimeConfig& config) {

@@ -2,6 +2,7 @@
 
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/core/verify.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +12,7 @@ namespace devalloc {
 namespace {
 
 std::string where(const PlannedTensor& t) {
-  return "tensor \"" + t.name + "\" (buffer " + std::to_string(t.memory_id) +
+  return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
          ", offset " + std::to_string(t.offset) + ")";
 }
 
@@ -125,15 +126,14 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     const SafetensorsTensor* source = (*file)->find(t.key);
     if (source == nullptr) {
       return Status(StatusCode::invalid_argument,
-                    where(t) + ": " + t.file.string() + " has no tensor \"" +
-                        t.key + "\"");
+                    where(t) + ": " + path_for_message(t.file.string()) + " has no tensor " +
+                        quote(t.key));
     }
     if (source->nbytes != t.nbytes) {
       return Status(StatusCode::invalid_argument,
                     where(t) + ": the plan says " + std::to_string(t.nbytes) +
-                        " bytes, " + t.file.string() + " has " +
-                        std::to_string(source->nbytes) + " for \"" + t.key +
-                        "\"");
+                        " bytes, " + path_for_message(t.file.string()) + " has " +
+                        std::to_string(source->nbytes) + " for " + quote(t.key));
     }
     requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset,
                                    (*file)->mapping(), source->offset,
@@ -207,7 +207,7 @@ Status LoadedProgram::unload_method(std::string_view method) {
   auto it = methods_.find(method);
   if (it == methods_.end()) {
     return Status(StatusCode::invalid_argument,
-                  "method \"" + std::string(method) + "\" is not loaded");
+                  "method " + quote(method) + " is not loaded");
   }
   methods_.erase(it);
   std::set<std::string, std::less<>> still_used;
@@ -286,8 +286,7 @@ Result<DLManagedTensor*> LoadedProgram::export_dlpack(std::string_view name) {
   const std::optional<LoadedTensor> found = find(name);
   if (!found) {
     return Status(StatusCode::invalid_argument,
-                  "export_dlpack: no tensor \"" + std::string(name) +
-                      "\" in the loaded methods");
+                  "export_dlpack: no tensor " + quote(name) + " in the loaded methods");
   }
   const LoadedTensor& t = *found;
   const DeviceInfo& info = t.device().info();

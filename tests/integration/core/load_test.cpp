@@ -156,6 +156,17 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_Then
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// Names from files reach messages escaped: a terminal control sequence in a
+// key is shown, never acted on.
+TEST_F(LoadFixture, GivenSourceKeyWithControlCharacters_WhenMissing_ThenTheErrorShowsItEscaped) {
+  plan().tensors[0].source->key = "no\x1b[2J\nsuch";
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(), HasSubstr("has no tensor \"no\\x1b[2J\\nsuch\""));
+  EXPECT_EQ(program.status().message().find('\x1b'), std::string::npos);
+  EXPECT_EQ(program.status().message().find('\n'), std::string::npos);
+}
+
 // The host_faulty variant, configured under the tag "host".
 class FaultyLoad : public LoadFixture {
  protected:
