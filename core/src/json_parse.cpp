@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <unordered_set>
 #include <vector>
 
 namespace devalloc::detail {
@@ -52,12 +53,31 @@ class Parser {
     while (!stack_.empty()) {
       if (!step()) return std::move(*error_);
     }
-    skip_space();
-    if (pos_ != text_.size()) {
-      fail(pos_, describe_byte(text_[pos_]) + " after the end of the JSON value");
-      return std::move(*error_);
-    }
+    if (!at_text_end()) return std::move(*error_);
     return root;
+  }
+
+  // parse_json_members: the root object's members go to on_member one by
+  // one, each built alone and dropped after the call.
+  std::variant<std::monostate, json, JsonError> parse_members(const MemberHandler& on_member) {
+    skip_space();
+    if (at_end() || text_[pos_] != '{') {
+      auto whole = parse();
+      if (auto* error = std::get_if<JsonError>(&whole)) return std::move(*error);
+      return std::move(std::get<json>(whole));
+    }
+    json root;  // stays empty: members go to member_ instead
+    if (!value(root)) return std::move(*error_);
+    on_member_ = &on_member;
+    while (!stack_.empty()) {
+      if (!step()) {
+        if (stopped_) return std::monostate{};
+        return std::move(*error_);
+      }
+      if (member_open_ && stack_.size() == 1 && !emit_member()) return std::monostate{};
+    }
+    if (!at_text_end()) return std::move(*error_);
+    return std::monostate{};
   }
 
  private:
@@ -91,6 +111,25 @@ class Parser {
   }
 
   bool at_end() const { return pos_ >= text_.size(); }
+
+  // After the root value: nothing but whitespace.
+  bool at_text_end() {
+    skip_space();
+    if (pos_ == text_.size()) return true;
+    return fail(pos_, describe_byte(text_[pos_]) + " after the end of the JSON value");
+  }
+
+  // Hands the finished root member to the handler; false when it said stop.
+  bool emit_member() {
+    member_open_ = false;
+    Frame& root = stack_.front();
+    if (!(*on_member_)(root.key, std::move(member_))) {
+      stopped_ = true;
+      return false;
+    }
+    member_ = nullptr;
+    return true;
+  }
 
   // Reads the next member or element of the innermost container, or closes it.
   bool step() {
@@ -127,12 +166,24 @@ class Parser {
     const size_t key_at = pos_;
     std::string key;
     if (!string(key)) return false;
-    // One lookup for the duplicate check and the insertion, hinted at the
-    // end: writers mostly emit keys in order, and then it costs no search.
-    auto& members = frame.container->get_ref<json::object_t&>();
-    const size_t before = members.size();
-    const auto slot = members.emplace_hint(members.end(), key, nullptr);
-    if (members.size() == before) {
+    // Streamed root members are checked against the keys seen, not a map.
+    const bool streamed = on_member_ != nullptr && stack_.size() == 1;
+    json* slot = nullptr;
+    bool twice = false;
+    if (streamed) {
+      twice = !root_keys_.insert(key).second;
+      slot = &member_;
+      member_open_ = true;
+    } else {
+      // One lookup for the duplicate check and the insertion, hinted at
+      // the end: writers mostly emit keys in order, and then it costs no
+      // search.
+      auto& members = frame.container->get_ref<json::object_t&>();
+      const size_t before = members.size();
+      slot = &members.emplace_hint(members.end(), key, nullptr)->second;
+      twice = members.size() == before;
+    }
+    if (twice) {
       fail(key_at, "key appears twice in one object");
       error_->duplicate = DuplicateKey{pointer_to_top(), key};
       return false;
@@ -146,7 +197,7 @@ class Parser {
     ++pos_;
     skip_space();
     frame.key = std::move(key);
-    return value(slot->second);
+    return value(*slot);
   }
 
   // JSON pointer of the innermost container.
@@ -355,6 +406,12 @@ class Parser {
   size_t line_start_ = 0;
   std::vector<Frame> stack_;
   std::optional<JsonError> error_;
+  // parse_members only.
+  const MemberHandler* on_member_ = nullptr;
+  json member_;               // the root member being read
+  bool member_open_ = false;  // member_ is being read, not yet handed over
+  bool stopped_ = false;      // the handler said stop
+  std::unordered_set<std::string> root_keys_;
 };
 
 }  // namespace
@@ -365,6 +422,12 @@ std::string JsonError::position() const {
 
 std::variant<json, JsonError> parse_json(std::string_view text, size_t max_depth) {
   return Parser(text, max_depth).parse();
+}
+
+std::variant<std::monostate, json, JsonError> parse_json_members(std::string_view text,
+                                                                 size_t max_depth,
+                                                                 const MemberHandler& on_member) {
+  return Parser(text, max_depth).parse_members(on_member);
 }
 
 std::string json_excerpt(const json& value) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,22 @@ struct JsonError {
 // add none). Strings must be valid UTF-8 without NUL (raw or "\u0000").
 std::variant<nlohmann::json, JsonError> parse_json(std::string_view text,
                                                    size_t max_depth);
+
+// Called with each member of a streamed root object, in text order; returns
+// false to stop reading.
+using MemberHandler = std::function<bool(const std::string& key, nlohmann::json&& value)>;
+
+// parse_json for a text whose root is an object of many members (a
+// safetensors header of 100 000 tensors): each member's value is built on
+// its own, handed to on_member as soon as it is complete, and dropped, so
+// the whole is never one document and never one map. The rules and errors
+// are parse_json's, a root key that appears twice included (reported before
+// its value is read). Returns monostate when the object was read to the end
+// of the text or on_member stopped it; the root value itself when it is not
+// an object; a JsonError otherwise, also for an error after members were
+// handed over.
+std::variant<std::monostate, nlohmann::json, JsonError> parse_json_members(
+    std::string_view text, size_t max_depth, const MemberHandler& on_member);
 
 // `value` as compact JSON for a message: ASCII only (anything else is a \u
 // escape, so it is safe on a terminal) and cut after kMaxQuotedBytes bytes,

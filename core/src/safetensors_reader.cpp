@@ -6,6 +6,7 @@
 #include "no_exceptions.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <optional>
 
 namespace devalloc {
@@ -184,7 +185,23 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8,
                                 static_cast<size_t>(header_size));
 
-  auto parsed = detail::parse_json(header, kMaxSafetensorsHeaderDepth);
+  // Entry by entry: a header of 100 000 tensors is never one document.
+  std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
+  HeaderReader reader(file, bytes.size() - data_offset);
+  std::vector<std::pair<uint64_t, SafetensorsTensor>> tensors;  // begin, tensor
+  Status entry_status;
+  auto parsed = detail::parse_json_members(
+      header, kMaxSafetensorsHeaderDepth, [&](const std::string& name, json&& entry) {
+        if (name == "__metadata__") {
+          entry_status = reader.read_metadata(entry, result->metadata_);
+          return entry_status.ok();
+        }
+        SafetensorsTensor tensor;
+        uint64_t begin = 0;
+        entry_status = reader.read_tensor(name, entry, data_offset, tensor, begin);
+        if (entry_status.ok()) tensors.emplace_back(begin, std::move(tensor));
+        return entry_status.ok();
+      });
   if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
     const std::string where = "header " + error->position() + " (byte " +
                               std::to_string(8 + error->byte) + " of the file): ";
@@ -198,36 +215,20 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     }
     return fail(where + error->reason);
   }
-  const json& root = std::get<json>(parsed);
-  if (!root.is_object()) {
-    return fail("header is " + std::string(root.type_name()) + ", expected a JSON object");
+  if (const auto* root = std::get_if<json>(&parsed)) {
+    return fail("header is " + std::string(root->type_name()) + ", expected a JSON object");
   }
-
-  std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
-  HeaderReader reader(file, bytes.size() - data_offset);
-  std::vector<std::pair<uint64_t, SafetensorsTensor>> tensors;  // begin, tensor
-  for (const auto& [name, entry] : root.items()) {
-    if (name == "__metadata__") {
-      if (Status status = reader.read_metadata(entry, result->metadata_); !status.ok()) {
-        return status;
-      }
-      continue;
-    }
-    SafetensorsTensor tensor;
-    uint64_t begin = 0;
-    if (Status status = reader.read_tensor(name, entry, data_offset, tensor, begin);
-        !status.ok()) {
-      return status;
-    }
-    tensors.emplace_back(begin, std::move(tensor));
-  }
+  if (!entry_status.ok()) return entry_status;
 
   // As the reference reader requires, the tensors tile the data section
   // exactly: each starts where the one before it ends, the first at 0, the
   // last at the end of the file. A gap would hold bytes that no tool shows.
   // Empty tensors go first among equal offsets, so one at a boundary fits.
+  // Ties (empty tensors at one offset) go by name: the order never depends
+  // on the order of the header's entries.
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.first, a.second.nbytes) < std::pair(b.first, b.second.nbytes);
+    return std::tie(a.first, a.second.nbytes, a.second.name) <
+           std::tie(b.first, b.second.nbytes, b.second.name);
   });
   const auto range = [](const std::pair<uint64_t, SafetensorsTensor>& t) {
     return "[" + std::to_string(t.first) + ", " + std::to_string(t.first + t.second.nbytes) +
@@ -264,9 +265,10 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   result->mapping_ = std::move(*mapped);
   result->data_offset_ = data_offset;
   result->tensors_.reserve(tensors.size());
-  for (auto& entry : tensors) {
-    result->index_.emplace(entry.second.name, result->tensors_.size());
-    result->tensors_.push_back(std::move(entry.second));
+  for (auto& entry : tensors) result->tensors_.push_back(std::move(entry.second));
+  result->index_.reserve(result->tensors_.size());
+  for (size_t i = 0; i < result->tensors_.size(); ++i) {
+    result->index_.emplace(result->tensors_[i].name, i);
   }
   return std::shared_ptr<const SafetensorsFile>(std::move(result));
 }

@@ -422,6 +422,22 @@ TEST_F(SafetensorsReader, GivenTensorNamedTwice_ThenRejected) {
             "header line 1, column 62 (byte 69 of the file): tensor \"w\" appears twice");
 }
 
+// The header is read entry by entry: errors come in header order, and an
+// error after entries already checked still fails the whole file.
+TEST_F(SafetensorsReader, GivenErrorsAfterGoodEntries_ThenTheFirstInHeaderOrderIsReported) {
+  const std::string good = R"("a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]})";
+  EXPECT_EQ(error("{" + good + "} x", 4),
+            "header line 1, column 62 (byte 69 of the file): 'x' after the end of the JSON "
+            "value");
+  EXPECT_EQ(error("{" + good + ", \"b\": {\"dtype\": \"U8\",, }}", 4),
+            "header line 1, column 82 (byte 89 of the file): expected a key in double "
+            "quotes, found ','");
+  EXPECT_THAT(error(R"({"b": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}, "c": ,})", 4),
+              ::testing::StartsWith("tensor \"b\": unknown dtype \"F33\" (known: "));
+  EXPECT_EQ(error("{" + good + R"(, "__metadata__": {"k": 1}})", 4),
+            "__metadata__ \"k\" is 1, expected a string");
+}
+
 TEST_F(SafetensorsReader, GivenFieldTwiceInAnEntry_ThenRejected) {
   EXPECT_EQ(error(R"({"w": {"dtype": "U8", "dtype": "F32", "shape": [4], "data_offsets": [0, 4]}})",
                   4),

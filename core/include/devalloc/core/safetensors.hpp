@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace devalloc {
@@ -63,12 +64,17 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  // index_ points into tensors_: never copied.
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   static Result<std::shared_ptr<const SafetensorsFile>> open_checked(
       const std::filesystem::path& path);
 
   std::shared_ptr<const MappedFile> mapping_;
   std::vector<SafetensorsTensor> tensors_;
-  std::map<std::string, size_t, std::less<>> index_;  // name -> tensors_ index
+  // name -> tensors_ index; the views point into tensors_, which never
+  // changes after open.
+  std::unordered_map<std::string_view, size_t> index_;
   std::map<std::string, std::string> metadata_;
   uint64_t data_offset_ = 0;
 };
