@@ -77,11 +77,16 @@ int run_plugins(const PluginsOptions& options) {
     if (!pc.library) settings[name] = PluginLoadSettings{pc.options, pc.layers, pc.trust};
   }
   auto candidates = loader.discover(settings);
+  const size_t first_added = candidates.size();
   add_configured(*config, loader, candidates);
-  // Where a listed plugin's settings come from, for the listing.
+  // Where a listed plugin's settings come from, for the listing: a file
+  // found on the path only when its entry names no library (an alias of
+  // the same name is listed apart, after the files).
   auto configured_at = [&](const PluginCandidate& c) -> std::string {
     const auto it = config->plugins.find(c.name);
     if (it == config->plugins.end() || c.outcome == PluginOutcome::shadowed) return "";
+    const bool added = &c >= candidates.data() + first_added;
+    if (it->second.library && !added) return "";
     return it->second.where.to_string();
   };
 

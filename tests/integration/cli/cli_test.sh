@@ -195,6 +195,21 @@ assert p['tiny']['status'] == 'loaded' and p['tiny']['devices'][0]['total_memory
 assert p['tiny']['configured_at'].startswith('devalloc.toml:4:'), p['tiny']
 assert p['picky']['status'] == 'create failed', p['picky']
 assert p['zoo_major2']['configured_at'] == '', p['zoo_major2']"
+  # An alias that reuses a found plugin's name is listed apart; the file
+  # found on the path is not shown as configured.
+  cat > alias.toml <<TOML
+[plugins.host]
+library = "$host_so"
+options = { memory_limit = "4096" }
+TOML
+  "$devalloc" plugins --config alias.toml --json > alias.json
+  "$python" -c "
+import json; hosts = [x for x in json.load(open('alias.json'))['plugins'] if x['name'] == 'host']
+assert len(hosts) == 2, hosts
+found, alias = hosts
+assert found['configured_at'] == '' and found['devices'][0]['total_memory_bytes'] != 4096, found
+assert alias['configured_at'].startswith('alias.toml:1:'), alias
+assert alias['devices'][0]['total_memory_bytes'] == 4096, alias"
   # Without --config the host plugin is created with no options.
   "$devalloc" plugins > plain.txt
   grep -A3 '^host ' plain.txt | grep -q 'host memory, 1.0 MiB' && fail "options leaked into a plain listing"
