@@ -24,14 +24,14 @@ std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     const Plan& plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files) {
+    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
   std::shared_ptr<LoadedProgram> program(
       new LoadedProgram(shared_from_this(), plan));
   std::vector<std::string> names = methods;
   if (names.empty()) {
     for (const auto& m : plan.methods) names.push_back(m.name);
   }
-  Status s = program->load_methods(names, report, files);
+  Status s = program->load_methods(names, report, files, verify);
   if (!s.ok()) return s;
   return program;
 }
@@ -41,7 +41,8 @@ LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan)
 
 Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    LoadReport* report,
-                                   SafetensorsCache* files) {
+                                   SafetensorsCache* files,
+                                   std::optional<bool> verify) {
   // Loads and unloads of this program run one at a time, so the maps below
   // change only under load_mutex_: this thread may read them without mutex_
   // until the commit, which writes them under both locks. Lookups (mutex_
@@ -148,7 +149,8 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
       !s.ok()) {
     return s;
   }
-  if (options.verify) {
+  const bool verifying = verify.value_or(options.verify);
+  if (verifying) {
     if (Status s = verify_copies(requests, std::min<uint64_t>(
                                                options.staging_bytes, 8 << 20));
         !s.ok()) {
@@ -190,7 +192,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
       if (r.nbytes > 0) ++report->constants;
       report->bytes += r.nbytes;
     }
-    report->verified = options.verify;
+    report->verified = verifying;
     report->seconds = std::chrono::duration<double>(
                           std::chrono::steady_clock::now() - start)
                           .count();

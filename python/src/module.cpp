@@ -134,7 +134,8 @@ class PyRuntime {
     checks.cache = &files;
     if (Status s = validate_plan(plan, checks); !s.ok()) raise(s);
 
-    std::shared_ptr<Runtime>& runtime = runtime_for(verify.value_or(config_.load.verify));
+    if (!runtime_) runtime_ = Runtime::create(config_);
+    const std::shared_ptr<Runtime>& runtime = runtime_;
     auto relay = std::make_shared<ProgressRelay>();
     if (!progress.is_none()) {
       relay->callback = progress;
@@ -143,7 +144,7 @@ class PyRuntime {
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     {
       nb::gil_scoped_release no_gil;
-      program = runtime->load(plan, methods, nullptr, &files);
+      program = runtime->load(plan, methods, nullptr, &files, verify);
       runtime->set_progress({});
     }
     if (relay->error) throw std::move(*relay->error);
@@ -153,21 +154,11 @@ class PyRuntime {
   const RuntimeConfig& config() const { return config_; }
 
  private:
-  // A Runtime per verify setting: the config's [load] verify decides, and
-  // load(verify=...) may ask for the other one.
-  std::shared_ptr<Runtime>& runtime_for(bool verify) {
-    auto& runtime = runtimes_[verify];
-    if (!runtime) {
-      RuntimeConfig config = config_;
-      config.load.verify = verify;
-      runtime = Runtime::create(std::move(config));
-    }
-    return runtime;
-  }
-
   RuntimeConfig config_;
   std::mutex load_mutex_;
-  std::map<bool, std::shared_ptr<Runtime>> runtimes_;
+  // One for every load, so each plugin is created once; load(verify=...)
+  // overrides [load] verify per call.
+  std::shared_ptr<Runtime> runtime_;
 };
 
 void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,

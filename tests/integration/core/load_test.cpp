@@ -173,7 +173,14 @@ class FaultyLoad : public LoadFixture {
   Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
                                                    bool verify = false,
                                                    bool check_free_memory = true) {
-    RuntimeConfig c = config("[plugins.faulty]\nlibrary = \"" +
+    RuntimeConfig c = faulty_config(options);
+    c.load.verify = verify;
+    c.load.check_free_memory = check_free_memory;
+    return Runtime::create(c)->load(plan(), {}, nullptr);
+  }
+
+  RuntimeConfig faulty_config(const std::string& options) {
+    return config("[plugins.faulty]\nlibrary = \"" +
                              (kZooDir / "libdevalloc_host_faulty.so").string() +
                              "\"\noptions = { async = \"true\", " + options +
                              " }\n[devices.host]\nuse = [\"faulty\", { index = 0 }]\n"
@@ -181,11 +188,25 @@ class FaultyLoad : public LoadFixture {
                              // them; one loading thread keeps file order, so
                              // "the N-th copy" is always the same tensor.
                              "[load]\ndirect = false\nthreads = 1\n");
-    c.load.verify = verify;
-    c.load.check_free_memory = check_free_memory;
-    return Runtime::create(c)->load(plan(), {}, nullptr);
   }
 };
+
+// load(..., verify) overrides [load] verify for one call, on one runtime
+// (the Python package's load(verify=...) relies on it).
+TEST_F(FaultyLoad, GivenVerifyOverride_WhenLoading_ThenItWinsOverTheConfigForThatCall) {
+  RuntimeConfig c = faulty_config("flip_byte_at_copy = \"2\"");
+  c.load.verify = false;
+  auto runtime = Runtime::create(c);
+  LoadReport report;
+  auto checked = runtime->load(plan(), {}, &report, nullptr, /*verify=*/true);
+  ASSERT_FALSE(checked.ok()) << "the override turned verify on";
+  EXPECT_THAT(checked.status().message(), HasSubstr("verify: tensor \"head\""));
+
+  c.load.verify = true;
+  auto unchecked = Runtime::create(c)->load(plan(), {}, &report, nullptr, /*verify=*/false);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status().message();
+  EXPECT_FALSE(report.verified);
+}
 
 // The fit check runs before the first allocate: were any allocate reached,
 // the injected fault would be the error.

@@ -74,10 +74,12 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   // progress callback may call the lookups and export_dlpack (but not
   // load_methods or unload_method of the same program). Source files are opened
   // through `files` when given (a caller that validated the plan with it
-  // reuses those mappings), else through a cache of this call.
+  // reuses those mappings), else through a cache of this call. `verify`
+  // overrides the config's [load] verify for this call.
   Status load_methods(const std::vector<std::string>& methods,
                       LoadReport* report = nullptr,
-                      SafetensorsCache* files = nullptr);
+                      SafetensorsCache* files = nullptr,
+                      std::optional<bool> verify = std::nullopt);
   // Unloads a loaded method; a buffer lives on while a loaded method (or a
   // DLPack export, or a LoadedTensor a caller holds) uses it. A constant no
   // loaded method lists is forgotten: loading it again copies it again, as
@@ -129,10 +131,11 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const RuntimeConfig& config() const { return registry_.config(); }
 
   // Loads the methods of plan (all of them when methods is empty); `files`
-  // as for LoadedProgram::load_methods.
+  // and `verify` as for LoadedProgram::load_methods.
   Result<std::shared_ptr<LoadedProgram>> load(
       const Plan& plan, const std::vector<std::string>& methods,
-      LoadReport* report = nullptr, SafetensorsCache* files = nullptr);
+      LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
+      std::optional<bool> verify = std::nullopt);
 
  private:
   explicit Runtime(RuntimeConfig config) : registry_(std::move(config)) {}
