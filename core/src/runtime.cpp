@@ -212,7 +212,7 @@ Status LoadedProgram::unload_method(std::string_view method) {
                   "method " + quote(method) + " is not loaded");
   }
   methods_.erase(it);
-  std::set<std::string, std::less<>> still_used;
+  NameSet still_used;
   for (const auto& [name, tensors] : methods_) {
     still_used.insert(tensors.begin(), tensors.end());
   }
@@ -258,7 +258,11 @@ std::optional<LoadedTensor> LoadedProgram::find(std::string_view name) const {
 std::vector<LoadedTensor> LoadedProgram::tensors() const {
   std::lock_guard lock(mutex_);
   std::vector<LoadedTensor> out;
+  out.reserve(tensors_.size());
   for (const auto& [name, t] : tensors_) out.push_back(t);
+  std::sort(out.begin(), out.end(), [](const LoadedTensor& a, const LoadedTensor& b) {
+    return a.name() < b.name();
+  });
   return out;
 }
 

@@ -32,6 +32,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace devalloc {
@@ -104,9 +106,19 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   friend class Runtime;
   LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan);
 
+  // Tensor names, hashed; looked up by string_view without a copy. A
+  // program of 100 000 tensors keeps several of these.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const noexcept {
+      return std::hash<std::string_view>{}(name);
+    }
+  };
+  using NameSet = std::unordered_set<std::string, NameHash, std::equal_to<>>;
+
   struct BufferState {
     std::shared_ptr<DeviceBuffer> buffer;
-    std::set<std::string> filled;  // constants already copied into it
+    NameSet filled;  // constants already copied into it
   };
 
   std::shared_ptr<Runtime> runtime_;
@@ -117,7 +129,7 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   mutable std::mutex mutex_;
   std::map<std::string, std::vector<std::string>, std::less<>> methods_;  // -> tensor names
   std::map<uint32_t, BufferState> buffers_;
-  std::map<std::string, LoadedTensor, std::less<>> tensors_;
+  std::unordered_map<std::string, LoadedTensor, NameHash, std::equal_to<>> tensors_;
 };
 
 class Runtime : public std::enable_shared_from_this<Runtime> {
