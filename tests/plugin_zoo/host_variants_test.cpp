@@ -95,7 +95,22 @@ TEST(HostFaultyPlugin, GivenUnknownOption_ThenCreateListsTheFaultOptions) {
   EXPECT_THAT(error.message, HasSubstr("flip_byte_at_copy"));
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define DEVALLOC_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DEVALLOC_UNDER_TSAN 1
+#endif
+#endif
+
 TEST(HostLateReadPlugin, GivenSourceOverwrittenRightAfterDuringCallCopy_ThenDeviceGetsTheNewBytes) {
+#if defined(DEVALLOC_UNDER_TSAN)
+  // The variant exists to race with its caller: it reads a "during call"
+  // source after the call returned, while this test overwrites it.
+  // ThreadSanitizer reports that race (when its timing lets it see it), which
+  // is the variant working, not a defect.
+  GTEST_SKIP() << "a deliberate data race; checked in the builds without ThreadSanitizer";
+#endif
   auto host = open_variant("libdevalloc_host_late_read.so", {});
   ASSERT_TRUE(host);
   EXPECT_STREQ(host->api().plugin_name, "host_late_read");
