@@ -103,12 +103,11 @@ uint64_t HostDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   std::unique_lock limit_lock(allocate_mutex_, std::defer_lock);
   if (limited_) {
     limit_lock.lock();
-    const uint64_t used = allocations_.live_bytes();
-    if (nbytes > total_memory_ - std::min(total_memory_, used)) {
+    if (const uint64_t left = free_memory(); nbytes > left) {
       throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
                     "out of device memory: " + std::to_string(nbytes) + " bytes asked, " +
-                        std::to_string(total_memory_ - std::min(total_memory_, used)) +
-                        " of the memory_limit " + std::to_string(total_memory_) + " free"};
+                        std::to_string(left) + " of the memory_limit " +
+                        std::to_string(total_memory_) + " free"};
     }
   }
   void* p = obtain(nbytes, alignment);
@@ -123,7 +122,13 @@ uint64_t HostDevice::allocate(uint64_t nbytes, uint64_t alignment) {
       throw;
     }
   }
-  return allocations_.adopt(base, nbytes, alignment, free_address);
+  return allocations_.adopt(base, nbytes, alignment, [this](uint64_t unrecorded) {
+    if (pooling_) {
+      std::lock_guard lock(pool_mutex_);
+      shape_of_.erase(unrecorded);
+    }
+    free_address(unrecorded);
+  });
 }
 
 void HostDevice::deallocate(uint64_t address) {
