@@ -6,8 +6,9 @@
 #include "no_exceptions.hpp"
 
 #include <algorithm>
-#include <tuple>
 #include <optional>
+#include <tuple>
+#include <unordered_set>
 
 namespace devalloc {
 
@@ -146,16 +147,250 @@ class HeaderReader {
   uint64_t data_size_;
 };
 
+// The fast path: headers as writers emit them, read without building any
+// JSON value. It accepts only a plain subset of what the strict reader
+// accepts, and for that subset it yields exactly what the strict reader
+// would: the same entries in the same order and the same metadata. Anything
+// else (an escape in a string, a number that is not a plain unsigned
+// integer, an unknown field, an unknown dtype, a bad size, a key given
+// twice, any syntax error) makes it give up without a reason, and the
+// strict reader reads the header again from the start and says what is
+// wrong. So every error comes from one place; the fuzz target checks that
+// both readers agree on whatever the fast one accepts.
+class PlainHeaderScanner {
+ public:
+  PlainHeaderScanner(std::string_view header, uint64_t data_offset, uint64_t data_size)
+      : p_(header.data()), end_(header.data() + header.size()),
+        data_offset_(data_offset), data_size_(data_size) {}
+
+  // True when the whole header is in the plain subset; `tensors` (begin,
+  // tensor) are then in header order, as the strict reader lists them.
+  bool read(std::vector<std::pair<uint64_t, SafetensorsTensor>>& tensors,
+            std::map<std::string, std::string>& metadata) {
+    // Names point into the header, which outlives this call.
+    std::unordered_set<std::string_view> names;
+    names.reserve(static_cast<size_t>((end_ - p_) / 64));
+    space();
+    if (!take('{')) return false;
+    space();
+    if (take('}')) return at_text_end();
+    while (true) {
+      std::string_view name;
+      if (!plain_string(name) || !names.insert(name).second) return false;
+      space();
+      if (!take(':')) return false;
+      space();
+      if (name == "__metadata__") {
+        if (!read_metadata(metadata)) return false;
+      } else {
+        SafetensorsTensor tensor;
+        uint64_t begin = 0;
+        if (!read_entry(tensor, begin)) return false;
+        tensor.name = name;
+        tensors.emplace_back(begin, std::move(tensor));
+      }
+      space();
+      if (take('}')) return at_text_end();
+      if (!take(',')) return false;
+      space();
+    }
+  }
+
+ private:
+  void space() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool take(char c) {
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  bool at_text_end() {
+    space();
+    return p_ == end_;
+  }
+
+  // A string without escapes or control bytes, valid UTF-8.
+  bool plain_string(std::string_view& out) {
+    if (!take('"')) return false;
+    const char* start = p_;
+    while (p_ != end_) {
+      const auto byte = static_cast<unsigned char>(*p_);
+      if (byte == '"') {
+        out = std::string_view(start, static_cast<size_t>(p_ - start));
+        ++p_;
+        return true;
+      }
+      if (byte < 0x20 || byte == '\\') return false;
+      if (byte < 0x80) {
+        ++p_;
+        continue;
+      }
+      const size_t length =
+          utf8_sequence_length(std::string_view(p_, static_cast<size_t>(end_ - p_)));
+      if (length == 0) return false;
+      p_ += length;
+    }
+    return false;
+  }
+
+  // Digits only, no leading zero, no fraction or exponent, fits 64 bits.
+  bool plain_unsigned(uint64_t& out) {
+    if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+    if (*p_ == '0') {
+      ++p_;
+      out = 0;
+    } else {
+      out = 0;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
+        if (__builtin_mul_overflow(out, uint64_t{10}, &out) ||
+            __builtin_add_overflow(out, static_cast<uint64_t>(*p_ - '0'), &out)) {
+          return false;
+        }
+        ++p_;
+      }
+    }
+    return p_ != end_ && *p_ != '.' && *p_ != 'e' && *p_ != 'E' && (*p_ < '0' || *p_ > '9');
+  }
+
+  // [n, n, ...] of plain unsigned integers.
+  bool unsigned_array(std::vector<uint64_t>& out) {
+    if (!take('[')) return false;
+    space();
+    if (take(']')) return true;
+    while (true) {
+      uint64_t value = 0;
+      if (!plain_unsigned(value)) return false;
+      out.push_back(value);
+      space();
+      if (take(']')) return true;
+      if (!take(',')) return false;
+      space();
+    }
+  }
+
+  bool read_entry(SafetensorsTensor& tensor, uint64_t& begin) {
+    if (!take('{')) return false;
+    bool has_dtype = false;
+    bool has_shape = false;
+    bool has_offsets = false;
+    std::vector<uint64_t> offsets;
+    space();
+    while (true) {
+      std::string_view field;
+      if (!plain_string(field)) return false;
+      space();
+      if (!take(':')) return false;
+      space();
+      if (field == "dtype" && !has_dtype) {
+        has_dtype = true;
+        std::string_view name;
+        if (!plain_string(name)) return false;
+        const std::optional<DType> dtype = parse_dtype(name);
+        if (!dtype) return false;
+        tensor.dtype = *dtype;
+      } else if (field == "shape" && !has_shape) {
+        has_shape = true;
+        if (!unsigned_array(tensor.shape)) return false;
+      } else if (field == "data_offsets" && !has_offsets) {
+        has_offsets = true;
+        if (!unsigned_array(offsets) || offsets.size() != 2) return false;
+      } else {
+        return false;
+      }
+      space();
+      if (take('}')) break;
+      if (!take(',')) return false;
+      space();
+    }
+    if (!has_dtype || !has_shape || !has_offsets) return false;
+    const uint64_t first = offsets[0];
+    const uint64_t last = offsets[1];
+    if (first > last || last > data_size_) return false;
+    const Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
+    if (!nbytes.ok() || *nbytes != last - first) return false;
+    tensor.offset = data_offset_ + first;
+    tensor.nbytes = *nbytes;
+    begin = first;
+    return true;
+  }
+
+  // {"key": "value", ...}; null and anything else go to the strict reader.
+  bool read_metadata(std::map<std::string, std::string>& metadata) {
+    if (!take('{')) return false;
+    space();
+    if (take('}')) return true;
+    while (true) {
+      std::string_view key;
+      std::string_view value;
+      if (!plain_string(key)) return false;
+      space();
+      if (!take(':')) return false;
+      space();
+      if (!plain_string(value)) return false;
+      if (!metadata.emplace(key, value).second) return false;
+      space();
+      if (take('}')) return true;
+      if (!take(',')) return false;
+      space();
+    }
+  }
+
+  const char* p_;
+  const char* end_;
+  uint64_t data_offset_;
+  uint64_t data_size_;
+};
+
+// The strict reader, entry by entry: a header of 100 000 tensors is never
+// one document.
+Status read_header_strict(std::string_view header, uint64_t data_offset,
+                          const HeaderReader& reader,
+                          std::vector<std::pair<uint64_t, SafetensorsTensor>>& tensors,
+                          std::map<std::string, std::string>& metadata) {
+  Status entry_status;
+  auto parsed = detail::parse_json_members(
+      header, kMaxSafetensorsHeaderDepth, [&](const std::string& name, json&& entry) {
+        if (name == "__metadata__") {
+          entry_status = reader.read_metadata(entry, metadata);
+          return entry_status.ok();
+        }
+        SafetensorsTensor tensor;
+        uint64_t begin = 0;
+        entry_status = reader.read_tensor(name, entry, data_offset, tensor, begin);
+        if (entry_status.ok()) tensors.emplace_back(begin, std::move(tensor));
+        return entry_status.ok();
+      });
+  if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
+    const std::string where = "header " + error->position() + " (byte " +
+                              std::to_string(8 + error->byte) + " of the file): ";
+    if (const auto& duplicate = error->duplicate) {
+      // Top-level keys are tensor names; deeper ones are fields of an entry.
+      if (duplicate->object_pointer.empty()) {
+        return reader.fail(where + "tensor " + quote(duplicate->key) + " appears twice");
+      }
+      return reader.fail(where + "duplicate key " + quote(duplicate->key) + " in " +
+                         quote(duplicate->object_pointer));
+    }
+    return reader.fail(where + error->reason);
+  }
+  if (const auto* root = std::get_if<json>(&parsed)) {
+    return reader.fail("header is " + std::string(root->type_name()) +
+                       ", expected a JSON object");
+  }
+  return entry_status;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
-    const std::filesystem::path& path) {
+    const std::filesystem::path& path, detail::HeaderReading mode) {
   return detail::without_exceptions(path.string(), "the header",
-                                    [&] { return open_checked(path); });
+                                    [&] { return open_checked(path, mode); });
 }
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
-    const std::filesystem::path& path) {
+    const std::filesystem::path& path, detail::HeaderReading mode) {
   Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path);
   if (!mapped.ok()) return mapped.status();
   const std::string file = path_for_message(path.string());
@@ -185,40 +420,24 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8,
                                 static_cast<size_t>(header_size));
 
-  // Entry by entry: a header of 100 000 tensors is never one document.
   std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
   HeaderReader reader(file, bytes.size() - data_offset);
   std::vector<std::pair<uint64_t, SafetensorsTensor>> tensors;  // begin, tensor
-  Status entry_status;
-  auto parsed = detail::parse_json_members(
-      header, kMaxSafetensorsHeaderDepth, [&](const std::string& name, json&& entry) {
-        if (name == "__metadata__") {
-          entry_status = reader.read_metadata(entry, result->metadata_);
-          return entry_status.ok();
-        }
-        SafetensorsTensor tensor;
-        uint64_t begin = 0;
-        entry_status = reader.read_tensor(name, entry, data_offset, tensor, begin);
-        if (entry_status.ok()) tensors.emplace_back(begin, std::move(tensor));
-        return entry_status.ok();
-      });
-  if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
-    const std::string where = "header " + error->position() + " (byte " +
-                              std::to_string(8 + error->byte) + " of the file): ";
-    if (const auto& duplicate = error->duplicate) {
-      // Top-level keys are tensor names; deeper ones are fields of an entry.
-      if (duplicate->object_pointer.empty()) {
-        return fail(where + "tensor " + quote(duplicate->key) + " appears twice");
-      }
-      return fail(where + "duplicate key " + quote(duplicate->key) + " in " +
-                  quote(duplicate->object_pointer));
+  // The fast path first; anything outside it is read again by the strict
+  // reader, which says what is wrong.
+  if (mode == detail::HeaderReading::strict ||
+      !PlainHeaderScanner(header, data_offset, bytes.size() - data_offset)
+           .read(tensors, result->metadata_)) {
+    if (mode == detail::HeaderReading::fast_only) {
+      return fail("header is not in the plain form the fast reader reads");
     }
-    return fail(where + error->reason);
+    tensors.clear();
+    result->metadata_.clear();
+    if (Status s = read_header_strict(header, data_offset, reader, tensors, result->metadata_);
+        !s.ok()) {
+      return s;
+    }
   }
-  if (const auto* root = std::get_if<json>(&parsed)) {
-    return fail("header is " + std::string(root->type_name()) + ", expected a JSON object");
-  }
-  if (!entry_status.ok()) return entry_status;
 
   // As the reference reader requires, the tensors tile the data section
   // exactly: each starts where the one before it ends, the first at 0, the
@@ -226,10 +445,14 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   // Empty tensors go first among equal offsets, so one at a boundary fits.
   // Ties (empty tensors at one offset) go by name: the order never depends
   // on the order of the header's entries.
-  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+  const auto by_place = [](const auto& a, const auto& b) {
     return std::tie(a.first, a.second.nbytes, a.second.name) <
            std::tie(b.first, b.second.nbytes, b.second.name);
-  });
+  };
+  // Writers mostly list tensors in offset order already.
+  if (!std::is_sorted(tensors.begin(), tensors.end(), by_place)) {
+    std::sort(tensors.begin(), tensors.end(), by_place);
+  }
   const auto range = [](const std::pair<uint64_t, SafetensorsTensor>& t) {
     return "[" + std::to_string(t.first) + ", " + std::to_string(t.first + t.second.nbytes) +
            "]";

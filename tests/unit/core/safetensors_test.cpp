@@ -103,6 +103,16 @@ TEST_F(SafetensorsReference, GivenBF16AndF8AndF4File_WhenOpened_ThenEveryTensorM
   EXPECT_EQ(f4->nbytes, 4u);
 }
 
+TEST_F(SafetensorsReference, GivenReferenceFiles_ThenTheFastHeaderReaderTakesThem) {
+  // Files as the reference writes them are in the plain form: a load reads
+  // them without the strict reader's JSON values.
+  for (const char* name : {"numpy.safetensors", "raw.safetensors"}) {
+    auto fast = SafetensorsFile::open(path(name), detail::HeaderReading::fast_only);
+    ASSERT_TRUE(fast.ok()) << fast.status().message();
+    expect_matches_manifest(**fast, name);
+  }
+}
+
 TEST_F(SafetensorsReference, TensorsAreInOffsetOrderAndOffsetsAreFromTheFileStart) {
   auto file = SafetensorsFile::open(path("numpy.safetensors"));
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -194,6 +204,19 @@ TEST(SafetensorsWriter, GivenTensors_ThenHeaderIsPaddedTo8AndDataIsPackedInOrder
   ASSERT_EQ((*file)->tensors().size(), 2u);
   EXPECT_EQ(to_vector((*file)->bytes((*file)->tensors()[1])), b);
   EXPECT_EQ((*file)->data_offset() % 8, 0u);
+}
+
+TEST(SafetensorsWriter, GivenItsOutput_ThenTheFastHeaderReaderTakesIt) {
+  TempDir dir;
+  const std::vector<std::byte> a = bytes_of("abcdef");
+  const std::vector<SafetensorsWriteTensor> tensors = {{"a", DType::u8, {2, 3}, a},
+                                                       {"\xc3\xa9t\xc3\xa9", DType::u8, {0}, {}}};
+  ASSERT_TRUE(write_safetensors(dir / "m.safetensors", tensors, {{"k", "v"}}).ok());
+  auto file = SafetensorsFile::open(dir / "m.safetensors", detail::HeaderReading::fast_only);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ((*file)->tensors().size(), 2u);
+  EXPECT_EQ((*file)->tensors()[1].name, "\xc3\xa9t\xc3\xa9");
+  EXPECT_THAT((*file)->metadata(), ElementsAre(Pair("k", "v")));
 }
 
 TEST(SafetensorsWriter, GivenNoTensors_ThenAnEmptyButValidFile) {
@@ -645,6 +668,111 @@ TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFileAndFailuresAreRemembered) {
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().message(), missing.status().message());
 }
+
+// ---------------------------------------------------------------------------
+// The fast header reader against the strict one: for every header, the
+// default open (fast, then strict) gives exactly what the strict reader
+// alone gives, and the fast reader takes the plain ones.
+
+struct HeaderCase {
+  std::string header;
+  size_t data_bytes;
+  bool plain;  // the fast reader takes it
+};
+
+class HeaderReaders : public SafetensorsReader,
+                      public ::testing::WithParamInterface<HeaderCase> {};
+
+TEST_P(HeaderReaders, GivenHeader_ThenFastAndStrictAgreeAndPlainOnesTakeTheFastPath) {
+  const HeaderCase& c = GetParam();
+  const fs::path path = write(c.header, c.data_bytes);
+  auto strict = SafetensorsFile::open(path, detail::HeaderReading::strict);
+  auto both = SafetensorsFile::open(path);
+  auto fast = SafetensorsFile::open(path, detail::HeaderReading::fast_only);
+  const bool declined =
+      !fast.ok() && fast.status().message().find("not in the plain form") != std::string::npos;
+  EXPECT_EQ(!declined, c.plain) << (fast.ok() ? "" : fast.status().message());
+  ASSERT_EQ(both.ok(), strict.ok()) << (both.ok() ? strict : both).status().message();
+  if (!strict.ok()) {
+    EXPECT_EQ(both.status().message(), strict.status().message());
+    if (!declined) {
+      EXPECT_EQ(fast.status().message(), strict.status().message());
+    }
+    return;
+  }
+  for (const auto* file : {&*both, fast.ok() ? &*fast : &*both}) {
+    const auto& got = (**file).tensors();
+    const auto& want = (*strict)->tensors();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].name, want[i].name);
+      EXPECT_EQ(got[i].dtype, want[i].dtype);
+      EXPECT_EQ(got[i].shape, want[i].shape);
+      EXPECT_EQ(got[i].offset, want[i].offset);
+      EXPECT_EQ(got[i].nbytes, want[i].nbytes);
+      EXPECT_EQ((**file).find(want[i].name), &got[i]);
+    }
+    EXPECT_EQ((**file).metadata(), (*strict)->metadata());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Headers, HeaderReaders,
+    ::testing::Values(
+        // Plain: what writers emit, in any field order and spacing.
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[2,3],"data_offsets":[0,6]}})", 6, true},
+        HeaderCase{"{ \"b\" :\n\t{ \"data_offsets\" : [ 4 , 8 ] , \"shape\" : [ 1 ] , "
+                   "\"dtype\" : \"F32\" } ,\r\n \"a\":{\"shape\":[],\"dtype\":\"I32\","
+                   "\"data_offsets\":[0,4]}}   ",
+                   8, true},
+        HeaderCase{R"({"__metadata__":{"format":"pt","x":""},"a":{"dtype":"BF16","shape":[2],)"
+                   R"("data_offsets":[0,4]}})",
+                   4, true},
+        HeaderCase{"{\"\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                   true},
+        HeaderCase{R"({"e":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},)"
+                   R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                   1, true},
+        HeaderCase{"{}", 0, true},
+        // Accepted, but only by the strict reader.
+        HeaderCase{R"({"a\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"a\/b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"__metadata__":null,"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                   1, false},
+        HeaderCase{R"({"__metadata__":{"k":"a\nb"}})", 0, false},
+        // Refused, with the strict reader's message either way.
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1.0],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1e0],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}})", 0, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[01],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,1]}})",
+                   1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1]}})",
+                   1, false},
+        HeaderCase{R"({"a":{"dtype":"X9","shape":[1],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1,
+                   false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,1]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,0]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                   R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                   2, false},
+        HeaderCase{R"({"__metadata__":{"k":"v","k":"w"}})", 0, false},
+        HeaderCase{R"({"__metadata__":{"k":1}})", 0, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}} x)", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]})", 1, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},})", 1, false},
+        HeaderCase{R"([1])", 0, false},
+        HeaderCase{"{\"a\xff\":{}}", 0, false},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[[1]],"data_offsets":[0,1]}})", 1, false},
+        // Plain and well formed, refused after reading: the tiling check is
+        // shared, so the message is the same.
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2, true},
+        HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 2, true}));
 
 }  // namespace
 }  // namespace devalloc

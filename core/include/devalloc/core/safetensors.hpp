@@ -31,6 +31,18 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // where it starts, before it is read.
 inline constexpr size_t kMaxSafetensorsHeaderDepth = 3;
 
+namespace detail {
+// How SafetensorsFile::open reads the header. fast_then_strict (the
+// default) tries a reader for the plain form writers emit (no escapes, plain
+// unsigned integers, known fields) and falls back to the strict reader for
+// anything else, which reads the header again and names what is wrong;
+// strict skips the fast reader; fast_only refuses what the fast reader does
+// not take ("header is not in the plain form"). The first two give the same
+// result and the same errors; tests and the fuzz target compare them, and
+// use fast_only to see which headers take the fast path.
+enum class HeaderReading { fast_then_strict, strict, fast_only };
+}  // namespace detail
+
 struct SafetensorsTensor {
   std::string name;
   DType dtype = DType::u8;
@@ -47,7 +59,8 @@ class SafetensorsFile {
   // bytes tile the data section exactly (no overlap, no gap, nothing after). Errors are invalid_argument and read
   // "<path>: <reason>" or "<path>: tensor \"<name>\": <reason>".
   static Result<std::shared_ptr<const SafetensorsFile>> open(
-      const std::filesystem::path& path);
+      const std::filesystem::path& path,
+      detail::HeaderReading mode = detail::HeaderReading::fast_then_strict);
 
   const std::filesystem::path& path() const { return mapping_->path(); }
   // In increasing offset order.
@@ -68,7 +81,7 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   static Result<std::shared_ptr<const SafetensorsFile>> open_checked(
-      const std::filesystem::path& path);
+      const std::filesystem::path& path, detail::HeaderReading mode);
 
   std::shared_ptr<const MappedFile> mapping_;
   std::vector<SafetensorsTensor> tensors_;
