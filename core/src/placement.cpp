@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <string_view>
 
 namespace devalloc {
 
@@ -24,36 +25,56 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     const PlanBuffer& b = *it->second;
     needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
   }
-  std::map<std::string, std::filesystem::path, std::less<>> resolved;
+  // Resolving walks the file system; a plan of 100 000 tensors names a
+  // handful of files, mostly one after another.
+  std::map<std::string_view, size_t> file_ids;
+  std::string_view last_source;
+  size_t last_id = NeededTensor::kNoFile;
+  needs.tensors.reserve(selection->tensors.size());
   for (size_t index : selection->tensors) {
     const PlanTensor& t = plan.tensors[index];
-    PlannedTensor p;
-    p.name = t.name;
-    p.dtype = t.dtype;
-    p.shape = t.shape;
-    p.memory_id = t.memory_id;
-    p.offset = t.offset;
+    NeededTensor n;
+    n.index = index;
     auto nbytes = byte_size(t.dtype, t.shape);
     if (!nbytes.ok()) {
       return nbytes.status().with_context(path_for_message(plan.path.string()) + ": tensor " +
                                           quote(t.name));
     }
-    p.nbytes = *nbytes;
+    n.nbytes = *nbytes;
     if (t.source) {
-      // Resolving walks the file system; a plan of 100 000 tensors names a
-      // handful of files.
-      auto known = resolved.find(t.source->file);
-      if (known == resolved.end()) {
-        auto file = plan.source_path(*t.source);
-        if (!file.ok()) return file.status();
-        known = resolved.emplace(t.source->file, *file).first;
+      if (last_id == NeededTensor::kNoFile || t.source->file != last_source) {
+        auto known = file_ids.find(t.source->file);
+        if (known == file_ids.end()) {
+          auto file = plan.source_path(*t.source);
+          if (!file.ok()) return file.status();
+          needs.files.push_back(std::move(*file));
+          known = file_ids.emplace(t.source->file, needs.files.size() - 1).first;
+        }
+        last_source = t.source->file;
+        last_id = known->second;
       }
-      p.file = known->second;
-      p.key = t.source->key;
+      n.file = last_id;
     }
-    needs.tensors.push_back(std::move(p));
+    needs.tensors.push_back(n);
   }
   return needs;
+}
+
+PlannedTensor planned_tensor(const Plan& plan, size_t index, uint64_t nbytes,
+                             const std::filesystem::path* file) {
+  const PlanTensor& t = plan.tensors[index];
+  PlannedTensor p;
+  p.name = t.name;
+  p.dtype = t.dtype;
+  p.shape = t.shape;
+  p.memory_id = t.memory_id;
+  p.offset = t.offset;
+  p.nbytes = nbytes;
+  if (file != nullptr && t.source) {
+    p.file = *file;
+    p.key = t.source->key;
+  }
+  return p;
 }
 
 Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,

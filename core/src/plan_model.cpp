@@ -4,6 +4,7 @@
 #include "plan_errors.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <unordered_map>
@@ -66,13 +67,27 @@ Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const Pla
 
 Result<PlanSelection> Plan::tensors_for_methods(
     std::span<const std::string> method_names) const {
+  // Methods mostly list the plan's tensors in plan order: each name is
+  // first compared with the tensor after the one found last, and only a
+  // miss builds the name index. (In a plan that repeats a name, which
+  // validate_plan refuses, the guess may select a later tensor of that name
+  // as well as the first; nothing else depends on it.)
   std::unordered_map<std::string_view, size_t> tensor_index;
-  for (size_t i = 0; i < tensors.size(); ++i) tensor_index.emplace(tensors[i].name, i);
+  const auto index_of = [&](const std::string& name, size_t guess) -> std::optional<size_t> {
+    if (guess < tensors.size() && tensors[guess].name == name) return guess;
+    if (tensor_index.empty()) {
+      tensor_index.reserve(tensors.size());
+      for (size_t i = 0; i < tensors.size(); ++i) tensor_index.emplace(tensors[i].name, i);
+    }
+    const auto it = tensor_index.find(name);
+    if (it == tensor_index.end()) return std::nullopt;
+    return it->second;
+  };
   std::set<uint32_t> known_ids;
   for (const PlanBuffer& buffer : buffers) known_ids.insert(buffer.memory_id);
 
   std::set<uint32_t> memory_ids;
-  std::set<size_t> selected;
+  std::vector<char> selected(tensors.size(), 0);
   for (const std::string& name : method_names) {
     const auto method = std::find_if(methods.begin(), methods.end(),
                                      [&](const PlanMethod& m) { return m.name == name; });
@@ -89,20 +104,23 @@ Result<PlanSelection> Plan::tensors_for_methods(
       }
       memory_ids.insert(id);
     }
+    size_t guess = 0;
     for (const std::string& tensor : method->tensors) {
-      const auto it = tensor_index.find(tensor);
-      if (it == tensor_index.end()) {
+      const std::optional<size_t> found = index_of(tensor, guess);
+      if (!found) {
         return plan_error(*this, "", "method " + quote(name) + " lists tensor " + quote(tensor) +
                                      ", which is not in the plan");
       }
-      selected.insert(it->second);
+      selected[*found] = 1;
+      guess = *found + 1;
     }
   }
 
   PlanSelection selection;
   selection.memory_ids.assign(memory_ids.begin(), memory_ids.end());
-  selection.tensors.assign(selected.begin(), selected.end());
-  for (size_t i : selection.tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (selected[i] == 0) continue;
+    selection.tensors.push_back(i);
     if (tensors[i].is_constant()) selection.constants.push_back(i);
   }
   return selection;

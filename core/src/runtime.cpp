@@ -11,7 +11,7 @@ namespace devalloc {
 
 namespace {
 
-std::string where(const PlannedTensor& t) {
+std::string where(const PlanTensor& t) {
   return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
          ", offset " + std::to_string(t.offset) + ")";
 }
@@ -37,16 +37,16 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
 }
 
 LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan)
-    : runtime_(std::move(runtime)), plan_(std::move(plan)) {}
+    : runtime_(std::move(runtime)), plan_(std::move(plan)), tensors_(plan_.tensors.size()) {}
 
 Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    LoadReport* report,
                                    SafetensorsCache* files,
                                    std::optional<bool> verify) {
-  // Loads and unloads of this program run one at a time, so the maps below
-  // change only under load_mutex_: this thread may read them without mutex_
-  // until the commit, which writes them under both locks. Lookups (mutex_
-  // only) never wait for the copies.
+  // Loads and unloads of this program run one at a time, so the members
+  // below change only under load_mutex_: this thread may read them without
+  // mutex_ until the commit, which writes them under both locks. Lookups
+  // (mutex_ only) never wait for the copies.
   std::lock_guard load_lock(load_mutex_);
   const auto start = std::chrono::steady_clock::now();
   const LoadOptions& options = runtime_->config().load;
@@ -58,7 +58,8 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   // address past its buffer.
   std::map<uint32_t, const PlannedBuffer*> buffer_by_id;  // not T x B lookups
   for (const PlannedBuffer& pb : needs->buffers) buffer_by_id.emplace(pb.memory_id, &pb);
-  for (const PlannedTensor& t : needs->tensors) {
+  for (const NeededTensor& n : needs->tensors) {
+    const PlanTensor& t = plan_.tensors[n.index];
     const auto found = buffer_by_id.find(t.memory_id);
     const PlannedBuffer* b = found == buffer_by_id.end() ? nullptr : found->second;
     if (b == nullptr) {
@@ -67,9 +68,9 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                         " is not among the memory ids of the methods that "
                         "list the tensor");
     }
-    if (t.offset > b->nbytes || t.nbytes > b->nbytes - t.offset) {
+    if (t.offset > b->nbytes || n.nbytes > b->nbytes - t.offset) {
       return Status(StatusCode::invalid_argument,
-                    where(t) + ": " + std::to_string(t.nbytes) +
+                    where(t) + ": " + std::to_string(n.nbytes) +
                         " bytes do not fit in buffer " +
                         std::to_string(b->memory_id) + " of " +
                         std::to_string(b->nbytes) + " bytes");
@@ -98,47 +99,54 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     if (!buffer.ok()) return buffer.status();
     fresh.emplace(b.memory_id, std::move(*buffer));
   }
-  auto buffer_of = [&](uint32_t id) {
-    auto it = fresh.find(id);
-    return it != fresh.end() ? it->second : buffers_.find(id)->second.buffer;
-  };
-  auto already_filled = [&](const PlannedTensor& t) {
-    auto it = buffers_.find(t.memory_id);
-    return it != buffers_.end() && it->second.filled.count(t.name) != 0;
+  // Consecutive tensors mostly share a buffer: look it up once per run.
+  uint32_t last_id = 0;
+  const std::shared_ptr<DeviceBuffer>* last_buffer = nullptr;
+  auto buffer_of = [&](uint32_t id) -> const std::shared_ptr<DeviceBuffer>& {
+    if (last_buffer == nullptr || last_id != id) {
+      auto it = fresh.find(id);
+      last_buffer = it != fresh.end() ? &it->second : &buffers_.find(id)->second;
+      last_id = id;
+    }
+    return *last_buffer;
   };
 
-  // Copy requests: constants not yet on their device.
+  // Copy requests: constants not yet on their device; request_tensor[k] is
+  // the plan index of requests[k].
   SafetensorsCache own_files;
   SafetensorsCache& sources = files != nullptr ? *files : own_files;
   std::vector<CopyRequest> requests;
+  std::vector<size_t> request_tensor;
   // Consecutive tensors mostly share a file: look it up once per run of
   // them, not once per tensor.
-  const std::filesystem::path* last_path = nullptr;
+  size_t last_file_id = NeededTensor::kNoFile;
   std::shared_ptr<const SafetensorsFile> last_file;
-  for (const PlannedTensor& t : needs->tensors) {
-    if (!t.is_constant() || already_filled(t)) continue;
-    if (last_path == nullptr || last_path->native() != t.file.native()) {
-      auto opened = sources.open(t.file);
+  for (const NeededTensor& n : needs->tensors) {
+    if (n.file == NeededTensor::kNoFile || tensors_[n.index].filled) continue;
+    const PlanTensor& t = plan_.tensors[n.index];
+    const std::filesystem::path& path = needs->files[n.file];
+    if (n.file != last_file_id) {
+      auto opened = sources.open(path);
       if (!opened.ok()) return opened.status().with_context(where(t));
       last_file = *opened;
-      last_path = &t.file;
+      last_file_id = n.file;
     }
-    const std::shared_ptr<const SafetensorsFile>* file = &last_file;
-    const SafetensorsTensor* source = (*file)->find(t.key);
+    const std::string& key = t.source->key;
+    const SafetensorsTensor* source = last_file->find(key);
     if (source == nullptr) {
       return Status(StatusCode::invalid_argument,
-                    where(t) + ": " + path_for_message(t.file.string()) + " has no tensor " +
-                        quote(t.key));
+                    where(t) + ": " + path_for_message(path.string()) + " has no tensor " +
+                        quote(key));
     }
-    if (source->nbytes != t.nbytes) {
+    if (source->nbytes != n.nbytes) {
       return Status(StatusCode::invalid_argument,
-                    where(t) + ": the plan says " + std::to_string(t.nbytes) +
-                        " bytes, " + path_for_message(t.file.string()) + " has " +
-                        std::to_string(source->nbytes) + " for " + quote(t.key));
+                    where(t) + ": the plan says " + std::to_string(n.nbytes) +
+                        " bytes, " + path_for_message(path.string()) + " has " +
+                        std::to_string(source->nbytes) + " for " + quote(key));
     }
-    requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset,
-                                   (*file)->mapping(), source->offset,
-                                   source->nbytes, t.name});
+    requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset, last_file->mapping(),
+                                   source->offset, source->nbytes, t.name});
+    request_tensor.push_back(n.index);
   }
 
   const CopySchedule schedule = CopySchedule::build(requests);
@@ -163,19 +171,22 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   const uint64_t allocated = fresh.size();
   {
     std::lock_guard lock(mutex_);
-    for (auto& [id, buffer] : fresh) buffers_[id].buffer = std::move(buffer);
-    for (const CopyRequest& r : requests) {
-      buffers_[r.buffer->memory_id()].filled.insert(r.tensor);
+    for (auto& [id, buffer] : fresh) buffers_[id] = std::move(buffer);
+    for (size_t i : request_tensor) tensors_[i].filled = true;
+    // needs->files[k] is files_[file_id[k]]
+    std::vector<size_t> file_id;
+    for (std::filesystem::path& path : needs->files) {
+      auto known = std::find(files_.begin(), files_.end(), path);
+      if (known == files_.end()) known = files_.insert(files_.end(), std::move(path));
+      file_id.push_back(static_cast<size_t>(known - files_.begin()));
     }
-    for (const PlannedTensor& t : needs->tensors) {
-      tensors_.try_emplace(t.name,
-                           LoadedTensor{t, buffers_.find(t.memory_id)->second.buffer});
+    for (const NeededTensor& n : needs->tensors) {
+      TensorState& state = tensors_[n.index];
+      state.loaded = true;
+      state.nbytes = n.nbytes;
+      state.file = n.file == NeededTensor::kNoFile ? NeededTensor::kNoFile : file_id[n.file];
     }
-    for (const std::string& m : methods) {
-      for (const PlanMethod& pm : plan_.methods) {
-        if (pm.name == m) methods_[m] = pm.tensors;
-      }
-    }
+    methods_.insert(methods.begin(), methods.end());
   }
 
   if (report != nullptr) {
@@ -211,55 +222,67 @@ Status LoadedProgram::unload_method(std::string_view method) {
     return Status(StatusCode::invalid_argument,
                   "method " + quote(method) + " is not loaded");
   }
+  // What the methods that stay loaded use. They were loaded from this
+  // plan, so this cannot fail; if it did, nothing has changed yet.
+  std::vector<std::string> staying;
+  for (const std::string& m : methods_) {
+    if (m != method) staying.push_back(m);
+  }
+  auto used = plan_.tensors_for_methods(staying);
+  if (!used.ok()) return used.status();
   methods_.erase(it);
-  NameSet still_used;
-  for (const auto& [name, tensors] : methods_) {
-    still_used.insert(tensors.begin(), tensors.end());
-  }
-  std::set<uint32_t> live_ids;
-  for (auto t = tensors_.begin(); t != tensors_.end();) {
-    if (still_used.count(t->first) == 0) {
-      t = tensors_.erase(t);
-    } else {
-      live_ids.insert(t->second.planned.memory_id);
-      ++t;
-    }
-  }
-  for (auto b = buffers_.begin(); b != buffers_.end();) {
-    if (live_ids.count(b->first) == 0) {
-      dropped.push_back(std::move(b->second.buffer));
-      b = buffers_.erase(b);
-      continue;
-    }
+
+  std::vector<char> still_used(tensors_.size(), 0);
+  for (size_t i : used->tensors) still_used[i] = 1;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
     // A constant no loaded method lists may be overwritten from now on by
     // the scratch of a method that overlaps it: copy it again when needed.
-    std::erase_if(b->second.filled, [&](const std::string& name) {
-      return still_used.count(name) == 0;
-    });
-    ++b;
+    if (still_used[i] == 0) tensors_[i] = TensorState{};
+  }
+  const std::set<uint32_t> live_ids(used->memory_ids.begin(), used->memory_ids.end());
+  for (auto b = buffers_.begin(); b != buffers_.end();) {
+    if (live_ids.count(b->first) == 0) {
+      dropped.push_back(std::move(b->second));
+      b = buffers_.erase(b);
+    } else {
+      ++b;
+    }
   }
   return Status();
 }
 
 std::vector<std::string> LoadedProgram::methods() const {
   std::lock_guard lock(mutex_);
-  std::vector<std::string> out;
-  for (const auto& [name, tensors] : methods_) out.push_back(name);
-  return out;
+  return std::vector<std::string>(methods_.begin(), methods_.end());
+}
+
+LoadedTensor LoadedProgram::loaded_tensor(size_t i) const {
+  const TensorState& state = tensors_[i];
+  const std::filesystem::path* file =
+      state.file == NeededTensor::kNoFile ? nullptr : &files_[state.file];
+  return LoadedTensor{planned_tensor(plan_, i, state.nbytes, file),
+                      buffers_.find(plan_.tensors[i].memory_id)->second};
 }
 
 std::optional<LoadedTensor> LoadedProgram::find(std::string_view name) const {
   std::lock_guard lock(mutex_);
-  auto it = tensors_.find(name);
-  if (it == tensors_.end()) return std::nullopt;
-  return it->second;
+  if (by_name_.empty()) {
+    by_name_.reserve(plan_.tensors.size());
+    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+      by_name_.emplace(plan_.tensors[i].name, i);
+    }
+  }
+  auto it = by_name_.find(name);
+  if (it == by_name_.end() || !tensors_[it->second].loaded) return std::nullopt;
+  return loaded_tensor(it->second);
 }
 
 std::vector<LoadedTensor> LoadedProgram::tensors() const {
   std::lock_guard lock(mutex_);
   std::vector<LoadedTensor> out;
-  out.reserve(tensors_.size());
-  for (const auto& [name, t] : tensors_) out.push_back(t);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].loaded) out.push_back(loaded_tensor(i));
+  }
   std::sort(out.begin(), out.end(), [](const LoadedTensor& a, const LoadedTensor& b) {
     return a.name() < b.name();
   });
@@ -269,7 +292,7 @@ std::vector<LoadedTensor> LoadedProgram::tensors() const {
 std::vector<std::shared_ptr<DeviceBuffer>> LoadedProgram::buffers() const {
   std::lock_guard lock(mutex_);
   std::vector<std::shared_ptr<DeviceBuffer>> out;
-  for (const auto& [id, state] : buffers_) out.push_back(state.buffer);
+  for (const auto& [id, buffer] : buffers_) out.push_back(buffer);
   return out;
 }
 

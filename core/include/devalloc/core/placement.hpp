@@ -38,13 +38,29 @@ struct PlannedTensor {
 };
 
 // What a set of methods needs: each buffer and each tensor once, however
-// many of the methods use it. Fails for an unknown method name.
+// many of the methods use it, with each tensor's size computed and each
+// source file resolved. Tensors are indices into the plan, not copies: a
+// plan of 100 000 tensors is not copied to load it. Fails for an unknown
+// method name, a size that overflows, or a source file that cannot be
+// resolved.
+struct NeededTensor {
+  static constexpr size_t kNoFile = SIZE_MAX;
+  size_t index = 0;  // into Plan::tensors
+  uint64_t nbytes = 0;
+  size_t file = kNoFile;  // into MethodNeeds::files; kNoFile for scratch memory
+};
 struct MethodNeeds {
-  std::vector<PlannedBuffer> buffers;  // by memory id
-  std::vector<PlannedTensor> tensors;  // by name
+  std::vector<PlannedBuffer> buffers;        // by memory id
+  std::vector<NeededTensor> tensors;         // in plan order
+  std::vector<std::filesystem::path> files;  // absolute, each once
 };
 Result<MethodNeeds> needs_of(const Plan& plan,
                              const std::vector<std::string>& methods);
+
+// Plan tensor `index` with its size and resolved source file (nullptr for
+// scratch memory), as a PlannedTensor.
+PlannedTensor planned_tensor(const Plan& plan, size_t index, uint64_t nbytes,
+                             const std::filesystem::path* file);
 
 // A buffer and the device that backs it: the [memory] override, else the
 // plan's tag, resolved through the config (with fallbacks).

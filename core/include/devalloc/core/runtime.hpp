@@ -106,30 +106,30 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   friend class Runtime;
   LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan);
 
-  // Tensor names, hashed; looked up by string_view without a copy. A
-  // program of 100 000 tensors keeps several of these.
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view name) const noexcept {
-      return std::hash<std::string_view>{}(name);
-    }
+  // What this program holds of plan tensor i, at tensors_[i]. The plan is
+  // not copied per tensor: a LoadedTensor is made when a caller asks.
+  struct TensorState {
+    uint64_t nbytes = 0;
+    size_t file = NeededTensor::kNoFile;  // into files_
+    bool loaded = false;  // a loaded method lists it
+    bool filled = false;  // its constant is on the device
   };
-  using NameSet = std::unordered_set<std::string, NameHash, std::equal_to<>>;
-
-  struct BufferState {
-    std::shared_ptr<DeviceBuffer> buffer;
-    NameSet filled;  // constants already copied into it
-  };
+  // Plan tensor i as a LoadedTensor; mutex_ held, tensors_[i].loaded.
+  LoadedTensor loaded_tensor(size_t i) const;
 
   std::shared_ptr<Runtime> runtime_;
   const Plan plan_;
   // Serializes load_methods and unload_method; held through the copies.
   std::mutex load_mutex_;
-  // Guards the maps below; never held while a plugin is called.
+  // Guards the members below; never held while a plugin is called.
   mutable std::mutex mutex_;
-  std::map<std::string, std::vector<std::string>, std::less<>> methods_;  // -> tensor names
-  std::map<uint32_t, BufferState> buffers_;
-  std::unordered_map<std::string, LoadedTensor, NameHash, std::equal_to<>> tensors_;
+  std::set<std::string, std::less<>> methods_;
+  std::map<uint32_t, std::shared_ptr<DeviceBuffer>> buffers_;
+  std::vector<TensorState> tensors_;          // indexed like plan_.tensors
+  std::vector<std::filesystem::path> files_;  // resolved source files
+  // Tensor name -> plan_.tensors index (the first of equal names), built by
+  // the first lookup by name: a load does not need it.
+  mutable std::unordered_map<std::string_view, size_t> by_name_;
 };
 
 class Runtime : public std::enable_shared_from_this<Runtime> {
