@@ -254,7 +254,8 @@ Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
                   uint64_t offset, uint64_t nbytes) {
   bool timed = false;
   const ReadMode mode = chooser.pick(nbytes, &timed);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = timed ? std::chrono::steady_clock::now()
+                           : std::chrono::steady_clock::time_point{};
   Status read;
   if (mode == ReadMode::mmap) {
     std::memcpy(dst, file.data() + offset, nbytes);
@@ -311,6 +312,10 @@ class Pipeline {
   std::unique_ptr<Ledger> ledger_;
   std::vector<QueueContext> contexts_;
   std::vector<Piece> pieces_;
+  // Claim c is pieces_[claims_[c], claims_[c + 1]); next_ counts claims.
+  std::vector<size_t> claims_;
+  static constexpr uint64_t kClaimBytes = uint64_t{64} << 10;
+  static constexpr size_t kClaimPieces = 1024;
   std::vector<DeviceLoadStats> per_device_;
   std::vector<std::chrono::steady_clock::time_point> started_;
   std::vector<std::once_flag> start_once_;
@@ -472,6 +477,17 @@ Status Pipeline::set_up() {
     }
     if (!any) break;
   }
+  // Threads take pieces in claims of at least kClaimBytes: one piece when
+  // pieces are large, so that threads still read into the ring's slots side
+  // by side, and many when they are small (100 000 tensors of 64 bytes are
+  // not 100 000 trips through a shared counter).
+  uint64_t claimed = 0;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    if (claimed == 0) claims_.push_back(i);
+    claimed += pieces_[i].nbytes;
+    if (claimed >= kClaimBytes || i + 1 - claims_.back() >= kClaimPieces) claimed = 0;
+  }
+  claims_.push_back(pieces_.size());
   return Status();
 }
 
@@ -614,30 +630,41 @@ Status Pipeline::staged_piece(const Piece& p) {
 }
 
 void Pipeline::work() {
-  for (size_t i = next_++; i < pieces_.size() && !stop_; i = next_++) {
-    const Piece& p = pieces_[i];
-    std::call_once(start_once_[p.queue],
-                   [&] { started_[p.queue] = std::chrono::steady_clock::now(); });
-    const bool direct = contexts_[p.queue].direct;
-    Status s = direct ? direct_piece(p) : staged_piece(p);
-    {
-      std::lock_guard lock(stats_mutex_);
-      (direct ? per_device_[p.queue].direct_reads : per_device_[p.queue].copies) += 1;
+  // Pieces issued by this thread, per queue; added to the totals once.
+  std::vector<uint64_t> issued(queues_.size(), 0);
+  const auto add_counts = [&] {
+    std::lock_guard lock(stats_mutex_);
+    for (size_t qi = 0; qi < queues_.size(); ++qi) {
+      (contexts_[qi].direct ? per_device_[qi].direct_reads : per_device_[qi].copies) +=
+          issued[qi];
     }
-    if (s.ok()) {
-      if (progress_) progress_(issued_ += p.nbytes, total_);
-      continue;
+  };
+  for (size_t c = next_++; c + 1 < claims_.size() && !stop_; c = next_++) {
+    for (size_t i = claims_[c]; i < claims_[c + 1] && !stop_; ++i) {
+      const Piece& p = pieces_[i];
+      std::call_once(start_once_[p.queue],
+                     [&] { started_[p.queue] = std::chrono::steady_clock::now(); });
+      Status s = contexts_[p.queue].direct ? direct_piece(p) : staged_piece(p);
+      ++issued[p.queue];
+      if (s.ok()) {
+        if (progress_) progress_(issued_ += p.nbytes, total_);
+        continue;
+      }
+      if (s.code() == StatusCode::internal && s.message() == "stopped") {
+        add_counts();
+        return;
+      }
+      const CopyStep& step = *p.step;
+      std::lock_guard lock(ledger_->mutex);
+      ledger_->fail(s.with_context("copying tensor " + tensors_text(step) + " (" +
+                                   range_text(step) + ") from " +
+                                   path_for_message(step.file->path().string()) + " to " +
+                                   queues_[p.queue].device.describe()));
+      stop_ = true;
+      ledger_->changed.notify_all();
     }
-    if (s.code() == StatusCode::internal && s.message() == "stopped") return;
-    const CopyStep& step = *p.step;
-    std::lock_guard lock(ledger_->mutex);
-    ledger_->fail(s.with_context("copying tensor " + tensors_text(step) + " (" +
-                                 range_text(step) + ") from " +
-                                 path_for_message(step.file->path().string()) + " to " +
-                                 queues_[p.queue].device.describe()));
-    stop_ = true;
-    ledger_->changed.notify_all();
   }
+  add_counts();
 }
 
 // Synchronizes every device, then waits for every release.
@@ -686,7 +713,7 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
                   ? options_.threads
                   : std::max<uint32_t>(static_cast<uint32_t>(queues_.size()),
                                        std::min(cores, 4u));
-    threads = static_cast<uint32_t>(std::min<size_t>(threads, pieces_.size()));
+    threads = static_cast<uint32_t>(std::min<size_t>(threads, claims_.size() - 1));
     std::vector<std::thread> pool;
     for (uint32_t i = 1; i < threads; ++i) pool.emplace_back([this] { work(); });
     work();

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <optional>
 #include <tuple>
-#include <unordered_set>
 
 namespace devalloc {
 
@@ -58,7 +57,7 @@ class HeaderReader {
 
   // Everything about one entry that does not involve other entries.
   Status read_tensor(const std::string& name, const json& entry, uint64_t data_offset,
-                     SafetensorsTensor& out, uint64_t& begin) const {
+                     SafetensorsTensor& out) const {
     if (!entry.is_object()) {
       return fail(name, "entry is " + shown(entry) + ", expected an object");
     }
@@ -138,7 +137,6 @@ class HeaderReader {
     out.shape = std::move(dims);
     out.offset = data_offset + *first;
     out.nbytes = *nbytes;
-    begin = *first;
     return Status();
   }
 
@@ -163,31 +161,29 @@ class PlainHeaderScanner {
       : p_(header.data()), end_(header.data() + header.size()),
         data_offset_(data_offset), data_size_(data_size) {}
 
-  // True when the whole header is in the plain subset; `tensors` (begin,
-  // tensor) are then in header order, as the strict reader lists them.
-  bool read(std::vector<std::pair<uint64_t, SafetensorsTensor>>& tensors,
+  // True when the whole header is in the plain subset; `tensors` are then
+  // in header order, as the strict reader lists them. Names given twice are
+  // left to the caller, which indexes them anyway.
+  bool read(std::vector<SafetensorsTensor>& tensors,
             std::map<std::string, std::string>& metadata) {
-    // Names point into the header, which outlives this call.
-    std::unordered_set<std::string_view> names;
-    names.reserve(static_cast<size_t>((end_ - p_) / 64));
+    bool seen_metadata = false;
     space();
     if (!take('{')) return false;
     space();
     if (take('}')) return at_text_end();
     while (true) {
       std::string_view name;
-      if (!plain_string(name) || !names.insert(name).second) return false;
+      if (!plain_string(name)) return false;
       space();
       if (!take(':')) return false;
       space();
       if (name == "__metadata__") {
-        if (!read_metadata(metadata)) return false;
+        if (seen_metadata || !read_metadata(metadata)) return false;
+        seen_metadata = true;
       } else {
-        SafetensorsTensor tensor;
-        uint64_t begin = 0;
-        if (!read_entry(tensor, begin)) return false;
+        SafetensorsTensor& tensor = tensors.emplace_back();
+        if (!read_entry(tensor)) return false;
         tensor.name = name;
-        tensors.emplace_back(begin, std::move(tensor));
       }
       space();
       if (take('}')) return at_text_end();
@@ -253,15 +249,16 @@ class PlainHeaderScanner {
     return p_ != end_ && *p_ != '.' && *p_ != 'e' && *p_ != 'E' && (*p_ < '0' || *p_ > '9');
   }
 
-  // [n, n, ...] of plain unsigned integers.
-  bool unsigned_array(std::vector<uint64_t>& out) {
+  // [n, n, ...] of plain unsigned integers, each passed to add(), which
+  // returns false to refuse it.
+  template <typename Add>
+  bool unsigned_array(Add add) {
     if (!take('[')) return false;
     space();
     if (take(']')) return true;
     while (true) {
       uint64_t value = 0;
-      if (!plain_unsigned(value)) return false;
-      out.push_back(value);
+      if (!plain_unsigned(value) || !add(value)) return false;
       space();
       if (take(']')) return true;
       if (!take(',')) return false;
@@ -269,12 +266,13 @@ class PlainHeaderScanner {
     }
   }
 
-  bool read_entry(SafetensorsTensor& tensor, uint64_t& begin) {
+  bool read_entry(SafetensorsTensor& tensor) {
     if (!take('{')) return false;
     bool has_dtype = false;
     bool has_shape = false;
     bool has_offsets = false;
-    std::vector<uint64_t> offsets;
+    uint64_t offsets[2] = {0, 0};
+    size_t offset_count = 0;
     space();
     while (true) {
       std::string_view field;
@@ -291,10 +289,22 @@ class PlainHeaderScanner {
         tensor.dtype = *dtype;
       } else if (field == "shape" && !has_shape) {
         has_shape = true;
-        if (!unsigned_array(tensor.shape)) return false;
+        if (!unsigned_array([&](uint64_t d) {
+              tensor.shape.push_back(d);
+              return true;
+            })) {
+          return false;
+        }
       } else if (field == "data_offsets" && !has_offsets) {
         has_offsets = true;
-        if (!unsigned_array(offsets) || offsets.size() != 2) return false;
+        if (!unsigned_array([&](uint64_t o) {
+              if (offset_count == 2) return false;
+              offsets[offset_count++] = o;
+              return true;
+            }) ||
+            offset_count != 2) {
+          return false;
+        }
       } else {
         return false;
       }
@@ -311,7 +321,6 @@ class PlainHeaderScanner {
     if (!nbytes.ok() || *nbytes != last - first) return false;
     tensor.offset = data_offset_ + first;
     tensor.nbytes = *nbytes;
-    begin = first;
     return true;
   }
 
@@ -346,7 +355,7 @@ class PlainHeaderScanner {
 // one document.
 Status read_header_strict(std::string_view header, uint64_t data_offset,
                           const HeaderReader& reader,
-                          std::vector<std::pair<uint64_t, SafetensorsTensor>>& tensors,
+                          std::vector<SafetensorsTensor>& tensors,
                           std::map<std::string, std::string>& metadata) {
   Status entry_status;
   auto parsed = detail::parse_json_members(
@@ -356,9 +365,8 @@ Status read_header_strict(std::string_view header, uint64_t data_offset,
           return entry_status.ok();
         }
         SafetensorsTensor tensor;
-        uint64_t begin = 0;
-        entry_status = reader.read_tensor(name, entry, data_offset, tensor, begin);
-        if (entry_status.ok()) tensors.emplace_back(begin, std::move(tensor));
+        entry_status = reader.read_tensor(name, entry, data_offset, tensor);
+        if (entry_status.ok()) tensors.push_back(std::move(tensor));
         return entry_status.ok();
       });
   if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
@@ -422,12 +430,32 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
 
   std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
   HeaderReader reader(file, bytes.size() - data_offset);
-  std::vector<std::pair<uint64_t, SafetensorsTensor>> tensors;  // begin, tensor
-  // The fast path first; anything outside it is read again by the strict
-  // reader, which says what is wrong.
+  std::vector<SafetensorsTensor>& tensors = result->tensors_;
+  // Offset order, and the name index; false when a name appears twice.
+  // Empty tensors go first among equal offsets, so one at a boundary fits
+  // the tiling check below; ties (empty tensors at one offset) go by name:
+  // the order never depends on the order of the header's entries.
+  const auto arrange = [&] {
+    const auto by_place = [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+      return std::tie(a.offset, a.nbytes, a.name) < std::tie(b.offset, b.nbytes, b.name);
+    };
+    // Writers mostly list tensors in offset order already.
+    if (!std::is_sorted(tensors.begin(), tensors.end(), by_place)) {
+      std::sort(tensors.begin(), tensors.end(), by_place);
+    }
+    result->index_.clear();
+    result->index_.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!result->index_.emplace(tensors[i].name, i).second) return false;
+    }
+    return true;
+  };
+  // The fast path first; anything outside it, a name given twice included,
+  // is read again by the strict reader, which says what is wrong.
   if (mode == detail::HeaderReading::strict ||
       !PlainHeaderScanner(header, data_offset, bytes.size() - data_offset)
-           .read(tensors, result->metadata_)) {
+           .read(tensors, result->metadata_) ||
+      !arrange()) {
     if (mode == detail::HeaderReading::fast_only) {
       return fail("header is not in the plain form the fast reader reads");
     }
@@ -437,46 +465,36 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
         !s.ok()) {
       return s;
     }
+    arrange();  // the strict reader refuses a name given twice
   }
 
   // As the reference reader requires, the tensors tile the data section
   // exactly: each starts where the one before it ends, the first at 0, the
   // last at the end of the file. A gap would hold bytes that no tool shows.
-  // Empty tensors go first among equal offsets, so one at a boundary fits.
-  // Ties (empty tensors at one offset) go by name: the order never depends
-  // on the order of the header's entries.
-  const auto by_place = [](const auto& a, const auto& b) {
-    return std::tie(a.first, a.second.nbytes, a.second.name) <
-           std::tie(b.first, b.second.nbytes, b.second.name);
-  };
-  // Writers mostly list tensors in offset order already.
-  if (!std::is_sorted(tensors.begin(), tensors.end(), by_place)) {
-    std::sort(tensors.begin(), tensors.end(), by_place);
-  }
-  const auto range = [](const std::pair<uint64_t, SafetensorsTensor>& t) {
-    return "[" + std::to_string(t.first) + ", " + std::to_string(t.first + t.second.nbytes) +
-           "]";
+  const auto range = [&](const SafetensorsTensor& t) {
+    return "[" + std::to_string(t.offset - data_offset) + ", " +
+           std::to_string(t.offset - data_offset + t.nbytes) + "]";
   };
   const uint64_t data_size = bytes.size() - data_offset;
   uint64_t covered = 0;  // data bytes [0, covered) belong to the tensors so far
-  const std::pair<uint64_t, SafetensorsTensor>* previous = nullptr;
-  for (const auto& entry : tensors) {
-    const std::string& name = entry.second.name;
-    if (entry.first < covered) {
-      return reader.fail(name, "data_offsets " + range(entry) + " overlap tensor " +
-                                   quote(previous->second.name) + " at " + range(*previous));
+  const SafetensorsTensor* previous = nullptr;
+  for (const SafetensorsTensor& tensor : tensors) {
+    const uint64_t begin = tensor.offset - data_offset;
+    if (begin < covered) {
+      return reader.fail(tensor.name, "data_offsets " + range(tensor) + " overlap tensor " +
+                                          quote(previous->name) + " at " + range(*previous));
     }
-    if (entry.first > covered) {
-      const std::string where =
-          previous == nullptr ? "at the start of the data section"
-                              : "after tensor " + quote(previous->second.name) + " at " +
-                                    range(*previous);
-      return reader.fail(name, "data_offsets " + range(entry) + " leave a gap " + where +
-                                   ": data bytes " + std::to_string(covered) + " to " +
-                                   std::to_string(entry.first) + " belong to no tensor");
+    if (begin > covered) {
+      const std::string where = previous == nullptr ? "at the start of the data section"
+                                                    : "after tensor " + quote(previous->name) +
+                                                          " at " + range(*previous);
+      return reader.fail(tensor.name, "data_offsets " + range(tensor) + " leave a gap " +
+                                          where + ": data bytes " + std::to_string(covered) +
+                                          " to " + std::to_string(begin) +
+                                          " belong to no tensor");
     }
-    covered = entry.first + entry.second.nbytes;
-    previous = &entry;
+    covered = begin + tensor.nbytes;
+    previous = &tensor;
   }
   if (covered != data_size) {
     return fail("the data section has " + std::to_string(data_size) +
@@ -487,12 +505,6 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
 
   result->mapping_ = std::move(*mapped);
   result->data_offset_ = data_offset;
-  result->tensors_.reserve(tensors.size());
-  for (auto& entry : tensors) result->tensors_.push_back(std::move(entry.second));
-  result->index_.reserve(result->tensors_.size());
-  for (size_t i = 0; i < result->tensors_.size(); ++i) {
-    result->index_.emplace(result->tensors_[i].name, i);
-  }
   return std::shared_ptr<const SafetensorsFile>(std::move(result));
 }
 

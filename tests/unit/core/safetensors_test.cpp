@@ -762,6 +762,7 @@ INSTANTIATE_TEST_SUITE_P(
                    R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
                    2, false},
         HeaderCase{R"({"__metadata__":{"k":"v","k":"w"}})", 0, false},
+        HeaderCase{R"({"__metadata__":{"k":"v"},"__metadata__":{"j":"w"}})", 0, false},
         HeaderCase{R"({"__metadata__":{"k":1}})", 0, false},
         HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}} x)", 1, false},
         HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]})", 1, false},
