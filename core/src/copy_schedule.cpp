@@ -780,10 +780,14 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
   for (auto& [key, list] : by_device) {
     // File order gives sequential reads. Files are told apart by their
     // mapping, not by comparing paths N log N times.
-    std::sort(list.begin(), list.end(), [](const CopyRequest* a, const CopyRequest* b) {
+    const auto in_file_order = [](const CopyRequest* a, const CopyRequest* b) {
       if (a->file != b->file) return std::less<>()(a->file.get(), b->file.get());
       return a->file_offset < b->file_offset;
-    });
+    };
+    // Plans mostly list a file's tensors in file order already.
+    if (!std::is_sorted(list.begin(), list.end(), in_file_order)) {
+      std::sort(list.begin(), list.end(), in_file_order);
+    }
     DeviceCopyQueue queue;
     queue.device = list.front()->buffer->device();
     for (const CopyRequest* request : list) {

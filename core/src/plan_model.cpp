@@ -1,3 +1,4 @@
+#include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
 
@@ -7,7 +8,6 @@
 #include <optional>
 #include <set>
 #include <system_error>
-#include <unordered_map>
 
 namespace devalloc {
 
@@ -72,16 +72,14 @@ Result<PlanSelection> Plan::tensors_for_methods(
   // miss builds the name index. (In a plan that repeats a name, which
   // validate_plan refuses, the guess may select a later tensor of that name
   // as well as the first; nothing else depends on it.)
-  std::unordered_map<std::string_view, size_t> tensor_index;
+  NameIndex tensor_index;
   const auto index_of = [&](const std::string& name, size_t guess) -> std::optional<size_t> {
     if (guess < tensors.size() && tensors[guess].name == name) return guess;
     if (tensor_index.empty()) {
       tensor_index.reserve(tensors.size());
-      for (size_t i = 0; i < tensors.size(); ++i) tensor_index.emplace(tensors[i].name, i);
+      for (size_t i = 0; i < tensors.size(); ++i) tensor_index.insert(tensors[i].name, i);
     }
-    const auto it = tensor_index.find(name);
-    if (it == tensor_index.end()) return std::nullopt;
-    return it->second;
+    return tensor_index.find(name);
   };
   std::set<uint32_t> known_ids;
   for (const PlanBuffer& buffer : buffers) known_ids.insert(buffer.memory_id);

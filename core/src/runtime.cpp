@@ -149,7 +149,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     request_tensor.push_back(n.index);
   }
 
-  const CopySchedule schedule = CopySchedule::build(requests);
+  const CopySchedule schedule = CopySchedule::build(std::move(requests));
   std::vector<DeviceLoadStats> stats;
   PipelineStats pipeline;
   if (Status s = schedule.execute(PipelineOptions::from(options), &stats, &pipeline,
@@ -159,7 +159,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   }
   const bool verifying = verify.value_or(options.verify);
   if (verifying) {
-    if (Status s = verify_copies(requests, std::min<uint64_t>(
+    if (Status s = verify_copies(schedule.requests(), std::min<uint64_t>(
                                                options.staging_bytes, 8 << 20));
         !s.ok()) {
       return s;
@@ -198,7 +198,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     }
     report->pipeline = pipeline;
     report->devices = std::move(stats);
-    for (const CopyRequest& r : requests) {
+    for (const CopyRequest& r : schedule.requests()) {
       // An empty tensor is in place without a copy.
       if (r.nbytes > 0) ++report->constants;
       report->bytes += r.nbytes;
@@ -269,12 +269,12 @@ std::optional<LoadedTensor> LoadedProgram::find(std::string_view name) const {
   if (by_name_.empty()) {
     by_name_.reserve(plan_.tensors.size());
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-      by_name_.emplace(plan_.tensors[i].name, i);
+      by_name_.insert(plan_.tensors[i].name, i);
     }
   }
-  auto it = by_name_.find(name);
-  if (it == by_name_.end() || !tensors_[it->second].loaded) return std::nullopt;
-  return loaded_tensor(it->second);
+  const std::optional<size_t> found = by_name_.find(name);
+  if (!found || !tensors_[*found].loaded) return std::nullopt;
+  return loaded_tensor(*found);
 }
 
 std::vector<LoadedTensor> LoadedProgram::tensors() const {

@@ -446,7 +446,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     result->index_.clear();
     result->index_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!result->index_.emplace(tensors[i].name, i).second) return false;
+      if (!result->index_.insert(tensors[i].name, i)) return false;
     }
     return true;
   };
@@ -509,8 +509,8 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
 }
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
-  const auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &tensors_[it->second];
+  const std::optional<size_t> found = index_.find(name);
+  return found ? &tensors_[*found] : nullptr;
 }
 
 std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsTensor& tensor) const {

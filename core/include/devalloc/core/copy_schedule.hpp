@@ -119,6 +119,8 @@ class CopySchedule {
   static CopySchedule build(std::vector<CopyRequest> requests);
 
   const std::vector<DeviceCopyQueue>& queues() const { return queues_; }
+  // The requests as given, 0-byte ones included.
+  const std::vector<CopyRequest>& requests() const { return requests_; }
   uint64_t range_count() const;
 
   // Reads and copies every range and synchronizes every device that got

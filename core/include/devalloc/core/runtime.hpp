@@ -18,6 +18,7 @@
 #include <devalloc/core/copy_schedule.hpp>
 #include <devalloc/core/device_buffer.hpp>
 #include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/name_index.hpp>
 #include <devalloc/core/placement.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/safetensors.hpp>
@@ -32,8 +33,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace devalloc {
@@ -129,7 +128,7 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   std::vector<std::filesystem::path> files_;  // resolved source files
   // Tensor name -> plan_.tensors index (the first of equal names), built by
   // the first lookup by name: a load does not need it.
-  mutable std::unordered_map<std::string_view, size_t> by_name_;
+  mutable NameIndex by_name_;
 };
 
 class Runtime : public std::enable_shared_from_this<Runtime> {

@@ -5,6 +5,7 @@
 
 #include <devalloc/core/dtype.hpp>
 #include <devalloc/core/mapped_file.hpp>
+#include <devalloc/core/name_index.hpp>
 #include <devalloc/status.hpp>
 
 #include <cstddef>
@@ -17,7 +18,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace devalloc {
@@ -85,9 +85,9 @@ class SafetensorsFile {
 
   std::shared_ptr<const MappedFile> mapping_;
   std::vector<SafetensorsTensor> tensors_;
-  // name -> tensors_ index; the views point into tensors_, which never
-  // changes after open.
-  std::unordered_map<std::string_view, size_t> index_;
+  // name -> tensors_ index; the names are tensors_'s, which never change
+  // after open.
+  NameIndex index_;
   std::map<std::string, std::string> metadata_;
   uint64_t data_offset_ = 0;
 };
