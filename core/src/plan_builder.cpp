@@ -1,4 +1,5 @@
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
 
@@ -88,7 +89,10 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
   if (!folder.ok()) return folder.status();
 
   std::map<std::filesystem::path, size_t> seen_files;     // resolved -> files index
-  std::map<std::string, size_t, std::less<>> owner;       // tensor -> files index
+  // Tensor -> files index; the names are those of the opened files, which
+  // stay open until the plan is built.
+  std::vector<std::shared_ptr<const SafetensorsFile>> opened;
+  NameIndex owner;
   std::map<std::string, size_t, std::less<>> buffer_of;   // device -> buffers index
   for (size_t f = 0; f < files.size(); ++f) {
     Result<std::filesystem::path> absolute = resolved(files[f]);
@@ -99,18 +103,22 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
     }
     Result<std::shared_ptr<const SafetensorsFile>> file = SafetensorsFile::open(files[f]);
     if (!file.ok()) return file.status();
+    opened.push_back(*file);
 
     std::filesystem::path relative = absolute->lexically_relative(*folder);
     if (relative.empty()) relative = *absolute;
     if (*relative.begin() == "..") plan.allow_external_files = true;
+    const std::string source_file = relative.string();
 
+    owner.reserve(owner.size() + (*file)->tensors().size());
+    plan.tensors.reserve(plan.tensors.size() + (*file)->tensors().size());
     for (const SafetensorsTensor& tensor : (*file)->tensors()) {
-      if (const auto [it, inserted] = owner.emplace(tensor.name, f); !inserted) {
+      if (!owner.insert(tensor.name, f)) {
         return invalid("tensor " + quote(tensor.name) + " is in both " +
-                       files[it->second].string() + " and " + files[f].string());
+                       files[*owner.find(tensor.name)].string() + " and " + files[f].string());
       }
       const std::string& device = device_for(tensor.name, options);
-      auto [slot, added] = buffer_of.emplace(device, plan.buffers.size());
+      auto [slot, added] = buffer_of.try_emplace(device, plan.buffers.size());
       if (added) {
         plan.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan.buffers.size()), device,
                                           0, options.alignment});
@@ -129,7 +137,7 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
       buffer.size = end;
       plan.tensors.push_back(PlanTensor{tensor.name, tensor.dtype, tensor.shape,
                                         buffer.memory_id, offset,
-                                        PlanSource{relative.string(), tensor.name}});
+                                        PlanSource{source_file, tensor.name}});
     }
   }
 
@@ -137,6 +145,7 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
     PlanMethod method;
     method.name = name;
     for (const PlanBuffer& buffer : plan.buffers) method.memory_ids.push_back(buffer.memory_id);
+    method.tensors.reserve(plan.tensors.size());
     for (const PlanTensor& tensor : plan.tensors) method.tensors.push_back(tensor.name);
     plan.methods.push_back(std::move(method));
   }
