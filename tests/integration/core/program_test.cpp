@@ -104,6 +104,28 @@ TEST_F(LoadFixture, GivenScratchOfAnotherMethodOverlappingAConstant_WhenTheConst
   EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
 }
 
+TEST_F(LoadFixture, GivenAMethodThatListsABufferWithNoTensorOfItsOwn_WhenAnotherMethodIsUnloaded_ThenTheBufferLivesOnAndItsConstantsAreCopiedAgain) {
+  // "spare" lists buffer 1 (where decode's head lies) as memory it uses,
+  // with no tensor in it: a runtime may hand it out as scratch.
+  plan().methods.push_back(PlanMethod{"spare", {1}, {}});
+  auto program = Runtime::create(default_config())->load(plan(), {"decode", "spare"}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  const uint64_t before = DeviceBuffer::live_count();
+  ASSERT_TRUE((*program)->unload_method("decode").ok());
+  EXPECT_EQ((*program)->methods(), std::vector<std::string>{"spare"});
+  EXPECT_FALSE((*program)->find("head"));
+  EXPECT_TRUE((*program)->tensors().empty());
+  EXPECT_EQ(DeviceBuffer::live_count(), before - 2);  // buffers 0 and 2 went
+  ASSERT_EQ((*program)->buffers().size(), 1u);
+  EXPECT_EQ((*program)->buffers()[0]->memory_id(), 1u);
+
+  LoadReport report;
+  ASSERT_TRUE((*program)->load_methods({"decode"}, &report).ok());
+  EXPECT_EQ(report.allocations, 2u);  // buffer 1 lived on
+  EXPECT_EQ(report.constants, 3u);    // head too: no loaded method listed it
+  EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
+}
+
 TEST_F(LoadFixture, GivenADlpackExport_WhenTheLastProgramHandleGoes_ThenTheExportKeepsTheProgramAlive) {
   std::weak_ptr<LoadedProgram> weak;
   DLManagedTensor* managed = nullptr;
