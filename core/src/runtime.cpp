@@ -239,7 +239,11 @@ Status LoadedProgram::unload_method(std::string_view method) {
     // the scratch of a method that overlaps it: copy it again when needed.
     if (still_used[i] == 0) tensors_[i] = TensorState{};
   }
-  const std::set<uint32_t> live_ids(used->memory_ids.begin(), used->memory_ids.end());
+  // A buffer lives on while a staying method lists its memory id, or holds
+  // a tensor a staying method lists (a plan that skipped validate_plan may
+  // put a tensor outside its own method's memory ids).
+  std::set<uint32_t> live_ids(used->memory_ids.begin(), used->memory_ids.end());
+  for (size_t i : used->tensors) live_ids.insert(plan_.tensors[i].memory_id);
   for (auto b = buffers_.begin(); b != buffers_.end();) {
     if (live_ids.count(b->first) == 0) {
       dropped.push_back(std::move(b->second));

@@ -126,6 +126,19 @@ TEST_F(LoadFixture, GivenAMethodThatListsABufferWithNoTensorOfItsOwn_WhenAnother
   EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
 }
 
+TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorInAnotherMethodsBuffer_WhenThatMethodIsUnloaded_ThenTheTensorKeepsItsBuffer) {
+  // "lean" lists head (buffer 1) but only memory id 0; loaded together with
+  // "wide", which lists buffer 1, the load accepts it.
+  plan().methods = {{"lean", {0}, {"w.a", "head"}}, {"wide", {1}, {}}};
+  auto program = Runtime::create(default_config())->load(plan(), {"lean", "wide"}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  ASSERT_TRUE((*program)->unload_method("wide").ok());
+  const std::optional<LoadedTensor> head = (*program)->find("head");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(read_back(*head), source("head"));
+  EXPECT_EQ((*program)->buffers().size(), 2u);
+}
+
 TEST_F(LoadFixture, GivenADlpackExport_WhenTheLastProgramHandleGoes_ThenTheExportKeepsTheProgramAlive) {
   std::weak_ptr<LoadedProgram> weak;
   DLManagedTensor* managed = nullptr;
