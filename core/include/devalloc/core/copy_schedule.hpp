@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace devalloc {
@@ -50,7 +51,9 @@ struct CopyRequest {
   std::shared_ptr<const MappedFile> file;
   uint64_t file_offset = 0;
   uint64_t nbytes = 0;
-  std::string tensor;  // named in errors
+  // Named in errors. Points into the caller's plan, which outlives the
+  // schedule built from the request.
+  std::string_view tensor;
 };
 
 // One coalesced range (or a piece of it); points into the schedule's own
@@ -61,8 +64,8 @@ struct CopyStep {
   const MappedFile* file = nullptr;
   uint64_t file_offset = 0;
   uint64_t nbytes = 0;
-  std::string first_tensor;  // the tensors it covers, for errors
-  std::string last_tensor;
+  std::string_view first_tensor;  // the tensors it covers, for errors
+  std::string_view last_tensor;
 };
 
 struct DeviceCopyQueue {
