@@ -168,28 +168,17 @@ class PlainHeaderScanner {
             std::map<std::string, std::string>& metadata) {
     bool seen_metadata = false;
     space();
-    if (!take('{')) return false;
-    space();
-    if (take('}')) return at_text_end();
-    while (true) {
-      std::string_view name;
-      if (!plain_string(name)) return false;
-      space();
-      if (!take(':')) return false;
-      space();
-      if (name == "__metadata__") {
-        if (seen_metadata || !read_metadata(metadata)) return false;
-        seen_metadata = true;
-      } else {
-        SafetensorsTensor& tensor = tensors.emplace_back();
-        if (!read_entry(tensor)) return false;
-        tensor.name = name;
-      }
-      space();
-      if (take('}')) return at_text_end();
-      if (!take(',')) return false;
-      space();
-    }
+    return members([&](std::string_view name) {
+             if (name == "__metadata__") {
+               if (seen_metadata) return false;
+               seen_metadata = true;
+               return read_metadata(metadata);
+             }
+             SafetensorsTensor& tensor = tensors.emplace_back();
+             tensor.name = name;
+             return read_entry(tensor);
+           }) &&
+           at_text_end();
   }
 
  private:
@@ -233,11 +222,10 @@ class PlainHeaderScanner {
   // Digits only, no leading zero, no fraction or exponent, fits 64 bits.
   bool plain_unsigned(uint64_t& out) {
     if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+    out = 0;
     if (*p_ == '0') {
       ++p_;
-      out = 0;
     } else {
-      out = 0;
       while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
         if (__builtin_mul_overflow(out, uint64_t{10}, &out) ||
             __builtin_add_overflow(out, static_cast<uint64_t>(*p_ - '0'), &out)) {
@@ -249,37 +237,51 @@ class PlainHeaderScanner {
     return p_ != end_ && *p_ != '.' && *p_ != 'e' && *p_ != 'E' && (*p_ < '0' || *p_ > '9');
   }
 
-  // [n, n, ...] of plain unsigned integers, each passed to add(), which
-  // returns false to refuse it.
-  template <typename Add>
-  bool unsigned_array(Add add) {
-    if (!take('[')) return false;
+  // open item, item, ... close (whitespace anywhere between); item() reads
+  // one and returns false to refuse it.
+  template <typename Item>
+  bool sequence(char open, char close, Item item) {
+    if (!take(open)) return false;
     space();
-    if (take(']')) return true;
+    if (take(close)) return true;
     while (true) {
-      uint64_t value = 0;
-      if (!plain_unsigned(value) || !add(value)) return false;
+      if (!item()) return false;
       space();
-      if (take(']')) return true;
+      if (take(close)) return true;
       if (!take(',')) return false;
       space();
     }
   }
 
+  // {"key": value, ...} with plain keys; on_member(key) reads each value.
+  template <typename OnMember>
+  bool members(OnMember on_member) {
+    return sequence('{', '}', [&] {
+      std::string_view key;
+      if (!plain_string(key)) return false;
+      space();
+      if (!take(':')) return false;
+      space();
+      return on_member(key);
+    });
+  }
+
+  // [n, n, ...] of plain unsigned integers, each passed to add().
+  template <typename Add>
+  bool unsigned_array(Add add) {
+    return sequence('[', ']', [&] {
+      uint64_t value = 0;
+      return plain_unsigned(value) && add(value);
+    });
+  }
+
   bool read_entry(SafetensorsTensor& tensor) {
-    if (!take('{')) return false;
     bool has_dtype = false;
     bool has_shape = false;
     bool has_offsets = false;
     uint64_t offsets[2] = {0, 0};
     size_t offset_count = 0;
-    space();
-    while (true) {
-      std::string_view field;
-      if (!plain_string(field)) return false;
-      space();
-      if (!take(':')) return false;
-      space();
+    const bool read = members([&](std::string_view field) {
       if (field == "dtype" && !has_dtype) {
         has_dtype = true;
         std::string_view name;
@@ -287,33 +289,27 @@ class PlainHeaderScanner {
         const std::optional<DType> dtype = parse_dtype(name);
         if (!dtype) return false;
         tensor.dtype = *dtype;
-      } else if (field == "shape" && !has_shape) {
-        has_shape = true;
-        if (!unsigned_array([&](uint64_t d) {
-              tensor.shape.push_back(d);
-              return true;
-            })) {
-          return false;
-        }
-      } else if (field == "data_offsets" && !has_offsets) {
-        has_offsets = true;
-        if (!unsigned_array([&](uint64_t o) {
-              if (offset_count == 2) return false;
-              offsets[offset_count++] = o;
-              return true;
-            }) ||
-            offset_count != 2) {
-          return false;
-        }
-      } else {
-        return false;
+        return true;
       }
-      space();
-      if (take('}')) break;
-      if (!take(',')) return false;
-      space();
-    }
-    if (!has_dtype || !has_shape || !has_offsets) return false;
+      if (field == "shape" && !has_shape) {
+        has_shape = true;
+        return unsigned_array([&](uint64_t d) {
+          tensor.shape.push_back(d);
+          return true;
+        });
+      }
+      if (field == "data_offsets" && !has_offsets) {
+        has_offsets = true;
+        return unsigned_array([&](uint64_t o) {
+                 if (offset_count == 2) return false;
+                 offsets[offset_count++] = o;
+                 return true;
+               }) &&
+               offset_count == 2;
+      }
+      return false;
+    });
+    if (!read || !has_dtype || !has_shape || !has_offsets) return false;
     const uint64_t first = offsets[0];
     const uint64_t last = offsets[1];
     if (first > last || last > data_size_) return false;
@@ -326,23 +322,10 @@ class PlainHeaderScanner {
 
   // {"key": "value", ...}; null and anything else go to the strict reader.
   bool read_metadata(std::map<std::string, std::string>& metadata) {
-    if (!take('{')) return false;
-    space();
-    if (take('}')) return true;
-    while (true) {
-      std::string_view key;
+    return members([&](std::string_view key) {
       std::string_view value;
-      if (!plain_string(key)) return false;
-      space();
-      if (!take(':')) return false;
-      space();
-      if (!plain_string(value)) return false;
-      if (!metadata.emplace(key, value).second) return false;
-      space();
-      if (take('}')) return true;
-      if (!take(',')) return false;
-      space();
-    }
+      return plain_string(value) && metadata.emplace(key, value).second;
+    });
   }
 
   const char* p_;
