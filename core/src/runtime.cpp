@@ -25,11 +25,17 @@ std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     const Plan& plan, const std::vector<std::string>& methods,
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
+  return load(Plan(plan), methods, report, files, verify);
+}
+
+Result<std::shared_ptr<LoadedProgram>> Runtime::load(
+    Plan&& plan, const std::vector<std::string>& methods,
+    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
   std::shared_ptr<LoadedProgram> program(
-      new LoadedProgram(shared_from_this(), plan));
+      new LoadedProgram(shared_from_this(), std::move(plan)));
   std::vector<std::string> names = methods;
   if (names.empty()) {
-    for (const auto& m : plan.methods) names.push_back(m.name);
+    for (const auto& m : program->plan().methods) names.push_back(m.name);
   }
   Status s = program->load_methods(names, report, files, verify);
   if (!s.ok()) return s;

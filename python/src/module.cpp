@@ -144,7 +144,7 @@ class PyRuntime {
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     {
       nb::gil_scoped_release no_gil;
-      program = runtime->load(plan, methods, nullptr, &files, verify);
+      program = runtime->load(std::move(plan), methods, nullptr, &files, verify);
       runtime->set_progress({});
     }
     if (relay->error) throw std::move(*relay->error);

@@ -139,6 +139,15 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorInAnotherMethodsBuffer_WhenTha
   EXPECT_EQ((*program)->buffers().size(), 2u);
 }
 
+TEST_F(LoadFixture, GivenAPlanMovedIn_ThenTheProgramOwnsItAndLoadsEveryMethod) {
+  Plan moved = plan();
+  auto program = Runtime::create(default_config())->load(std::move(moved), {}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ((*program)->methods(), (std::vector<std::string>{"decode", "prefill"}));
+  EXPECT_EQ((*program)->plan().tensors.size(), plan().tensors.size());
+  EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
+}
+
 TEST_F(LoadFixture, GivenADlpackExport_WhenTheLastProgramHandleGoes_ThenTheExportKeepsTheProgramAlive) {
   std::weak_ptr<LoadedProgram> weak;
   DLManagedTensor* managed = nullptr;

@@ -142,9 +142,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const RuntimeConfig& config() const { return registry_.config(); }
 
   // Loads the methods of plan (all of them when methods is empty); `files`
-  // and `verify` as for LoadedProgram::load_methods.
+  // and `verify` as for LoadedProgram::load_methods. The program keeps its
+  // own plan: a plan passed by const reference is copied (per tensor, a
+  // name, a shape, a source), one passed as an rvalue is moved.
   Result<std::shared_ptr<LoadedProgram>> load(
       const Plan& plan, const std::vector<std::string>& methods,
+      LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
+      std::optional<bool> verify = std::nullopt);
+  Result<std::shared_ptr<LoadedProgram>> load(
+      Plan&& plan, const std::vector<std::string>& methods,
       LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
       std::optional<bool> verify = std::nullopt);
 
