@@ -1,5 +1,7 @@
 #include <devalloc/core/dtype.hpp>
 
+#include <array>
+#include <iterator>
 #include <limits>
 
 namespace devalloc {
@@ -48,8 +50,14 @@ DTypeInfo info(DType dtype) {
 std::string_view to_string(DType dtype) { return info(dtype).name; }
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType dtype : kAllDTypes) {
-    if (info(dtype).name == name) return dtype;
+  // Called once per tensor of a header: the names are gathered once.
+  static const auto names = [] {
+    std::array<std::string_view, std::size(kAllDTypes)> out{};
+    for (size_t i = 0; i < out.size(); ++i) out[i] = info(kAllDTypes[i]).name;
+    return out;
+  }();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return kAllDTypes[i];
   }
   return std::nullopt;
 }
