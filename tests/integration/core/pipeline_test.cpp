@@ -231,5 +231,52 @@ TEST_F(PipelineLoad, GivenPluginReleasingTwice_WhenLoading_ThenTheLoadFailsNamin
   }
 }
 
+// Thousands of tiny tensors, each at its own aligned place in the buffer:
+// each is a piece of its own, and threads claim them in runs. Every byte
+// must arrive, each piece must be counted once, and the staged path must
+// stay within its ring while runs of pieces wait for slots.
+TEST_F(PipelineLoad, GivenThousandsOfTinyTensors_WhenLoadedByFourThreads_ThenEveryPieceArrivesAndIsCountedOnce) {
+  constexpr uint64_t kTiny = 3000;
+  std::vector<std::vector<std::byte>> tiny(kTiny);
+  std::vector<SafetensorsWriteTensor> out;
+  Plan plan;
+  plan.path = dir_ / "tiny.json";
+  plan.buffers = {{0, "host", kTiny * 256, 256}};
+  PlanMethod method{"main", {0}, {}};
+  for (uint64_t i = 0; i < kTiny; ++i) {
+    tiny[i].resize(48);
+    for (uint64_t b = 0; b < 48; ++b) tiny[i][b] = static_cast<std::byte>((i * 31 + b) & 0xff);
+    out.push_back({"x" + std::to_string(i), DType::u8, {48}, tiny[i]});
+    plan.tensors.push_back(PlanTensor{"x" + std::to_string(i), DType::u8, {48}, 0, i * 256,
+                                      PlanSource{"tiny.safetensors", "x" + std::to_string(i)}});
+    method.tensors.push_back("x" + std::to_string(i));
+  }
+  plan.methods = {method};
+  ASSERT_TRUE(write_safetensors(dir_ / "tiny.safetensors", out).ok());
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
+
+  for (const bool direct : {false, true}) {
+    LoadReport report;
+    auto program =
+        Runtime::create(config_for("host", std::string("staging = 16384\nthreads = 4\n") +
+                                               "direct = " + (direct ? "true" : "false") + "\n"))
+            ->load(plan, {}, &report);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    EXPECT_EQ(direct ? report.direct_reads : report.copies, kTiny) << direct;
+    EXPECT_EQ(direct ? report.copies : report.direct_reads, 0u) << direct;
+    EXPECT_EQ(report.constants, kTiny);
+    EXPECT_GT(report.pipeline.threads, 1u);  // 3000 pieces of 48 bytes: three claims
+    EXPECT_LE(report.pipeline.max_in_flight_bytes, kStaging);
+    for (uint64_t i = 0; i < kTiny; i += 7) {
+      const std::optional<LoadedTensor> t = (*program)->find("x" + std::to_string(i));
+      ASSERT_TRUE(t.has_value());
+      std::vector<std::byte> back(48);
+      ASSERT_TRUE(
+          t->device().plugin->copy_to_host(t->device().device, back.data(), t->address(), 48).ok());
+      ASSERT_EQ(back, tiny[i]) << i << (direct ? " direct" : " staged");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace devalloc::testing
