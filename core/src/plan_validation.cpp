@@ -1,10 +1,12 @@
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
 
 #include "plan_errors.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
@@ -82,31 +84,34 @@ class Validator {
     return Status();
   }
 
+  // Places in messages are made only for the message: a plan of 100 000
+  // tensors that is fine builds none of them.
   Status check_tensors() {
+    tensor_index_.reserve(plan_.tensors.size());
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
       const PlanTensor& tensor = plan_.tensors[i];
-      const std::string place = tensor_place(i);
-      const auto [it, inserted] = tensor_index_.emplace(tensor.name, i);
-      if (!inserted) {
-        return error(place, "name also used by " + at_index("tensors", it->second));
+      if (!tensor_index_.insert(tensor.name, i)) {
+        return error(tensor_place(i), "name also used by " +
+                                          at_index("tensors", *tensor_index_.find(tensor.name)));
       }
       Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
-      if (!nbytes.ok()) return error(place, nbytes.status().message());
+      if (!nbytes.ok()) return error(tensor_place(i), nbytes.status().message());
       const auto buffer = buffer_index_.find(tensor.memory_id);
       if (buffer == buffer_index_.end()) {
-        return error(place, "memory id " + std::to_string(tensor.memory_id) +
-                                " has no buffer (memory ids: " + known_memory_ids() + ")");
+        return error(tensor_place(i), "memory id " + std::to_string(tensor.memory_id) +
+                                          " has no buffer (memory ids: " + known_memory_ids() +
+                                          ")");
       }
       const PlanBuffer& target = plan_.buffers[buffer->second];
       uint64_t end = 0;
       if (__builtin_add_overflow(tensor.offset, *nbytes, &end)) {
-        return error(place, "offset " + std::to_string(tensor.offset) + " + " +
-                                std::to_string(*nbytes) + " bytes overflows 64 bits");
+        return error(tensor_place(i), "offset " + std::to_string(tensor.offset) + " + " +
+                                          std::to_string(*nbytes) + " bytes overflows 64 bits");
       }
       if (end > target.size) {
-        return error(place, "ends at byte " + std::to_string(end) + " of buffer " +
-                                std::to_string(target.memory_id) + ", which has " +
-                                std::to_string(target.size) + " bytes");
+        return error(tensor_place(i), "ends at byte " + std::to_string(end) + " of buffer " +
+                                          std::to_string(target.memory_id) + ", which has " +
+                                          std::to_string(target.size) + " bytes");
       }
       if (tensor.is_constant() && *nbytes != 0) {
         constants_.push_back(Extent{tensor.memory_id, tensor.offset, end, i});
@@ -139,6 +144,9 @@ class Validator {
 
   Status check_methods() {
     std::unordered_map<std::string_view, size_t> method_index;
+    // The last method that listed each tensor: one array for all methods,
+    // so a method listing a tensor twice is found without a set of names.
+    std::vector<size_t> listed_by(plan_.tensors.size(), SIZE_MAX);
     for (size_t m = 0; m < plan_.methods.size(); ++m) {
       const PlanMethod& method = plan_.methods[m];
       const std::string place = named_place("methods", m, method.name);
@@ -161,22 +169,22 @@ class Validator {
           return error(at, who + " lists memory id " + std::to_string(id) + " twice");
         }
       }
-      std::set<std::string_view> names;
       for (size_t k = 0; k < method.tensors.size(); ++k) {
         const std::string& name = method.tensors[k];
-        const std::string at = prefix + "/tensors/" + std::to_string(k);
-        const auto tensor = tensor_index_.find(name);
-        if (tensor == tensor_index_.end()) {
-          return error(at, who + " lists tensor " + quote(name) +
-                               ", which is not in the plan");
+        const auto at = [&] { return prefix + "/tensors/" + std::to_string(k); };
+        const std::optional<size_t> tensor = tensor_index_.find(name);
+        if (!tensor) {
+          return error(at(), who + " lists tensor " + quote(name) +
+                                 ", which is not in the plan");
         }
-        if (!names.insert(name).second) {
-          return error(at, who + " lists tensor " + quote(name) + " twice");
+        if (listed_by[*tensor] == m) {
+          return error(at(), who + " lists tensor " + quote(name) + " twice");
         }
-        const uint32_t id = plan_.tensors[tensor->second].memory_id;
+        listed_by[*tensor] = m;
+        const uint32_t id = plan_.tensors[*tensor].memory_id;
         if (ids.count(id) == 0) {
-          return error(at, who + " uses tensor " + quote(name) + " in memory id " +
-                               std::to_string(id) + ", which is not in its memory_ids");
+          return error(at(), who + " uses tensor " + quote(name) + " in memory id " +
+                                 std::to_string(id) + ", which is not in its memory_ids");
         }
       }
     }
@@ -186,32 +194,45 @@ class Validator {
   Status check_sources() {
     SafetensorsCache own_cache;
     SafetensorsCache& cache = options_.cache != nullptr ? *options_.cache : own_cache;
+    // Resolving walks the file system: once per source file name, and the
+    // file of the tensor before is mostly the file of this one.
+    std::map<std::string_view, std::shared_ptr<const SafetensorsFile>> opened;
+    std::string_view last_name;
+    std::shared_ptr<const SafetensorsFile> last_file;
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
       const PlanTensor& tensor = plan_.tensors[i];
       if (!tensor.is_constant()) continue;
-      Result<std::filesystem::path> path =
-          detail::resolve_source(plan_, *tensor.source, tensor_place(i));
-      if (!path.ok()) return path.status();
-      Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(*path);
-      if (!file.ok()) {
-        return error(tensor_place(i), "source file: " + file.status().message());
+      if (last_file == nullptr || tensor.source->file != last_name) {
+        auto known = opened.find(tensor.source->file);
+        if (known == opened.end()) {
+          Result<std::filesystem::path> path =
+              detail::resolve_source(plan_, *tensor.source, tensor_place(i));
+          if (!path.ok()) return path.status();
+          Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(*path);
+          if (!file.ok()) {
+            return error(tensor_place(i), "source file: " + file.status().message());
+          }
+          known = opened.emplace(tensor.source->file, *file).first;
+        }
+        last_name = tensor.source->file;
+        last_file = known->second;
       }
-      const std::string in_file = " in " + tensor.source->file;
-      const SafetensorsTensor* source = (*file)->find(tensor.source->key);
+      const auto in_file = [&] { return " in " + tensor.source->file; };
+      const SafetensorsTensor* source = last_file->find(tensor.source->key);
       if (source == nullptr) {
         return error(tensor_place(i), "source key " + quote(tensor.source->key) +
-                                          " is not" + in_file);
+                                          " is not" + in_file());
       }
-      const std::string of_source = " of " + quote(source->name) + in_file;
+      const auto of_source = [&] { return " of " + quote(source->name) + in_file(); };
       if (source->dtype != tensor.dtype) {
         return error(tensor_place(i), "dtype " + std::string(to_string(tensor.dtype)) +
                                           " differs from " +
-                                          std::string(to_string(source->dtype)) + of_source);
+                                          std::string(to_string(source->dtype)) + of_source());
       }
       if (source->shape != tensor.shape) {
         return error(tensor_place(i), "shape " + shape_to_string(tensor.shape) +
                                           " differs from " + shape_to_string(source->shape) +
-                                          of_source);
+                                          of_source());
       }
     }
     return Status();
@@ -220,7 +241,7 @@ class Validator {
   const Plan& plan_;
   const PlanValidationOptions& options_;
   std::map<uint32_t, size_t> buffer_index_;                  // memory id -> buffers index
-  std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> tensors index
+  NameIndex tensor_index_;                                   // name -> tensors index
   std::vector<Extent> constants_;
 };
 
