@@ -650,5 +650,52 @@ TEST_F(PlanTest, GivenEmptyPlan_WhenWritten_ThenReadsAndValidates) {
   EXPECT_TRUE(again->tensors.empty());
 }
 
+TEST_F(PlanTest, GivenNamesThatNeedEscaping_WhenWritten_ThenEachLineIsTheJsonOfItsEntryAndReadsBack) {
+  // Quote, backslash, every named escape, other control bytes, DEL and
+  // multi-byte UTF-8.
+  const std::string odd = std::string("q\"b\\s/\b\f\n\r\t\x01\x1f\x7f") + "\xc3\xa9\xe2\x80\xae";
+  Plan plan;
+  plan.path = dir_ / "odd.json";
+  plan.buffers = {{0, "host", 64, 64}};
+  plan.tensors = {PlanTensor{odd, DType::u8, {4, 2}, 0, 8, PlanSource{"m" + odd, "k" + odd}},
+                  PlanTensor{"plain", DType::bf16, {}, 0, 0, std::nullopt}};
+  plan.methods = {PlanMethod{"m" + odd, {0}, {odd, "plain"}}};
+  ASSERT_TRUE(write_plan(plan, plan.path).ok());
+  const std::string text = test::read_file(plan.path);
+
+  // Each entry is exactly its compact JSON, as a JSON library writes it.
+  const nlohmann::ordered_json tensor = {
+      {"name", odd},        {"dtype", "U8"},
+      {"shape", {4, 2}},    {"memory_id", 0},
+      {"offset", 8},        {"source", {{"file", "m" + odd}, {"key", "k" + odd}}}};
+  const nlohmann::ordered_json scalar = {{"name", "plain"}, {"dtype", "BF16"},
+                                         {"shape", nlohmann::ordered_json::array()},
+                                         {"memory_id", 0},   {"offset", 0},
+                                         {"source", nullptr}};
+  const nlohmann::ordered_json method = {
+      {"name", "m" + odd}, {"memory_ids", {0}}, {"tensors", {odd, "plain"}}};
+  EXPECT_THAT(text, HasSubstr("\n    " + tensor.dump() + ",\n    " + scalar.dump() + "\n"));
+  EXPECT_THAT(text, HasSubstr("\n    " + method.dump() + "\n  ]\n}\n"));
+
+  Result<Plan> again = read_plan(plan.path);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_EQ(again->tensors.size(), 2u);
+  EXPECT_EQ(again->tensors[0].name, odd);
+  EXPECT_EQ(again->tensors[0].source->key, "k" + odd);
+  EXPECT_EQ(again->methods[0].tensors, (std::vector<std::string>{odd, "plain"}));
+}
+
+TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothingWritten) {
+  Plan plan;
+  plan.path = dir_ / "bad.json";
+  plan.buffers = {{0, "host", 64, 64}};
+  plan.tensors = {PlanTensor{"w", DType::u8, {1}, 0, 0, PlanSource{"m.safetensors", "w\xff"}}};
+  Status s = write_plan(plan, plan.path);
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(s.message(), plan.path.string() +
+                             ": tensor \"w\" source key is not valid UTF-8 at byte 1");
+  EXPECT_FALSE(fs::exists(plan.path));
+}
+
 }  // namespace
 }  // namespace devalloc
