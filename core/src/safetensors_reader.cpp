@@ -3,6 +3,7 @@
 #include <devalloc/input_text.hpp>
 
 #include "json_parse.hpp"
+#include "plain_json.hpp"
 #include "no_exceptions.hpp"
 
 #include <algorithm>
@@ -158,8 +159,7 @@ class HeaderReader {
 class PlainHeaderScanner {
  public:
   PlainHeaderScanner(std::string_view header, uint64_t data_offset, uint64_t data_size)
-      : p_(header.data()), end_(header.data() + header.size()),
-        data_offset_(data_offset), data_size_(data_size) {}
+      : json_(header), data_offset_(data_offset), data_size_(data_size) {}
 
   // True when the whole header is in the plain subset; `tensors` are then
   // in header order, as the strict reader lists them. Names given twice are
@@ -167,8 +167,8 @@ class PlainHeaderScanner {
   bool read(std::vector<SafetensorsTensor>& tensors,
             std::map<std::string, std::string>& metadata) {
     bool seen_metadata = false;
-    space();
-    return members([&](std::string_view name) {
+    json_.space();
+    return json_.members([&](std::string_view name) {
              if (name == "__metadata__") {
                if (seen_metadata) return false;
                seen_metadata = true;
@@ -178,114 +178,21 @@ class PlainHeaderScanner {
              tensor.name = name;
              return read_entry(tensor);
            }) &&
-           at_text_end();
+           json_.at_text_end();
   }
 
  private:
-  void space() {
-    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
-  }
-  bool take(char c) {
-    if (p_ == end_ || *p_ != c) return false;
-    ++p_;
-    return true;
-  }
-  bool at_text_end() {
-    space();
-    return p_ == end_;
-  }
-
-  // A string without escapes or control bytes, valid UTF-8.
-  bool plain_string(std::string_view& out) {
-    if (!take('"')) return false;
-    const char* start = p_;
-    while (p_ != end_) {
-      const auto byte = static_cast<unsigned char>(*p_);
-      if (byte == '"') {
-        out = std::string_view(start, static_cast<size_t>(p_ - start));
-        ++p_;
-        return true;
-      }
-      if (byte < 0x20 || byte == '\\') return false;
-      if (byte < 0x80) {
-        ++p_;
-        continue;
-      }
-      const size_t length =
-          utf8_sequence_length(std::string_view(p_, static_cast<size_t>(end_ - p_)));
-      if (length == 0) return false;
-      p_ += length;
-    }
-    return false;
-  }
-
-  // Digits only, no leading zero, no fraction or exponent, fits 64 bits.
-  bool plain_unsigned(uint64_t& out) {
-    if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
-    out = 0;
-    if (*p_ == '0') {
-      ++p_;
-    } else {
-      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
-        if (__builtin_mul_overflow(out, uint64_t{10}, &out) ||
-            __builtin_add_overflow(out, static_cast<uint64_t>(*p_ - '0'), &out)) {
-          return false;
-        }
-        ++p_;
-      }
-    }
-    return p_ != end_ && *p_ != '.' && *p_ != 'e' && *p_ != 'E' && (*p_ < '0' || *p_ > '9');
-  }
-
-  // open item, item, ... close (whitespace anywhere between); item() reads
-  // one and returns false to refuse it.
-  template <typename Item>
-  bool sequence(char open, char close, Item item) {
-    if (!take(open)) return false;
-    space();
-    if (take(close)) return true;
-    while (true) {
-      if (!item()) return false;
-      space();
-      if (take(close)) return true;
-      if (!take(',')) return false;
-      space();
-    }
-  }
-
-  // {"key": value, ...} with plain keys; on_member(key) reads each value.
-  template <typename OnMember>
-  bool members(OnMember on_member) {
-    return sequence('{', '}', [&] {
-      std::string_view key;
-      if (!plain_string(key)) return false;
-      space();
-      if (!take(':')) return false;
-      space();
-      return on_member(key);
-    });
-  }
-
-  // [n, n, ...] of plain unsigned integers, each passed to add().
-  template <typename Add>
-  bool unsigned_array(Add add) {
-    return sequence('[', ']', [&] {
-      uint64_t value = 0;
-      return plain_unsigned(value) && add(value);
-    });
-  }
-
   bool read_entry(SafetensorsTensor& tensor) {
     bool has_dtype = false;
     bool has_shape = false;
     bool has_offsets = false;
     uint64_t offsets[2] = {0, 0};
     size_t offset_count = 0;
-    const bool read = members([&](std::string_view field) {
+    const bool read = json_.members([&](std::string_view field) {
       if (field == "dtype" && !has_dtype) {
         has_dtype = true;
         std::string_view name;
-        if (!plain_string(name)) return false;
+        if (!json_.plain_string(name)) return false;
         const std::optional<DType> dtype = parse_dtype(name);
         if (!dtype) return false;
         tensor.dtype = *dtype;
@@ -293,14 +200,14 @@ class PlainHeaderScanner {
       }
       if (field == "shape" && !has_shape) {
         has_shape = true;
-        return unsigned_array([&](uint64_t d) {
+        return json_.unsigned_array([&](uint64_t d) {
           tensor.shape.push_back(d);
           return true;
         });
       }
       if (field == "data_offsets" && !has_offsets) {
         has_offsets = true;
-        return unsigned_array([&](uint64_t o) {
+        return json_.unsigned_array([&](uint64_t o) {
                  if (offset_count == 2) return false;
                  offsets[offset_count++] = o;
                  return true;
@@ -322,14 +229,13 @@ class PlainHeaderScanner {
 
   // {"key": "value", ...}; null and anything else go to the strict reader.
   bool read_metadata(std::map<std::string, std::string>& metadata) {
-    return members([&](std::string_view key) {
+    return json_.members([&](std::string_view key) {
       std::string_view value;
-      return plain_string(value) && metadata.emplace(key, value).second;
+      return json_.plain_string(value) && metadata.emplace(key, value).second;
     });
   }
 
-  const char* p_;
-  const char* end_;
+  detail::PlainJson json_;
   uint64_t data_offset_;
   uint64_t data_size_;
 };
