@@ -519,7 +519,7 @@ int main(int argc, char** argv) {
     Model m = small_model(dir, o.small_tensors);
     auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
     devalloc_load(m, *runtime);  // opens the plugin
-    Figure plan_fig, load_fig, bare;
+    Figure plan_fig, load_fig, bare, write_fig, read_fig;
     auto file = MappedFile::open(m.file);
     if (!file.ok()) die(file.status().message());
     std::vector<std::byte> dst(m.plan.buffers[0].size);
@@ -530,6 +530,16 @@ int main(int argc, char** argv) {
         if (!plan.ok()) die(plan.status().message());
       });
       measure(load_fig, [&] { devalloc_load(m, *runtime); });
+      // The plan file as `devalloc plan` writes it and `devalloc load`
+      // reads and checks it (its sources included) before loading.
+      measure(write_fig, [&] {
+        if (Status s = write_plan(m.plan, dir / "plan.json"); !s.ok()) die(s.message());
+      });
+      measure(read_fig, [&] {
+        auto plan = read_plan(dir / "plan.json");
+        if (!plan.ok()) die(plan.status().message());
+        if (Status s = validate_plan(*plan); !s.ok()) die(s.message());
+      });
       measure(bare, [&] {
         const std::byte* src = (*file)->data() + m.data_start;
         for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -542,11 +552,15 @@ int main(int argc, char** argv) {
     row("plan (build_plan from the file)", plan_fig, m.bytes);
     row("load", load_fig, m.bytes);
     row("bare loop: the same copies", bare, m.bytes);
+    row("plan file: write_plan", write_fig, m.bytes);
+    row("plan file: read_plan + validate_plan", read_fig, m.bytes);
     std::printf("  plan + load = %.4f s, %.1fx the bare loop\n",
                 plan_fig.median() + load_fig.median(),
                 (plan_fig.median() + load_fig.median()) / bare.median());
     json << "],\"small\":{\"tensors\":" << m.tensors.size() << ",\"plan\":" << json_figure(plan_fig)
-         << ",\"load\":" << json_figure(load_fig) << ",\"bare\":" << json_figure(bare) << "}}";
+         << ",\"load\":" << json_figure(load_fig) << ",\"bare\":" << json_figure(bare)
+         << ",\"write_plan\":" << json_figure(write_fig)
+         << ",\"read_plan\":" << json_figure(read_fig) << "}}";
   } else {
     json << "]}";
   }
