@@ -3,6 +3,7 @@
 #include <devalloc/regular_file.hpp>
 
 #include "json_parse.hpp"
+#include "plain_json.hpp"
 #include "no_exceptions.hpp"
 
 #include <cstdint>
@@ -205,15 +206,175 @@ void read_root(const json& root, Plan& plan) {
   }
 }
 
+// The fast path: a plan in the form write_plan emits (and any other
+// spacing or key order), read with no JSON values built. It accepts only
+// plans the strict reader accepts and yields the same Plan; anything else
+// (an escape in a string, an unknown key, a key given twice, a value of the
+// wrong kind or out of range, an unknown dtype, another format or version)
+// makes it give up without a reason, and read_root reads the plan from the
+// start and says what is wrong. The fuzz target fuzz_plan checks that the
+// two agree.
+class PlainPlanReader {
+ public:
+  explicit PlainPlanReader(std::string_view text) : json_(text) {}
+
+  bool read(Plan& plan) {
+    bool format = false, version = false, allow = false;
+    bool buffers = false, tensors = false, methods = false;
+    json_.space();
+    const bool read = json_.members([&](std::string_view key) {
+      if (key == "format" && !format) {
+        std::string_view value;
+        format = true;
+        return json_.plain_string(value) && value == kPlanFormat;
+      }
+      if (key == "version" && !version) {
+        uint64_t value = 0;
+        version = true;
+        return json_.plain_unsigned(value) && value >= 1 && value <= kPlanVersion;
+      }
+      if (key == "allow_external_files" && !allow) {
+        allow = true;
+        plan.allow_external_files = json_.word("true");
+        return plan.allow_external_files || json_.word("false");
+      }
+      if (key == "buffers" && !buffers) {
+        buffers = true;
+        return json_.sequence('[', ']', [&] { return read_buffer(plan.buffers.emplace_back()); });
+      }
+      if (key == "tensors" && !tensors) {
+        tensors = true;
+        return json_.sequence('[', ']', [&] { return read_tensor(plan.tensors.emplace_back()); });
+      }
+      if (key == "methods" && !methods) {
+        methods = true;
+        return json_.sequence('[', ']', [&] { return read_method(plan.methods.emplace_back()); });
+      }
+      return false;
+    });
+    return read && json_.at_text_end() && format && version && buffers && tensors && methods;
+  }
+
+ private:
+  bool u32(uint32_t& out) {
+    uint64_t value = 0;
+    if (!json_.plain_unsigned(value) || value > std::numeric_limits<uint32_t>::max()) {
+      return false;
+    }
+    out = static_cast<uint32_t>(value);
+    return true;
+  }
+  bool string(std::string& out) {
+    std::string_view value;
+    if (!json_.plain_string(value)) return false;
+    out = value;
+    return true;
+  }
+
+  bool read_buffer(PlanBuffer& buffer) {
+    bool id = false, device = false, size = false, alignment = false;
+    return json_.members([&](std::string_view key) {
+             if (key == "memory_id" && !id) return id = true, u32(buffer.memory_id);
+             if (key == "device" && !device) return device = true, string(buffer.device);
+             if (key == "size" && !size) return size = true, json_.plain_unsigned(buffer.size);
+             if (key == "alignment" && !alignment) {
+               return alignment = true, json_.plain_unsigned(buffer.alignment);
+             }
+             return false;
+           }) &&
+           id && device && size;
+  }
+
+  bool read_tensor(PlanTensor& tensor) {
+    bool name = false, dtype = false, shape = false, id = false, offset = false,
+         source = false;
+    return json_.members([&](std::string_view key) {
+             if (key == "name" && !name) return name = true, string(tensor.name);
+             if (key == "dtype" && !dtype) {
+               dtype = true;
+               std::string_view value;
+               if (!json_.plain_string(value)) return false;
+               const std::optional<DType> parsed = parse_dtype(value);
+               if (parsed) tensor.dtype = *parsed;
+               return parsed.has_value();
+             }
+             if (key == "shape" && !shape) {
+               shape = true;
+               return json_.unsigned_array([&](uint64_t d) {
+                 tensor.shape.push_back(d);
+                 return true;
+               });
+             }
+             if (key == "memory_id" && !id) return id = true, u32(tensor.memory_id);
+             if (key == "offset" && !offset) {
+               return offset = true, json_.plain_unsigned(tensor.offset);
+             }
+             if (key == "source" && !source) {
+               source = true;
+               if (json_.word("null")) return true;
+               return read_source(tensor.source.emplace());
+             }
+             return false;
+           }) &&
+           name && dtype && shape && id && offset;
+  }
+
+  bool read_source(PlanSource& source) {
+    bool file = false, key = false;
+    return json_.members([&](std::string_view k) {
+             if (k == "file" && !file) return file = true, string(source.file);
+             if (k == "key" && !key) return key = true, string(source.key);
+             return false;
+           }) &&
+           file && key;
+  }
+
+  bool read_method(PlanMethod& method) {
+    bool name = false, ids = false, tensors = false;
+    return json_.members([&](std::string_view key) {
+             if (key == "name" && !name) return name = true, string(method.name);
+             if (key == "memory_ids" && !ids) {
+               ids = true;
+               return json_.unsigned_array([&](uint64_t id) {
+                 if (id > std::numeric_limits<uint32_t>::max()) return false;
+                 method.memory_ids.push_back(static_cast<uint32_t>(id));
+                 return true;
+               });
+             }
+             if (key == "tensors" && !tensors) {
+               tensors = true;
+               return json_.string_array([&](std::string_view t) {
+                 method.tensors.emplace_back(t);
+                 return true;
+               });
+             }
+             return false;
+           }) &&
+           name && ids && tensors;
+  }
+
+  detail::PlainJson json_;
+};
+
 // "/tensors/3: ", or nothing for the top level.
 std::string place(const std::string& pointer) {
   return pointer.empty() ? std::string() : escaped(pointer) + ": ";
 }
 
-Result<Plan> read_plan_checked(const std::filesystem::path& path) {
+Result<Plan> read_plan_checked(const std::filesystem::path& path,
+                               detail::PlanReading mode) {
   const std::string file = path_for_message(path.string());
   Result<std::string> text = read_regular_file(path, kMaxPlanBytes, "plan");
   if (!text.ok()) return text.status();
+  if (mode != detail::PlanReading::strict) {
+    Plan plan;
+    plan.path = path;
+    if (PlainPlanReader(*text).read(plan)) return plan;
+    if (mode == detail::PlanReading::fast_only) {
+      return Status(StatusCode::invalid_argument,
+                    file + ": not in the plain form the fast reader reads");
+    }
+  }
   auto parsed = detail::parse_json(*text, kMaxPlanDepth);
   if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
     if (const auto& duplicate = error->duplicate) {
@@ -237,9 +398,9 @@ Result<Plan> read_plan_checked(const std::filesystem::path& path) {
 
 }  // namespace
 
-Result<Plan> read_plan(const std::filesystem::path& path) {
+Result<Plan> read_plan(const std::filesystem::path& path, detail::PlanReading mode) {
   return detail::without_exceptions(path.string(), "the plan",
-                                    [&] { return read_plan_checked(path); });
+                                    [&] { return read_plan_checked(path, mode); });
 }
 
 }  // namespace devalloc

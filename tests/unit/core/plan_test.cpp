@@ -697,5 +697,141 @@ TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothi
   EXPECT_FALSE(fs::exists(plan.path));
 }
 
+// ---------------------------------------------------------------------------
+// The fast plan reader against the strict one: for every text, the default
+// read gives exactly what the strict reader alone gives, and the fast reader
+// takes the plain ones.
+
+void expect_same_plan(const Plan& a, const Plan& b) {
+  EXPECT_EQ(a.allow_external_files, b.allow_external_files);
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i) {
+    EXPECT_EQ(a.buffers[i].memory_id, b.buffers[i].memory_id);
+    EXPECT_EQ(a.buffers[i].device, b.buffers[i].device);
+    EXPECT_EQ(a.buffers[i].size, b.buffers[i].size);
+    EXPECT_EQ(a.buffers[i].alignment, b.buffers[i].alignment);
+  }
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
+    EXPECT_EQ(a.tensors[i].dtype, b.tensors[i].dtype);
+    EXPECT_EQ(a.tensors[i].shape, b.tensors[i].shape);
+    EXPECT_EQ(a.tensors[i].memory_id, b.tensors[i].memory_id);
+    EXPECT_EQ(a.tensors[i].offset, b.tensors[i].offset);
+    ASSERT_EQ(a.tensors[i].source.has_value(), b.tensors[i].source.has_value());
+    if (a.tensors[i].source) {
+      EXPECT_EQ(a.tensors[i].source->file, b.tensors[i].source->file);
+      EXPECT_EQ(a.tensors[i].source->key, b.tensors[i].source->key);
+    }
+  }
+  ASSERT_EQ(a.methods.size(), b.methods.size());
+  for (size_t i = 0; i < a.methods.size(); ++i) {
+    EXPECT_EQ(a.methods[i].name, b.methods[i].name);
+    EXPECT_EQ(a.methods[i].memory_ids, b.methods[i].memory_ids);
+    EXPECT_EQ(a.methods[i].tensors, b.methods[i].tensors);
+  }
+}
+
+struct PlanTextCase {
+  std::string text;
+  bool plain;  // the fast reader takes it
+};
+
+class PlanReaders : public PlanTest, public ::testing::WithParamInterface<PlanTextCase> {};
+
+TEST_P(PlanReaders, GivenPlanText_ThenFastAndStrictAgreeAndPlainOnesTakeTheFastPath) {
+  test::write_file(plan_path(), GetParam().text);
+  auto strict = read_plan(plan_path(), detail::PlanReading::strict);
+  auto both = read_plan(plan_path());
+  auto fast = read_plan(plan_path(), detail::PlanReading::fast_only);
+  EXPECT_EQ(fast.ok(), GetParam().plain) << (fast.ok() ? "" : fast.status().message());
+  ASSERT_EQ(both.ok(), strict.ok()) << (both.ok() ? strict : both).status().message();
+  if (!strict.ok()) {
+    EXPECT_EQ(both.status().message(), strict.status().message());
+    return;
+  }
+  expect_same_plan(*both, *strict);
+  if (fast.ok()) expect_same_plan(*fast, *strict);
+}
+
+std::string plan_text(std::string_view tensors, std::string_view extra = "") {
+  return std::string(R"({"format":"devalloc-plan","version":1,)") + std::string(extra) +
+         R"("buffers":[{"memory_id":0,"device":"host","size":64}],"tensors":[)" +
+         std::string(tensors) + R"(],"methods":[{"name":"m","memory_ids":[0],"tensors":["a"]}]})";
+}
+
+constexpr std::string_view kTensorA =
+    R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0,"source":null})";
+
+INSTANTIATE_TEST_SUITE_P(
+    Texts, PlanReaders,
+    ::testing::Values(
+        // Plain: as write_plan emits it, and in other orders and spacing.
+        PlanTextCase{std::string(kValidPlan), true},
+        PlanTextCase{plan_text(kTensorA), true},
+        PlanTextCase{plan_text(kTensorA, R"("allow_external_files":true,)"), true},
+        PlanTextCase{plan_text(R"({"source":{"key":"k","file":"f.safetensors"},"offset":8,)"
+                               R"("memory_id":0,"shape":[2,2],"dtype":"BF16","name":"a"})"),
+                     true},
+        PlanTextCase{"\n{ \"methods\" : [ ] , \"tensors\" : [ ] , \"buffers\" : [ { \"size\" : 1"
+                     " , \"device\" : \"host\" , \"memory_id\" : 4294967295 , \"alignment\" : 8 }"
+                     " ] , \"version\" : 1 , \"format\" : \"devalloc-plan\" }\n",
+                     true},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0})"),
+                     true},
+        // Accepted, but only by the strict reader.
+        PlanTextCase{plan_text(R"({"name":"\u0061","dtype":"U8","shape":[4],"memory_id":0,)"
+                               R"("offset":0,"source":null})"),
+                     false},
+        PlanTextCase{plan_text(kTensorA, R"("allow_external_files":false , )") + " ", true},
+        // Refused, with the strict reader's message either way.
+        PlanTextCase{plan_text(kTensorA, R"("allow_external_files":1,)"), false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"X","shape":[4],"memory_id":0,"offset":0})"),
+                     false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4.0],"memory_id":0,)"
+                               R"("offset":0})"),
+                     false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":4294967296,)"
+                               R"("offset":0})"),
+                     false},
+        PlanTextCase{plan_text(R"({"name":"a","name":"b","dtype":"U8","shape":[4],)"
+                               R"("memory_id":0,"offset":0})"),
+                     false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0})"), false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0,)"
+                               R"("extra":1})"),
+                     false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0,)"
+                               R"("source":{"file":"f"}})"),
+                     false},
+        PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0,)"
+                               R"("source":[]})"),
+                     false},
+        PlanTextCase{R"({"format":"devalloc-plan","version":2,"buffers":[],"tensors":[],)"
+                     R"("methods":[]})",
+                     false},
+        PlanTextCase{R"({"format":"other","version":1,"buffers":[],"tensors":[],"methods":[]})",
+                     false},
+        PlanTextCase{R"({"version":1,"format":"devalloc-plan","buffers":[],"tensors":[]})", false},
+        PlanTextCase{R"({"format":"devalloc-plan","version":1,"buffers":[],"tensors":[],)"
+                     R"("methods":[],"methods":[]})",
+                     false},
+        PlanTextCase{R"({"format":"devalloc-plan","version":1,"buffers":[],"tensors":[],)"
+                     R"("methods":[]} x)",
+                     false},
+        PlanTextCase{R"({"format":"devalloc-plan","version":1,"buffers":[[]],"tensors":[],)"
+                     R"("methods":[]})",
+                     false},
+        PlanTextCase{"[]", false}));
+
+TEST_F(PlanTest, GivenWhatWritePlanWrites_ThenTheFastReaderTakesIt) {
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_TRUE(write_plan(*plan, dir_ / "copy.json").ok());
+  Result<Plan> fast = read_plan(dir_ / "copy.json", detail::PlanReading::fast_only);
+  ASSERT_TRUE(fast.ok()) << fast.status().message();
+  expect_same_plan(*fast, *plan);
+}
+
 }  // namespace
 }  // namespace devalloc
