@@ -588,6 +588,37 @@ TEST_F(PlanTest, GivenUnknownMethod_ThenErrorListsTheKnownOnes) {
             "no method \"decod\" (methods: prefill, decode)");
 }
 
+// Every field of two plans is the same (not their paths).
+void expect_same_plan(const Plan& a, const Plan& b) {
+  EXPECT_EQ(a.allow_external_files, b.allow_external_files);
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i) {
+    EXPECT_EQ(a.buffers[i].memory_id, b.buffers[i].memory_id);
+    EXPECT_EQ(a.buffers[i].device, b.buffers[i].device);
+    EXPECT_EQ(a.buffers[i].size, b.buffers[i].size);
+    EXPECT_EQ(a.buffers[i].alignment, b.buffers[i].alignment);
+  }
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
+    EXPECT_EQ(a.tensors[i].dtype, b.tensors[i].dtype);
+    EXPECT_EQ(a.tensors[i].shape, b.tensors[i].shape);
+    EXPECT_EQ(a.tensors[i].memory_id, b.tensors[i].memory_id);
+    EXPECT_EQ(a.tensors[i].offset, b.tensors[i].offset);
+    ASSERT_EQ(a.tensors[i].source.has_value(), b.tensors[i].source.has_value());
+    if (a.tensors[i].source) {
+      EXPECT_EQ(a.tensors[i].source->file, b.tensors[i].source->file);
+      EXPECT_EQ(a.tensors[i].source->key, b.tensors[i].source->key);
+    }
+  }
+  ASSERT_EQ(a.methods.size(), b.methods.size());
+  for (size_t i = 0; i < a.methods.size(); ++i) {
+    EXPECT_EQ(a.methods[i].name, b.methods[i].name);
+    EXPECT_EQ(a.methods[i].memory_ids, b.methods[i].memory_ids);
+    EXPECT_EQ(a.methods[i].tensors, b.methods[i].tensors);
+  }
+}
+
 TEST_F(PlanTest, GivenPlan_WhenWrittenAndReadBack_ThenTheSamePlan) {
   plan_["allow_external_files"] = true;
   Result<Plan> plan = read();
@@ -598,34 +629,7 @@ TEST_F(PlanTest, GivenPlan_WhenWrittenAndReadBack_ThenTheSamePlan) {
   ASSERT_TRUE(again.ok()) << again.status().message();
 
   EXPECT_TRUE(again->allow_external_files);
-  ASSERT_EQ(again->buffers.size(), plan->buffers.size());
-  for (size_t i = 0; i < plan->buffers.size(); ++i) {
-    EXPECT_EQ(again->buffers[i].memory_id, plan->buffers[i].memory_id);
-    EXPECT_EQ(again->buffers[i].device, plan->buffers[i].device);
-    EXPECT_EQ(again->buffers[i].size, plan->buffers[i].size);
-    EXPECT_EQ(again->buffers[i].alignment, plan->buffers[i].alignment);
-  }
-  ASSERT_EQ(again->tensors.size(), plan->tensors.size());
-  for (size_t i = 0; i < plan->tensors.size(); ++i) {
-    const PlanTensor& a = plan->tensors[i];
-    const PlanTensor& b = again->tensors[i];
-    EXPECT_EQ(b.name, a.name);
-    EXPECT_EQ(b.dtype, a.dtype);
-    EXPECT_EQ(b.shape, a.shape);
-    EXPECT_EQ(b.memory_id, a.memory_id);
-    EXPECT_EQ(b.offset, a.offset);
-    ASSERT_EQ(b.source.has_value(), a.source.has_value());
-    if (a.source) {
-      EXPECT_EQ(b.source->file, a.source->file);
-      EXPECT_EQ(b.source->key, a.source->key);
-    }
-  }
-  ASSERT_EQ(again->methods.size(), plan->methods.size());
-  for (size_t i = 0; i < plan->methods.size(); ++i) {
-    EXPECT_EQ(again->methods[i].name, plan->methods[i].name);
-    EXPECT_EQ(again->methods[i].memory_ids, plan->methods[i].memory_ids);
-    EXPECT_EQ(again->methods[i].tensors, plan->methods[i].tensors);
-  }
+  expect_same_plan(*again, *plan);
 }
 
 TEST_F(PlanTest, WrittenPlanHasOneLinePerEntry) {
@@ -701,36 +705,6 @@ TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothi
 // The fast plan reader against the strict one: for every text, the default
 // read gives exactly what the strict reader alone gives, and the fast reader
 // takes the plain ones.
-
-void expect_same_plan(const Plan& a, const Plan& b) {
-  EXPECT_EQ(a.allow_external_files, b.allow_external_files);
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i) {
-    EXPECT_EQ(a.buffers[i].memory_id, b.buffers[i].memory_id);
-    EXPECT_EQ(a.buffers[i].device, b.buffers[i].device);
-    EXPECT_EQ(a.buffers[i].size, b.buffers[i].size);
-    EXPECT_EQ(a.buffers[i].alignment, b.buffers[i].alignment);
-  }
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
-    EXPECT_EQ(a.tensors[i].dtype, b.tensors[i].dtype);
-    EXPECT_EQ(a.tensors[i].shape, b.tensors[i].shape);
-    EXPECT_EQ(a.tensors[i].memory_id, b.tensors[i].memory_id);
-    EXPECT_EQ(a.tensors[i].offset, b.tensors[i].offset);
-    ASSERT_EQ(a.tensors[i].source.has_value(), b.tensors[i].source.has_value());
-    if (a.tensors[i].source) {
-      EXPECT_EQ(a.tensors[i].source->file, b.tensors[i].source->file);
-      EXPECT_EQ(a.tensors[i].source->key, b.tensors[i].source->key);
-    }
-  }
-  ASSERT_EQ(a.methods.size(), b.methods.size());
-  for (size_t i = 0; i < a.methods.size(); ++i) {
-    EXPECT_EQ(a.methods[i].name, b.methods[i].name);
-    EXPECT_EQ(a.methods[i].memory_ids, b.methods[i].memory_ids);
-    EXPECT_EQ(a.methods[i].tensors, b.methods[i].tensors);
-  }
-}
 
 struct PlanTextCase {
   std::string text;
