@@ -2,73 +2,15 @@
 #include <devalloc/input_text.hpp>
 
 #include "atomic_write.hpp"
-
-#include <optional>
+#include "json_text.hpp"
 
 namespace devalloc {
 
 namespace {
 
-// Writes the plan's JSON text straight into one string: a plan of 100 000
-// tensors is not first built as a JSON document. Compact objects, one per
-// line (a plan stays readable and diffs stay small), strings escaped as
-// JSON requires (quote, backslash, control characters) and otherwise kept
-// as UTF-8, which the writer checks.
-class PlanText {
- public:
-  // Why the plan cannot be written ("tensor \"w\xff\": name is not valid
-  // UTF-8 at byte 1"), once the first bad string was met.
-  const std::optional<std::string>& error() const { return error_; }
-  std::string& text() { return text_; }
-
-  void raw(std::string_view s) { text_ += s; }
-  void number(uint64_t n) { text_ += std::to_string(n); }
-
-  // `what` names the string in the error: "tensor \"w\" key".
-  template <typename What>
-  void string(std::string_view s, What what) {
-    if (const std::optional<size_t> bad = invalid_utf8_offset(s); bad && !error_) {
-      error_ = what() + " is not valid UTF-8 at byte " + std::to_string(*bad);
-    }
-    static const char kHex[] = "0123456789abcdef";
-    text_ += '"';
-    for (const char c : s) {
-      const auto byte = static_cast<unsigned char>(c);
-      switch (c) {
-        case '"': text_ += "\\\""; break;
-        case '\\': text_ += "\\\\"; break;
-        case '\b': text_ += "\\b"; break;
-        case '\f': text_ += "\\f"; break;
-        case '\n': text_ += "\\n"; break;
-        case '\r': text_ += "\\r"; break;
-        case '\t': text_ += "\\t"; break;
-        default:
-          if (byte < 0x20) {
-            text_ += "\\u00";
-            text_ += kHex[byte >> 4];
-            text_ += kHex[byte & 0xf];
-          } else {
-            text_ += c;
-          }
-      }
-    }
-    text_ += '"';
-  }
-
-  template <typename T>
-  void numbers(const std::vector<T>& values) {
-    text_ += '[';
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (i != 0) text_ += ',';
-      number(values[i]);
-    }
-    text_ += ']';
-  }
-
- private:
-  std::string text_;
-  std::optional<std::string> error_;
-};
+// The plan as JSON text, written directly (json_text.hpp): compact objects,
+// one per line, so a plan stays readable and diffs stay small.
+using PlanText = detail::JsonText;
 
 void append(PlanText& out, const PlanBuffer& buffer) {
   out.raw("{\"memory_id\":");

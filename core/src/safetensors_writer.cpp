@@ -2,8 +2,7 @@
 #include <devalloc/input_text.hpp>
 
 #include "atomic_write.hpp"
-
-#include <nlohmann/json.hpp>
+#include "json_text.hpp"
 
 #include <set>
 
@@ -15,9 +14,23 @@ Status write_safetensors(const std::filesystem::path& path,
   const auto fail = [&](const std::string& reason) {
     return Status(StatusCode::invalid_argument, path.string() + ": " + reason);
   };
-  // ordered_json keeps the header in data order, which is how people read it.
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  // The header in data order, which is how people read it, written as text
+  // (json_text.hpp): a header of 100 000 tensors is not a JSON document
+  // whose ordered object looks every name up one by one.
+  detail::JsonText header;
+  header.raw("{");
+  if (!metadata.empty()) {
+    header.raw("\"__metadata__\":{");
+    bool first = true;
+    for (const auto& [key, value] : metadata) {
+      header.raw(first ? "" : ",");
+      first = false;
+      header.string(key, [&] { return "__metadata__ key " + quote(key); });
+      header.raw(":");
+      header.string(value, [&] { return "__metadata__ " + quote(key) + " value"; });
+    }
+    header.raw("}");
+  }
 
   std::set<std::string_view> names;
   uint64_t offset = 0;
@@ -33,18 +46,22 @@ Status write_safetensors(const std::filesystem::path& path,
                   std::to_string(*nbytes) + " bytes, " +
                   std::to_string(tensor.bytes.size()) + " given");
     }
-    header[tensor.name] = {{"dtype", to_string(tensor.dtype)},
-                           {"shape", tensor.shape},
-                           {"data_offsets", {offset, offset + *nbytes}}};
+    header.raw(header.text().size() == 1 ? "" : ",");
+    header.string(tensor.name, [&] { return "tensor " + quote(tensor.name) + " name"; });
+    header.raw(":{\"dtype\":\"");
+    header.raw(to_string(tensor.dtype));
+    header.raw("\",\"shape\":");
+    header.numbers(tensor.shape);
+    header.raw(",\"data_offsets\":[");
+    header.number(offset);
+    header.raw(",");
+    header.number(offset + *nbytes);
+    header.raw("]}");
     offset += *nbytes;
   }
-
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::type_error& error) {
-    return fail(std::string("a name or metadata string is not valid UTF-8: ") + error.what());
-  }
+  header.raw("}");
+  if (header.error()) return fail(*header.error());
+  std::string& text = header.text();
   // Spaces are JSON whitespace: the data then starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > kMaxSafetensorsHeaderBytes) {
