@@ -22,7 +22,10 @@ Status write_safetensors(const std::filesystem::path& path,
   if (!metadata.empty()) {
     header.raw("\"__metadata__\":{");
     bool first = true;
-    for (const auto& [key, value] : metadata) {
+    for (const auto& entry : metadata) {
+      // Named, not bound: clang 14 lets no lambda capture a structured binding.
+      const std::string& key = entry.first;
+      const std::string& value = entry.second;
       header.raw(first ? "" : ",");
       first = false;
       header.string(key, [&] { return "__metadata__ key " + quote(key); });
