@@ -753,11 +753,11 @@ INSTANTIATE_TEST_SUITE_P(
                      true},
         PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0})"),
                      true},
+        PlanTextCase{plan_text(kTensorA, R"("allow_external_files":false , )") + " ", true},
         // Accepted, but only by the strict reader.
         PlanTextCase{plan_text(R"({"name":"\u0061","dtype":"U8","shape":[4],"memory_id":0,)"
                                R"("offset":0,"source":null})"),
                      false},
-        PlanTextCase{plan_text(kTensorA, R"("allow_external_files":false , )") + " ", true},
         // Refused, with the strict reader's message either way.
         PlanTextCase{plan_text(kTensorA, R"("allow_external_files":1,)"), false},
         PlanTextCase{plan_text(R"({"name":"a","dtype":"X","shape":[4],"memory_id":0,"offset":0})"),
