@@ -256,11 +256,10 @@ class PlainPlanReader {
   }
 
  private:
+  static bool fits_u32(uint64_t value) { return value <= std::numeric_limits<uint32_t>::max(); }
   bool u32(uint32_t& out) {
     uint64_t value = 0;
-    if (!json_.plain_unsigned(value) || value > std::numeric_limits<uint32_t>::max()) {
-      return false;
-    }
+    if (!json_.plain_unsigned(value) || !fits_u32(value)) return false;
     out = static_cast<uint32_t>(value);
     return true;
   }
@@ -274,11 +273,21 @@ class PlainPlanReader {
   bool read_buffer(PlanBuffer& buffer) {
     bool id = false, device = false, size = false, alignment = false;
     return json_.members([&](std::string_view key) {
-             if (key == "memory_id" && !id) return id = true, u32(buffer.memory_id);
-             if (key == "device" && !device) return device = true, string(buffer.device);
-             if (key == "size" && !size) return size = true, json_.plain_unsigned(buffer.size);
+             if (key == "memory_id" && !id) {
+               id = true;
+               return u32(buffer.memory_id);
+             }
+             if (key == "device" && !device) {
+               device = true;
+               return string(buffer.device);
+             }
+             if (key == "size" && !size) {
+               size = true;
+               return json_.plain_unsigned(buffer.size);
+             }
              if (key == "alignment" && !alignment) {
-               return alignment = true, json_.plain_unsigned(buffer.alignment);
+               alignment = true;
+               return json_.plain_unsigned(buffer.alignment);
              }
              return false;
            }) &&
@@ -289,7 +298,10 @@ class PlainPlanReader {
     bool name = false, dtype = false, shape = false, id = false, offset = false,
          source = false;
     return json_.members([&](std::string_view key) {
-             if (key == "name" && !name) return name = true, string(tensor.name);
+             if (key == "name" && !name) {
+               name = true;
+               return string(tensor.name);
+             }
              if (key == "dtype" && !dtype) {
                dtype = true;
                std::string_view value;
@@ -305,9 +317,13 @@ class PlainPlanReader {
                  return true;
                });
              }
-             if (key == "memory_id" && !id) return id = true, u32(tensor.memory_id);
+             if (key == "memory_id" && !id) {
+               id = true;
+               return u32(tensor.memory_id);
+             }
              if (key == "offset" && !offset) {
-               return offset = true, json_.plain_unsigned(tensor.offset);
+               offset = true;
+               return json_.plain_unsigned(tensor.offset);
              }
              if (key == "source" && !source) {
                source = true;
@@ -322,8 +338,14 @@ class PlainPlanReader {
   bool read_source(PlanSource& source) {
     bool file = false, key = false;
     return json_.members([&](std::string_view k) {
-             if (k == "file" && !file) return file = true, string(source.file);
-             if (k == "key" && !key) return key = true, string(source.key);
+             if (k == "file" && !file) {
+               file = true;
+               return string(source.file);
+             }
+             if (k == "key" && !key) {
+               key = true;
+               return string(source.key);
+             }
              return false;
            }) &&
            file && key;
@@ -332,11 +354,14 @@ class PlainPlanReader {
   bool read_method(PlanMethod& method) {
     bool name = false, ids = false, tensors = false;
     return json_.members([&](std::string_view key) {
-             if (key == "name" && !name) return name = true, string(method.name);
+             if (key == "name" && !name) {
+               name = true;
+               return string(method.name);
+             }
              if (key == "memory_ids" && !ids) {
                ids = true;
                return json_.unsigned_array([&](uint64_t id) {
-                 if (id > std::numeric_limits<uint32_t>::max()) return false;
+                 if (!fits_u32(id)) return false;
                  method.memory_ids.push_back(static_cast<uint32_t>(id));
                  return true;
                });
