@@ -459,6 +459,7 @@ Status Pipeline::set_up() {
     const uint64_t piece_bytes = contexts_[qi].direct
                                      ? kDirectPieceBytes
                                      : ledger.rings[contexts_[qi].ring].payload;
+    per_queue[qi].reserve(queues_[qi].steps.size());
     for (const CopyStep& s : queues_[qi].steps) {
       total_ += s.nbytes;
       for (uint64_t done = 0; done < s.nbytes; done += piece_bytes) {
@@ -467,15 +468,22 @@ Status Pipeline::set_up() {
       }
     }
   }
-  for (size_t round = 0;; ++round) {
-    bool any = false;
-    for (const auto& list : per_queue) {
-      if (round < list.size()) {
-        pieces_.push_back(list[round]);
-        any = true;
+  if (per_queue.size() == 1) {
+    pieces_ = std::move(per_queue.front());
+  } else {
+    size_t piece_count = 0;
+    for (const auto& list : per_queue) piece_count += list.size();
+    pieces_.reserve(piece_count);
+    for (size_t round = 0;; ++round) {
+      bool any = false;
+      for (const auto& list : per_queue) {
+        if (round < list.size()) {
+          pieces_.push_back(list[round]);
+          any = true;
+        }
       }
+      if (!any) break;
     }
-    if (!any) break;
   }
   // Threads take pieces in claims of at least kClaimBytes: one piece when
   // pieces are large, so that threads still read into the ring's slots side
@@ -775,7 +783,10 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
   std::map<std::pair<const Plugin*, uint32_t>, std::vector<const CopyRequest*>> by_device;
   for (const CopyRequest& r : schedule.requests_) {
     if (r.nbytes == 0) continue;
-    by_device[{r.buffer->device().plugin.get(), r.buffer->device().device}].push_back(&r);
+    auto& list = by_device[{r.buffer->device().plugin.get(), r.buffer->device().device}];
+    // Most loads go to one device: room for all at once, not log2(N) copies.
+    if (list.empty()) list.reserve(schedule.requests_.size());
+    list.push_back(&r);
   }
   for (auto& [key, list] : by_device) {
     // File order gives sequential reads. Files are told apart by their
@@ -790,6 +801,7 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
     }
     DeviceCopyQueue queue;
     queue.device = list.front()->buffer->device();
+    queue.steps.reserve(list.size());
     for (const CopyRequest* request : list) {
       const CopyRequest& r = *request;
       ++queue.tensors;

@@ -89,10 +89,12 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
   if (!folder.ok()) return folder.status();
 
   std::map<std::filesystem::path, size_t> seen_files;     // resolved -> files index
-  // Tensor -> files index; the names are those of the opened files, which
-  // stay open until the plan is built.
+  // Tensor -> files index, for names in two files; the names are those of
+  // the opened files, which stay open until the plan is built. A file's own
+  // names are unique (SafetensorsFile::open checks), so one file needs none.
   std::vector<std::shared_ptr<const SafetensorsFile>> opened;
   NameIndex owner;
+  const bool several_files = files.size() > 1;
   std::map<std::string, size_t, std::less<>> buffer_of;   // device -> buffers index
   for (size_t f = 0; f < files.size(); ++f) {
     Result<std::filesystem::path> absolute = resolved(files[f]);
@@ -110,10 +112,10 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
     if (*relative.begin() == "..") plan.allow_external_files = true;
     const std::string source_file = relative.string();
 
-    owner.reserve(owner.size() + (*file)->tensors().size());
+    if (several_files) owner.reserve(owner.size() + (*file)->tensors().size());
     plan.tensors.reserve(plan.tensors.size() + (*file)->tensors().size());
     for (const SafetensorsTensor& tensor : (*file)->tensors()) {
-      if (!owner.insert(tensor.name, f)) {
+      if (several_files && !owner.insert(tensor.name, f)) {
         return invalid("tensor " + quote(tensor.name) + " is in both " +
                        files[*owner.find(tensor.name)].string() + " and " + files[f].string());
       }

@@ -116,6 +116,9 @@ Result<PlanSelection> Plan::tensors_for_methods(
 
   PlanSelection selection;
   selection.memory_ids.assign(memory_ids.begin(), memory_ids.end());
+  const size_t count = static_cast<size_t>(std::count(selected.begin(), selected.end(), 1));
+  selection.tensors.reserve(count);
+  selection.constants.reserve(count);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (selected[i] == 0) continue;
     selection.tensors.push_back(i);

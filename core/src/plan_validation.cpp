@@ -199,6 +199,7 @@ class Validator {
     std::map<std::string_view, std::shared_ptr<const SafetensorsFile>> opened;
     std::string_view last_name;
     std::shared_ptr<const SafetensorsFile> last_file;
+    size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
       const PlanTensor& tensor = plan_.tensors[i];
       if (!tensor.is_constant()) continue;
@@ -216,13 +217,15 @@ class Validator {
         }
         last_name = tensor.source->file;
         last_file = known->second;
+        next_in_file = 0;
       }
       const auto in_file = [&] { return " in " + tensor.source->file; };
-      const SafetensorsTensor* source = last_file->find(tensor.source->key);
+      const SafetensorsTensor* source = last_file->find(tensor.source->key, next_in_file);
       if (source == nullptr) {
         return error(tensor_place(i), "source key " + quote(tensor.source->key) +
                                           " is not" + in_file());
       }
+      next_in_file = static_cast<size_t>(source - last_file->tensors().data()) + 1;
       const auto of_source = [&] { return " of " + quote(source->name) + in_file(); };
       if (source->dtype != tensor.dtype) {
         return error(tensor_place(i), "dtype " + std::string(to_string(tensor.dtype)) +

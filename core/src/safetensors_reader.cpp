@@ -340,7 +340,12 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     return true;
   };
   // The fast path first; anything outside it, a name given twice included,
-  // is read again by the strict reader, which says what is wrong.
+  // is read again by the strict reader, which says what is wrong. No entry
+  // of the plain form is shorter than kShortestEntry bytes, so this reserves
+  // at least what the header holds: the vector never grows and copies
+  // (reserved pages nobody writes cost no memory).
+  constexpr size_t kShortestEntry = 48;
+  tensors.reserve(header.size() / kShortestEntry + 1);
   if (mode == detail::HeaderReading::strict ||
       !PlainHeaderScanner(header, data_offset, bytes.size() - data_offset)
            .read(tensors, result->metadata_) ||
@@ -400,6 +405,12 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
   const std::optional<size_t> found = index_.find(name);
   return found ? &tensors_[*found] : nullptr;
+}
+
+const SafetensorsTensor* SafetensorsFile::find(std::string_view name, size_t hint) const {
+  // Names are unique in a file, so a match at the hint is the match.
+  if (hint < tensors_.size() && tensors_[hint].name == name) return &tensors_[hint];
+  return find(name);
 }
 
 std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsTensor& tensor) const {

@@ -586,6 +586,22 @@ TEST_F(SafetensorsReader, TensorsComeInOffsetOrderWhateverTheHeaderOrder) {
   EXPECT_EQ(file->find("nothing"), nullptr);
 }
 
+TEST_F(SafetensorsReader, GivenAnyHint_WhenFindingByName_ThenTheSameTensorAsWithout) {
+  auto file = opened(R"({"z": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},)"
+                     R"( "a": {"dtype": "U8", "shape": [1], "data_offsets": [2, 3]},)"
+                     R"( "m": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
+                     3);
+  ASSERT_NE(file, nullptr);
+  const std::vector<SafetensorsTensor>& tensors = file->tensors();  // z, m, a
+  for (const char* name : {"z", "m", "a", "nothing", ""}) {
+    for (size_t hint : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, SIZE_MAX}) {
+      EXPECT_EQ(file->find(name, hint), file->find(name)) << name << " at hint " << hint;
+    }
+  }
+  EXPECT_EQ(file->find("m", 1), &tensors[1]);  // the hint taken
+  EXPECT_EQ(file->find("a", 1), &tensors[2]);  // a wrong hint: the index
+}
+
 TEST_F(SafetensorsReader, GivenMissingFile_ThenErrorNamesIt) {
   EXPECT_EQ(error_of_file(dir_ / "nope.safetensors"), "cannot open: No such file or directory");
 }

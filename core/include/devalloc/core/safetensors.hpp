@@ -67,6 +67,10 @@ class SafetensorsFile {
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   // nullptr when the file has no tensor of that name.
   const SafetensorsTensor* find(std::string_view name) const;
+  // The same, looking at tensors()[hint] first: a caller that walks the
+  // file's tensors in order passes the index after the last one it found
+  // and skips the hash lookup. Any hint is safe.
+  const SafetensorsTensor* find(std::string_view name, size_t hint) const;
   // The tensor's bytes inside the mapping; `tensor` must come from this file.
   std::span<const std::byte> bytes(const SafetensorsTensor& tensor) const;
   // The header's "__metadata__" (empty when absent).
