@@ -25,12 +25,19 @@ std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     const Plan& plan, const std::vector<std::string>& methods,
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
-  return load(Plan(plan), methods, report, files, verify);
+  return load(std::make_shared<const Plan>(plan), methods, report, files, verify);
 }
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     Plan&& plan, const std::vector<std::string>& methods,
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
+  return load(std::make_shared<const Plan>(std::move(plan)), methods, report, files, verify);
+}
+
+Result<std::shared_ptr<LoadedProgram>> Runtime::load(
+    std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
+    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
+  if (plan == nullptr) return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
   std::shared_ptr<LoadedProgram> program(
       new LoadedProgram(shared_from_this(), std::move(plan)));
   std::vector<std::string> names = methods;
@@ -42,8 +49,8 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
   return program;
 }
 
-LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan)
-    : runtime_(std::move(runtime)), plan_(std::move(plan)), tensors_(plan_.tensors.size()) {}
+LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, std::shared_ptr<const Plan> plan)
+    : runtime_(std::move(runtime)), plan_(std::move(plan)), tensors_(plan_->tensors.size()) {}
 
 Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    LoadReport* report,
@@ -57,7 +64,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   const auto start = std::chrono::steady_clock::now();
   const LoadOptions& options = runtime_->config().load;
 
-  auto needs = needs_of(plan_, methods);
+  auto needs = needs_of(*plan_, methods);
   if (!needs.ok()) return needs.status();
   // validate_plan checks these too; a caller that skipped it must still get
   // an error before anything is allocated, never an exception, never an
@@ -65,7 +72,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   std::map<uint32_t, const PlannedBuffer*> buffer_by_id;  // not T x B lookups
   for (const PlannedBuffer& pb : needs->buffers) buffer_by_id.emplace(pb.memory_id, &pb);
   for (const NeededTensor& n : needs->tensors) {
-    const PlanTensor& t = plan_.tensors[n.index];
+    const PlanTensor& t = plan_->tensors[n.index];
     const auto found = buffer_by_id.find(t.memory_id);
     const PlannedBuffer* b = found == buffer_by_id.end() ? nullptr : found->second;
     if (b == nullptr) {
@@ -123,27 +130,32 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   SafetensorsCache& sources = files != nullptr ? *files : own_files;
   std::vector<CopyRequest> requests;
   std::vector<size_t> request_tensor;
+  requests.reserve(needs->tensors.size());
+  request_tensor.reserve(needs->tensors.size());
   // Consecutive tensors mostly share a file: look it up once per run of
   // them, not once per tensor.
   size_t last_file_id = NeededTensor::kNoFile;
   std::shared_ptr<const SafetensorsFile> last_file;
+  size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
   for (const NeededTensor& n : needs->tensors) {
     if (n.file == NeededTensor::kNoFile || tensors_[n.index].filled) continue;
-    const PlanTensor& t = plan_.tensors[n.index];
+    const PlanTensor& t = plan_->tensors[n.index];
     const std::filesystem::path& path = needs->files[n.file];
     if (n.file != last_file_id) {
       auto opened = sources.open(path);
       if (!opened.ok()) return opened.status().with_context(where(t));
       last_file = *opened;
       last_file_id = n.file;
+      next_in_file = 0;
     }
     const std::string& key = t.source->key;
-    const SafetensorsTensor* source = last_file->find(key);
+    const SafetensorsTensor* source = last_file->find(key, next_in_file);
     if (source == nullptr) {
       return Status(StatusCode::invalid_argument,
                     where(t) + ": " + path_for_message(path.string()) + " has no tensor " +
                         quote(key));
     }
+    next_in_file = static_cast<size_t>(source - last_file->tensors().data()) + 1;
     if (source->nbytes != n.nbytes) {
       return Status(StatusCode::invalid_argument,
                     where(t) + ": the plan says " + std::to_string(n.nbytes) +
@@ -234,7 +246,7 @@ Status LoadedProgram::unload_method(std::string_view method) {
   for (const std::string& m : methods_) {
     if (m != method) staying.push_back(m);
   }
-  auto used = plan_.tensors_for_methods(staying);
+  auto used = plan_->tensors_for_methods(staying);
   if (!used.ok()) return used.status();
   methods_.erase(it);
 
@@ -249,7 +261,7 @@ Status LoadedProgram::unload_method(std::string_view method) {
   // a tensor a staying method lists (a plan that skipped validate_plan may
   // put a tensor outside its own method's memory ids).
   std::set<uint32_t> live_ids(used->memory_ids.begin(), used->memory_ids.end());
-  for (size_t i : used->tensors) live_ids.insert(plan_.tensors[i].memory_id);
+  for (size_t i : used->tensors) live_ids.insert(plan_->tensors[i].memory_id);
   for (auto b = buffers_.begin(); b != buffers_.end();) {
     if (live_ids.count(b->first) == 0) {
       dropped.push_back(std::move(b->second));
@@ -270,16 +282,16 @@ LoadedTensor LoadedProgram::loaded_tensor(size_t i) const {
   const TensorState& state = tensors_[i];
   const std::filesystem::path* file =
       state.file == NeededTensor::kNoFile ? nullptr : &files_[state.file];
-  return LoadedTensor{planned_tensor(plan_, i, state.nbytes, file),
-                      buffers_.find(plan_.tensors[i].memory_id)->second};
+  return LoadedTensor{planned_tensor(*plan_, i, state.nbytes, file),
+                      buffers_.find(plan_->tensors[i].memory_id)->second};
 }
 
 std::optional<LoadedTensor> LoadedProgram::find(std::string_view name) const {
   std::lock_guard lock(mutex_);
   if (by_name_.empty()) {
-    by_name_.reserve(plan_.tensors.size());
-    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-      by_name_.insert(plan_.tensors[i].name, i);
+    by_name_.reserve(plan_->tensors.size());
+    for (size_t i = 0; i < plan_->tensors.size(); ++i) {
+      by_name_.insert(plan_->tensors[i].name, i);
     }
   }
   const std::optional<size_t> found = by_name_.find(name);

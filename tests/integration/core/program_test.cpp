@@ -148,6 +148,33 @@ TEST_F(LoadFixture, GivenAPlanMovedIn_ThenTheProgramOwnsItAndLoadsEveryMethod) {
   EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
 }
 
+TEST_F(LoadFixture, GivenASharedPlan_WhenLoadedTwice_ThenBothProgramsHoldItWithoutACopy) {
+  auto shared = std::make_shared<const Plan>(plan());
+  auto runtime = Runtime::create(default_config());
+  auto first = runtime->load(shared, {"decode"}, nullptr);
+  auto second = runtime->load(shared, {}, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(&(*first)->plan(), shared.get());
+  EXPECT_EQ(&(*second)->plan(), shared.get());
+  EXPECT_EQ(read_back(*(*first)->find("head")), source("head"));
+  EXPECT_EQ(read_back(*(*second)->find("head")), source("head"));
+  // The programs keep the plan when the caller lets it go.
+  std::weak_ptr<const Plan> weak = shared;
+  shared.reset();
+  EXPECT_FALSE(weak.expired());
+  first->reset();
+  second->reset();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST_F(LoadFixture, GivenANullSharedPlan_WhenLoading_ThenRefusedWithAStatus) {
+  auto program = Runtime::create(default_config())->load(std::shared_ptr<const Plan>(), {});
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(program.status().message(), "load: no plan (a null pointer)");
+}
+
 TEST_F(LoadFixture, GivenADlpackExport_WhenTheLastProgramHandleGoes_ThenTheExportKeepsTheProgramAlive) {
   std::weak_ptr<LoadedProgram> weak;
   DLManagedTensor* managed = nullptr;

@@ -99,11 +99,11 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   // deleter; until then the tensor's buffer (and this program) stay alive.
   Result<DLManagedTensor*> export_dlpack(std::string_view name);
 
-  const Plan& plan() const { return plan_; }
+  const Plan& plan() const { return *plan_; }
 
  private:
   friend class Runtime;
-  LoadedProgram(std::shared_ptr<Runtime> runtime, Plan plan);
+  LoadedProgram(std::shared_ptr<Runtime> runtime, std::shared_ptr<const Plan> plan);
 
   // What this program holds of plan tensor i, at tensors_[i]. The plan is
   // not copied per tensor: a LoadedTensor is made when a caller asks.
@@ -117,7 +117,7 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   LoadedTensor loaded_tensor(size_t i) const;
 
   std::shared_ptr<Runtime> runtime_;
-  const Plan plan_;
+  const std::shared_ptr<const Plan> plan_;  // never null
   // Serializes load_methods and unload_method; held through the copies.
   std::mutex load_mutex_;
   // Guards the members below; never held while a plugin is called.
@@ -142,15 +142,21 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const RuntimeConfig& config() const { return registry_.config(); }
 
   // Loads the methods of plan (all of them when methods is empty); `files`
-  // and `verify` as for LoadedProgram::load_methods. The program keeps its
-  // own plan: a plan passed by const reference is copied (per tensor, a
-  // name, a shape, a source), one passed as an rvalue is moved.
+  // and `verify` as for LoadedProgram::load_methods. The program keeps the
+  // plan: a plan passed by const reference is copied (per tensor, a name, a
+  // shape, a source), one passed as an rvalue is moved, and a shared one is
+  // shared, so that programs loaded from one plan hold it once (a null one
+  // is refused).
   Result<std::shared_ptr<LoadedProgram>> load(
       const Plan& plan, const std::vector<std::string>& methods,
       LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
       std::optional<bool> verify = std::nullopt);
   Result<std::shared_ptr<LoadedProgram>> load(
       Plan&& plan, const std::vector<std::string>& methods,
+      LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
+      std::optional<bool> verify = std::nullopt);
+  Result<std::shared_ptr<LoadedProgram>> load(
+      std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
       LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
       std::optional<bool> verify = std::nullopt);
 
