@@ -76,10 +76,16 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     const auto found = buffer_by_id.find(t.memory_id);
     const PlannedBuffer* b = found == buffer_by_id.end() ? nullptr : found->second;
     if (b == nullptr) {
+      // A safety check, not validate_plan's: the ids of all the methods of
+      // this call are allowed, which keeps every address in its buffer.
+      std::string ids;
+      for (const PlannedBuffer& pb : needs->buffers) {
+        ids += (ids.empty() ? "" : ", ") + std::to_string(pb.memory_id);
+      }
       return Status(StatusCode::invalid_argument,
                     where(t) + ": memory id " + std::to_string(t.memory_id) +
-                        " is not among the memory ids of the methods that "
-                        "list the tensor");
+                        " is not among the memory ids of the methods this call loads (" +
+                        (ids.empty() ? "none" : ids) + ")");
     }
     if (t.offset > b->nbytes || n.nbytes > b->nbytes - t.offset) {
       return Status(StatusCode::invalid_argument,
