@@ -4,6 +4,8 @@
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/core/plan.hpp>
 
+#include "source_files.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -25,11 +27,7 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     const PlanBuffer& b = *it->second;
     needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
   }
-  // Resolving walks the file system; a plan of 100 000 tensors names a
-  // handful of files, mostly one after another.
-  std::map<std::string_view, size_t> file_ids;
-  std::string_view last_source;
-  size_t last_id = NeededTensor::kNoFile;
+  detail::SourceFiles sources(plan);
   needs.tensors.reserve(selection->tensors.size());
   for (size_t index : selection->tensors) {
     const PlanTensor& t = plan.tensors[index];
@@ -42,21 +40,14 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     }
     n.nbytes = *nbytes;
     if (t.source) {
-      if (last_id == NeededTensor::kNoFile || t.source->file != last_source) {
-        auto known = file_ids.find(t.source->file);
-        if (known == file_ids.end()) {
-          auto file = plan.source_path(*t.source);
-          if (!file.ok()) return file.status();
-          needs.files.push_back(std::move(*file));
-          known = file_ids.emplace(t.source->file, needs.files.size() - 1).first;
-        }
-        last_source = t.source->file;
-        last_id = known->second;
-      }
-      n.file = last_id;
+      const Result<size_t> file =
+          sources.id_of(*t.source, [&] { return detail::named_place("tensors", index, t.name); });
+      if (!file.ok()) return file.status();
+      n.file = *file;
     }
     needs.tensors.push_back(n);
   }
+  needs.files = sources.take_paths();
   return needs;
 }
 

@@ -4,6 +4,7 @@
 #include <devalloc/input_text.hpp>
 
 #include "plan_errors.hpp"
+#include "source_files.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -194,38 +195,32 @@ class Validator {
   Status check_sources() {
     SafetensorsCache own_cache;
     SafetensorsCache& cache = options_.cache != nullptr ? *options_.cache : own_cache;
-    // Resolving walks the file system: once per source file name, and the
-    // file of the tensor before is mostly the file of this one.
-    std::map<std::string_view, std::shared_ptr<const SafetensorsFile>> opened;
-    std::string_view last_name;
-    std::shared_ptr<const SafetensorsFile> last_file;
+    detail::SourceFiles sources(plan_);
+    std::vector<std::shared_ptr<const SafetensorsFile>> opened;  // by source file number
+    size_t last_id = 0;
     size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
       const PlanTensor& tensor = plan_.tensors[i];
       if (!tensor.is_constant()) continue;
-      if (last_file == nullptr || tensor.source->file != last_name) {
-        auto known = opened.find(tensor.source->file);
-        if (known == opened.end()) {
-          Result<std::filesystem::path> path =
-              detail::resolve_source(plan_, *tensor.source, tensor_place(i));
-          if (!path.ok()) return path.status();
-          Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(*path);
-          if (!file.ok()) {
-            return error(tensor_place(i), "source file: " + file.status().message());
-          }
-          known = opened.emplace(tensor.source->file, *file).first;
+      const Result<size_t> id = sources.id_of(*tensor.source, [&] { return tensor_place(i); });
+      if (!id.ok()) return id.status();
+      if (*id == opened.size()) {
+        Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(sources.paths()[*id]);
+        if (!file.ok()) {
+          return error(tensor_place(i), "source file: " + file.status().message());
         }
-        last_name = tensor.source->file;
-        last_file = known->second;
-        next_in_file = 0;
+        opened.push_back(std::move(*file));
       }
+      if (*id != last_id) next_in_file = 0;
+      last_id = *id;
+      const SafetensorsFile& file = *opened[*id];
       const auto in_file = [&] { return " in " + tensor.source->file; };
-      const SafetensorsTensor* source = last_file->find(tensor.source->key, next_in_file);
+      const SafetensorsTensor* source = file.find(tensor.source->key, next_in_file);
       if (source == nullptr) {
         return error(tensor_place(i), "source key " + quote(tensor.source->key) +
                                           " is not" + in_file());
       }
-      next_in_file = static_cast<size_t>(source - last_file->tensors().data()) + 1;
+      next_in_file = static_cast<size_t>(source - file.tensors().data()) + 1;
       const auto of_source = [&] { return " of " + quote(source->name) + in_file(); };
       if (source->dtype != tensor.dtype) {
         return error(tensor_place(i), "dtype " + std::string(to_string(tensor.dtype)) +

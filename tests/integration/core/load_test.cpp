@@ -3,6 +3,7 @@
 #include "load_fixture.hpp"
 
 #include <devalloc/core/device_buffer.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <gmock/gmock.h>
 
@@ -153,6 +154,19 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_Then
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("tensor \"head\""), HasSubstr("do not fit in buffer 1 of 128 bytes")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+TEST_F(LoadFixture, GivenUnvalidatedPlanWithAnAbsoluteSource_WhenLoading_ThenRefusedNamingTheTensorBeforeAllocating) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().tensors[2].source->file = "/etc/passwd";  // "head"; external files not allowed
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(program.status().message(),
+            path_for_message(plan().path.string()) +
+                ": /tensors/2 \"head\": source file \"/etc/passwd\" is absolute; source files "
+                "are relative to the plan's folder unless \"allow_external_files\" is true");
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
