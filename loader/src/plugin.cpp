@@ -274,6 +274,12 @@ Result<void*> Plugin::allocate_host(uint64_t nbytes) {
   Status s = check(api().allocate_host(instance_, nbytes, &host, &error), error,
                    "allocate_host");
   if (!s.ok()) return s;
+  // Only 0 bytes give NULL (plugin_abi.h); the host would write through it.
+  if (host == nullptr && nbytes != 0) {
+    return Status(StatusCode::internal,
+                  "plugin " + name() + ": allocate_host(nbytes " + std::to_string(nbytes) +
+                      ") returned OK without memory (a null pointer)");
+  }
   return host;
 }
 

@@ -26,6 +26,16 @@
  *   DEVALLOC_ZOO_ACCEPTS_BAD_COPY   PLUGIN-15: a copy outside every allocation "succeeds"
  *   DEVALLOC_ZOO_NEVER_RELEASES     PLUGIN-20: synchronize returns without releasing
  *                                   (destroy still releases)
+ *   DEVALLOC_ZOO_FAILED_COPY_UNRELEASED
+ *                                   PLUGIN-14: the second until-released copy fails
+ *                                   and is never released
+ *   DEVALLOC_ZOO_STRAY_RELEASE      PLUGIN-14: releases each until-released copy
+ *                                   with a user_data it was never given, and never
+ *                                   with its own (destroy does not either)
+ *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
+ *                                   with a NULL pointer (plugin_abi.h: only for 0 bytes)
+ *   DEVALLOC_ZOO_HOSTILE_NAMES      breaks nothing, but its version and device name
+ *                                   hold terminal escapes and bytes that are not UTF-8
  */
 #include <devalloc/plugin_abi.h>
 
@@ -44,8 +54,18 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_DESTROY_FORGETS) || defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE) ||    \
     defined(DEVALLOC_ZOO_MISALIGNED) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_FREE) ||        \
     defined(DEVALLOC_ZOO_DOUBLE_RELEASE) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY) ||    \
-    defined(DEVALLOC_ZOO_NEVER_RELEASES)
+    defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
+    defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
+    defined(DEVALLOC_ZOO_HOSTILE_NAMES)
 #define DEVALLOC_ZOO_WORKS 1
+#endif
+
+#if defined(DEVALLOC_ZOO_HOSTILE_NAMES)
+#define ZOO_VERSION "0\x1b[31m\xff"
+#define ZOO_DEVICE_NAME "zoo \x1b[2J\xff memory"
+#else
+#define ZOO_VERSION "0"
+#define ZOO_DEVICE_NAME "zoo memory"
 #endif
 
 static devalloc_status zoo_fail(devalloc_error* error, devalloc_status status,
@@ -171,7 +191,13 @@ struct devalloc_instance {
   zoo_allocation allocations[ZOO_MAX_ALLOCATIONS];
   zoo_release pending[ZOO_MAX_PENDING];
   size_t pending_count;
+  uint64_t until_released_copies;
 };
+
+#if defined(DEVALLOC_ZOO_STRAY_RELEASE)
+/* What the stray releases pass: an address no host gave out. */
+static char zoo_stray_user_data[64];
+#endif
 
 /* Takes the pending releases out under the lock and calls them outside it. */
 static void zoo_fire_pending(devalloc_instance* z) {
@@ -231,6 +257,9 @@ static devalloc_status zoo_get_capabilities(devalloc_instance* z,
   }
   c.struct_size = capabilities->struct_size;
   c.flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
+#if defined(DEVALLOC_ZOO_NULL_STAGING)
+  c.flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
+#endif
   c.max_alignment = ZOO_MAX_ALIGNMENT;
   memcpy(capabilities, &c, sizeof c);
 #if defined(DEVALLOC_ZOO_WRITES_PAST_STRUCT)
@@ -259,7 +288,7 @@ static devalloc_status zoo_get_device_properties(devalloc_instance* z, uint32_t 
   if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
   memset(&p, 0, sizeof p);
   p.struct_size = properties->struct_size;
-  snprintf(p.name, sizeof p.name, "zoo memory");
+  snprintf(p.name, sizeof p.name, "%s", ZOO_DEVICE_NAME);
   p.total_memory_bytes = ZOO_DEVICE_BYTES;
 #if defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE)
   p.dlpack_device_type = 99;
@@ -362,8 +391,21 @@ static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
                ? zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only")
                : zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: range outside every allocation");
   }
+#if defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED)
+  if (releases && args->nbytes != 0) {
+    uint64_t n;
+    pthread_mutex_lock(&z->mutex);
+    n = ++z->until_released_copies;
+    pthread_mutex_unlock(&z->mutex);
+    if (n == 2) return zoo_fail(error, DEVALLOC_STATUS_DEVICE_ERROR, "zoo: copy 2 fails");
+  }
+#endif
   if (args->nbytes != 0) memcpy((void*)(uintptr_t)args->dst, args->src, (size_t)args->nbytes);
   if (!releases) return DEVALLOC_STATUS_OK;
+#if defined(DEVALLOC_ZOO_STRAY_RELEASE)
+  args->on_release(zoo_stray_user_data);
+  return DEVALLOC_STATUS_OK;
+#endif
 #if defined(DEVALLOC_ZOO_DOUBLE_RELEASE)
   args->on_release(args->user_data);
 #endif
@@ -410,6 +452,31 @@ static devalloc_status zoo_synchronize(devalloc_instance* z, uint32_t device,
 }
 
 
+#if defined(DEVALLOC_ZOO_NULL_STAGING)
+static devalloc_status zoo_allocate_host(devalloc_instance* z, uint64_t nbytes, void** host,
+                                         devalloc_error* error) {
+  (void)z;
+  (void)nbytes;
+  if (host == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL host");
+  *host = NULL;
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_error* error) {
+  (void)z;
+  (void)host;
+  (void)error;
+  return DEVALLOC_STATUS_OK;
+}
+#define ZOO_ALLOCATE_HOST zoo_allocate_host
+#define ZOO_FREE_HOST zoo_free_host
+#endif
+
+#endif
+
+#if !defined(ZOO_ALLOCATE_HOST)
+#define ZOO_ALLOCATE_HOST NULL
+#define ZOO_FREE_HOST NULL
 #endif
 
 /* Not static: the variants that refuse to negotiate never hand it out, and
@@ -423,7 +490,7 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
     DEVALLOC_ABI_VERSION_MAJOR,
     DEVALLOC_ABI_VERSION_MINOR,
     "zoo",
-    "0",
+    ZOO_VERSION,
     zoo_create,
     zoo_destroy,
     zoo_get_capabilities,
@@ -434,8 +501,8 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
     zoo_copy_host_to_device,
     zoo_copy_device_to_host,
     zoo_synchronize,
-    NULL,
-    NULL,
+    ZOO_ALLOCATE_HOST,
+    ZOO_FREE_HOST,
     NULL,
 };
 

@@ -2,6 +2,7 @@
 // the chosen methods on its device and reports what went where.
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "json_output.hpp"
 
 #include <devalloc/core/runtime.hpp>
 
@@ -132,7 +133,7 @@ int run_load(const LoadCommandOptions& o) {
                                 {"seconds", d.seconds},
                                 {"gb_per_s", gb_per_s(d.bytes, d.seconds)}});
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return kExitOk;
   }
 

@@ -4,8 +4,10 @@
 // and trust, and its aliases).
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "json_output.hpp"
 
 #include <devalloc/core/device_registry.hpp>
+#include <devalloc/input_text.hpp>
 #include <devalloc/plugin_loader.hpp>
 
 #include <nlohmann/json.hpp>
@@ -114,7 +116,7 @@ int run_plugins(const PluginsOptions& options) {
       }
       out["plugins"].push_back(std::move(p));
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return kExitOk;
   }
 
@@ -133,24 +135,26 @@ int run_plugins(const PluginsOptions& options) {
       // machine without that hardware: say so plainly.
       const bool unavailable = c.outcome == PluginOutcome::create_failed &&
                                c.code == StatusCode::runtime_unavailable;
-      std::printf("\n%-12s %s\n", c.name.c_str(),
+      std::printf("\n%-12s %s\n", escaped(c.name).c_str(),
                   unavailable ? "unavailable (vendor runtime missing)" : to_string(c.outcome));
-      if (!c.path.empty()) std::printf("  %s\n", c.path.c_str());
+      if (!c.path.empty()) std::printf("  %s\n", path_for_message(c.path.string()).c_str());
       if (const std::string at = configured_at(c); !at.empty()) {
         std::printf("  configured at %s\n", at.c_str());
       }
       std::printf("  %s\n", c.reason.c_str());
       continue;
     }
-    std::printf("\n%-12s loaded (plugin %s, ABI %u.%u)\n  %s\n", c.name.c_str(),
+    // The version is escaped by the loader already; the device names below
+    // come from the plugin raw.
+    std::printf("\n%-12s loaded (plugin %s, ABI %u.%u)\n  %s\n", escaped(c.name).c_str(),
                 c.plugin->version().c_str(), c.plugin->abi_major(),
-                c.plugin->abi_minor(), c.path.c_str());
+                c.plugin->abi_minor(), path_for_message(c.path.string()).c_str());
     if (const std::string at = configured_at(c); !at.empty()) {
       std::printf("  configured at %s\n", at.c_str());
     }
     if (c.plugin->devices().empty()) std::printf("  no devices\n");
     for (const auto& d : c.plugin->devices()) {
-      std::printf("  [%u] %s, %s", d.index, d.name.c_str(),
+      std::printf("  [%u] %s, %s", d.index, escaped(d.name).c_str(),
                   human_bytes(d.total_memory_bytes).c_str());
       if (d.has_uuid()) std::printf(", uuid %s", d.uuid_string().c_str());
       if (!d.pci_bus_id.empty()) std::printf(", pci %s", d.pci_bus_id.c_str());

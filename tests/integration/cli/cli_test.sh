@@ -216,6 +216,32 @@ assert alias['devices'][0]['total_memory_bytes'] == 4096, alias"
   printf '[plugins.host]\nlibrery = "x"\n' > bad.toml
   expect_failure 3 'bad.toml:2:1: unknown key "librery"' "$devalloc" plugins --config bad.toml
   ;;
+hostile_plugin_text_is_escaped_and_json_stays_valid)
+  # A plugin's version and device name hold terminal escapes and a byte
+  # that is not UTF-8: the text output shows them escaped, --json stays
+  # valid (the byte becomes U+FFFD) and a load through the plugin succeeds.
+  DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins > out.txt
+  if grep -q $'\x1b' out.txt; then fail "a raw escape reached the output"; fi
+  grep -A1 '^zoo_hostile_names ' out.txt | grep -qF '(plugin 0\x1b[31m\xff,' || fail "version not escaped"
+  grep -A3 '^zoo_hostile_names ' out.txt | grep -qF '[0] zoo \x1b[2J\xff memory,' || fail "device name not escaped"
+  DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins --json > out.json
+  "$python" -c "
+import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}
+d = p['zoo_hostile_names']
+assert d['devices'][0]['name'] == 'zoo \x1b[2J\ufffd memory', d
+assert d['version'] == r'0\x1b[31m\xff', d  # escaped by the loader, as in messages"
+  "$python" -c "
+import numpy as np
+from safetensors.numpy import save_file
+save_file({'w': np.arange(64, dtype=np.float32)}, 'model.safetensors')"
+  "$devalloc" plan model.safetensors --place '*=zoo_hostile_names:0' -o plan.json
+  DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" load plan.json --verify --json > load.json
+  "$python" -c "
+import json; r = json.load(open('load.json'))
+assert r['verified'] is True and r['constants'] == 1, r
+assert r['devices'][0]['plugin'] == 'zoo_hostile_names', r
+assert '\ufffd' in json.dumps(r['devices'][0], ensure_ascii=False), r"
+  ;;
 hostile_inputs_are_refused_with_exit_3)
   # Issue 9: each is refused at once, naming the file, with exit code 3;
   # `timeout` turns a hang into a failure.
