@@ -10,9 +10,9 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -51,6 +51,35 @@ std::string range_text(const CopyStep& s) {
   return "bytes " + std::to_string(s.buffer_offset) + ".." +
          std::to_string(s.buffer_offset + s.nbytes) + " of buffer " +
          std::to_string(s.buffer->memory_id());
+}
+
+// Bytes [offset, offset + nbytes) of step s as a step of their own, named
+// by the tensors of `requests` that hold them (a step of many small
+// tensors is cut into pieces; an error names the piece's tensors, not the
+// whole run). Only for error texts: it scans every request.
+CopyStep piece_of(const CopyStep& s, uint64_t offset, uint64_t nbytes,
+                  const std::vector<CopyRequest>& requests) {
+  CopyStep piece = s;
+  piece.buffer_offset += offset;
+  piece.file_offset += offset;
+  piece.nbytes = nbytes;
+  const uint64_t begin = piece.file_offset;
+  const uint64_t end = begin + std::max<uint64_t>(nbytes, 1);
+  const CopyRequest* first = nullptr;
+  const CopyRequest* last = nullptr;
+  for (const CopyRequest& r : requests) {
+    if (r.file.get() != s.file || r.buffer.get() != s.buffer || r.nbytes == 0 ||
+        r.file_offset >= end || r.file_offset + r.nbytes <= begin) {
+      continue;
+    }
+    if (first == nullptr || r.file_offset < first->file_offset) first = &r;
+    if (last == nullptr || r.file_offset > last->file_offset) last = &r;
+  }
+  if (first != nullptr) {
+    piece.first_tensor = first->tensor;
+    piece.last_tensor = last->tensor;
+  }
+  return piece;
 }
 
 std::string copy_text(const CopyStep& s, const ResolvedDevice& device) {
@@ -118,10 +147,9 @@ struct Ring {
   }
 };
 
-// A copy issued from a slot, until its release. Lives in the ledger, whose
-// address the plugin gets as user_data.
+// A copy issued from a slot, until its release. Lives in the ledger's
+// ticket array; the plugin gets its address as user_data.
 struct Ticket {
-  struct Ledger* ledger = nullptr;
   uint64_t id = 0;
   size_t queue = 0;
   size_t ring = 0;
@@ -130,16 +158,24 @@ struct Ticket {
   const CopyStep* step = nullptr;  // the range the piece belongs to
   uint64_t offset = 0;             // of the piece in the step
   bool released = false;           // under the ledger's mutex
+  bool copy_failed = false;        // its copy call returned an error
 };
 
 // The release accounting of one execute(): slots, tickets, and the first
 // failure. Shared with the plugins through the tickets; leaked, never
 // freed, when a release may still come (see abandon()).
 struct Ledger {
+  ~Ledger();
+
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<Ring> rings;
-  std::deque<Ticket> tickets;                 // stable addresses
+  // Reserved once, for every piece, before the first copy: a ticket's
+  // address never moves, and a release's user_data can be checked against
+  // the array (holds) instead of being followed blindly.
+  std::vector<Ticket> tickets;
+  const std::vector<CopyRequest>* requests = nullptr;  // the schedule's, for texts
+  bool running = false;  // between register_ledger and the end of run()
   std::vector<std::set<uint64_t>> unreleased;  // per queue: ticket ids
   std::vector<const ResolvedDevice*> devices;  // per queue
   uint64_t releases_seen = 0;
@@ -152,18 +188,63 @@ struct Ledger {
   void fail(Status s) {
     if (failure.ok()) failure = std::move(s);
   }
+  // A broken release rule found after the load failed already: both are
+  // said, the first failure first.
+  void fail_also(const Status& s) {
+    if (failure.ok()) {
+      failure = s;
+    } else {
+      failure = Status(failure.code(), failure.message() + "; then " + s.message());
+    }
+  }
+
+  // True when user_data is the address of one of the ticket slots.
+  bool holds(const void* user_data) const {
+    const auto at = reinterpret_cast<uintptr_t>(user_data);
+    const auto base = reinterpret_cast<uintptr_t>(tickets.data());
+    return at >= base && at - base < tickets.capacity() * sizeof(Ticket) &&
+           (at - base) % sizeof(Ticket) == 0;
+  }
 
   // "copy of tensor "a" .. "b" (bytes 0..4096 of buffer 3) to host:0 (...)"
   std::string copy_of(const Ticket& t) const {
-    CopyStep piece = *t.step;
-    piece.buffer_offset += t.offset;
-    piece.nbytes = t.nbytes;
-    return copy_text(piece, *devices[t.queue]);
+    return copy_text(piece_of(*t.step, t.offset, t.nbytes, *requests), *devices[t.queue]);
   }
   std::string plugin_of(const Ticket& t) const {
     return devices[t.queue]->plugin->name();
   }
+  // "plugin a" or "plugins a, b": those this load copies through.
+  std::string plugins() const {
+    std::set<std::string> names;
+    for (const ResolvedDevice* d : devices) names.insert(d->plugin->name());
+    std::string text;
+    for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
+    return (names.size() == 1 ? "plugin " : "plugins ") + text;
+  }
 };
+
+// The ledgers a release may be for: each load's while it runs, and the
+// abandoned ones for ever. on_piece_released looks its user_data up here,
+// with g_ledgers_mutex held throughout (then a ledger's mutex; never the
+// other way round), so a made-up user_data, or a release that comes after
+// its load ended and its ledger was freed, is never followed.
+std::mutex g_ledgers_mutex;
+std::vector<Ledger*>& registered_ledgers() {
+  static auto* list = new std::vector<Ledger*>();
+  return *list;
+}
+
+void register_ledger(Ledger& ledger) {
+  std::lock_guard lock(g_ledgers_mutex);
+  ledger.running = true;
+  registered_ledgers().push_back(&ledger);
+}
+
+Ledger::~Ledger() {
+  std::lock_guard lock(g_ledgers_mutex);
+  auto& list = registered_ledgers();
+  list.erase(std::remove(list.begin(), list.end(), this), list.end());
+}
 
 // Ledgers whose plugin broke the release rules stay reachable here for the
 // life of the process: a late release writes into memory that is still
@@ -274,10 +355,12 @@ extern "C" void on_piece_released(void* user_data);
 
 class Pipeline {
  public:
-  Pipeline(const std::vector<DeviceCopyQueue>& queues, const PipelineOptions& options,
-           const LoadProgress& progress)
-      : queues_(queues), options_(options), progress_(progress),
-        ledger_(std::make_unique<Ledger>()) {}
+  Pipeline(const std::vector<CopyRequest>& requests, const std::vector<DeviceCopyQueue>& queues,
+           const PipelineOptions& options, const LoadProgress& progress)
+      : requests_(requests), queues_(queues), options_(options), progress_(progress),
+        ledger_(std::make_unique<Ledger>()) {
+    ledger_->requests = &requests_;
+  }
 
   ~Pipeline() {
     for (int fd : direct_fds_) ::close(fd);
@@ -303,9 +386,9 @@ class Pipeline {
   Status force_progress(std::unique_lock<std::mutex>& lock, size_t ring);
   Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue,
                        uint64_t up_to_id);
-  Status missing_release(const Ticket& t) const;
   void finish();
 
+  const std::vector<CopyRequest>& requests_;
   const std::vector<DeviceCopyQueue>& queues_;
   const PipelineOptions& options_;
   const LoadProgress& progress_;
@@ -331,17 +414,74 @@ class Pipeline {
   std::mutex stats_mutex_;
 };
 
+// A release whose user_data is no ticket of any ledger (PLUGIN-14): made
+// up, or for a load that ended. While exactly one load runs it is the
+// likely recipient, and fails; otherwise the release is dropped (a copy it
+// should have released is then missing, and PLUGIN-21 ends that load).
+// g_ledgers_mutex held.
+void stray_release(const void* user_data) {
+  Ledger* running = nullptr;
+  int count = 0;
+  for (Ledger* l : registered_ledgers()) {
+    if (l->running) {
+      running = l;
+      ++count;
+    }
+  }
+  if (count != 1) return;
+  {
+    std::lock_guard lock(running->mutex);
+    running->breach = true;
+    char address[32];
+    std::snprintf(address, sizeof address, "%p", user_data);
+    running->fail(Status(StatusCode::device_error,
+                         running->plugins() +
+                             " broke PLUGIN-14 (PLUGIN-21 release accounting): on_release "
+                             "came with user_data " + address +
+                             ", which no copy of this load was given"));
+  }
+  running->changed.notify_all();
+}
+
 extern "C" void on_piece_released(void* user_data) {
-  auto* t = static_cast<Ticket*>(user_data);
-  Ledger& ledger = *t->ledger;
+  std::lock_guard registry(g_ledgers_mutex);
+  Ledger* found = nullptr;
+  for (Ledger* l : registered_ledgers()) {
+    if (l->holds(user_data)) {
+      found = l;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    stray_release(user_data);
+    return;
+  }
+  Ledger& ledger = *found;
   {
     std::lock_guard lock(ledger.mutex);
+    const size_t index = (reinterpret_cast<uintptr_t>(user_data) -
+                          reinterpret_cast<uintptr_t>(ledger.tickets.data())) /
+                         sizeof(Ticket);
+    // Texts name the schedule's steps and devices: only while the load
+    // runs (an abandoned ledger outlives its schedule).
+    if (index >= ledger.tickets.size()) {
+      // A slot no copy was issued from yet.
+      ledger.breach = true;
+      if (ledger.running) {
+        ledger.fail(Status(StatusCode::device_error,
+                           ledger.plugins() +
+                               " broke PLUGIN-14 (PLUGIN-21 release accounting): on_release "
+                               "came for a copy that was never issued"));
+      }
+      ledger.changed.notify_all();
+      return;
+    }
+    Ticket* t = &ledger.tickets[index];
     if (t->released) {
       // The first release gave the slot back already; giving it again would
-      // corrupt the ring. The load ends instead. (Once a failure is set the
-      // schedule the ticket names may be gone: no text then.)
+      // corrupt the ring. The load ends instead.
       ledger.breach = true;
-      if (ledger.failure.ok()) ledger.fail(Status(StatusCode::device_error,
+      if (ledger.running && ledger.failure.ok()) ledger.fail(Status(StatusCode::device_error,
                          "plugin " + ledger.plugin_of(*t) +
                              " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
                              ledger.copy_of(*t) + " was released twice"));
@@ -496,6 +636,8 @@ Status Pipeline::set_up() {
     if (claimed >= kClaimBytes || i + 1 - claims_.back() >= kClaimPieces) claimed = 0;
   }
   claims_.push_back(pieces_.size());
+  // A ticket per staged piece at most; never reallocated from here on.
+  ledger.tickets.reserve(pieces_.size());
   return Status();
 }
 
@@ -569,10 +711,13 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
   if (done) return Status();
   ledger.breach = true;
   const Ticket& t = ledger.tickets[*pending.begin()];
+  // A failed copy is released too (PLUGIN-14); a copy that went through
+  // is released by the synchronize that covers it at the latest (PLUGIN-20).
+  const std::string rule = t.copy_failed ? "PLUGIN-14" : "PLUGIN-20";
   return Status(StatusCode::device_error,
-                "plugin " + ledger.plugin_of(t) +
-                    " broke PLUGIN-20 (PLUGIN-21 release accounting): " +
-                    ledger.copy_of(t) + " was not released " +
+                "plugin " + ledger.plugin_of(t) + " broke " + rule +
+                    " (PLUGIN-21 release accounting): " + ledger.copy_of(t) +
+                    (t.copy_failed ? " failed and" : "") + " was not released " +
                     std::to_string(options_.release_timeout.count()) +
                     " ms after synchronize returned ([load] release_timeout); "
                     "its staging memory is kept, never freed");
@@ -618,7 +763,7 @@ Status Pipeline::staged_piece(const Piece& p) {
     if (!read.ok()) {
       ledger.rings[c.ring].free.push_back(*taken);
     } else {
-      ledger.tickets.push_back(Ticket{&ledger, ledger.tickets.size(), p.queue, c.ring,
+      ledger.tickets.push_back(Ticket{ledger.tickets.size(), p.queue, c.ring,
                                       *taken, p.nbytes, &s, p.offset, false});
       ticket = &ledger.tickets.back();
       ledger.unreleased[p.queue].insert(ticket->id);
@@ -628,13 +773,19 @@ Status Pipeline::staged_piece(const Piece& p) {
   }
   if (!read.ok()) {
     ledger.changed.notify_all();
-    return read.with_context("reading tensor " + tensors_text(s));
+    return read.with_context("reading tensor " +
+                             tensors_text(piece_of(s, p.offset, p.nbytes, requests_)));
   }
   const ResolvedDevice& device = queues_[p.queue].device;
   // The plugin releases the ticket exactly once, also when this fails.
-  return device.plugin->copy_to_device_until_released(
+  Status copied = device.plugin->copy_to_device_until_released(
       device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
       p.nbytes, on_piece_released, ticket);
+  if (!copied.ok()) {
+    std::lock_guard lock(ledger.mutex);
+    ticket->copy_failed = true;
+  }
+  return copied;
 }
 
 void Pipeline::work() {
@@ -662,11 +813,11 @@ void Pipeline::work() {
         add_counts();
         return;
       }
-      const CopyStep& step = *p.step;
+      const CopyStep piece = piece_of(*p.step, p.offset, p.nbytes, requests_);
       std::lock_guard lock(ledger_->mutex);
-      ledger_->fail(s.with_context("copying tensor " + tensors_text(step) + " (" +
-                                   range_text(step) + ") from " +
-                                   path_for_message(step.file->path().string()) + " to " +
+      ledger_->fail(s.with_context("copying tensor " + tensors_text(piece) + " (" +
+                                   range_text(piece) + ") from " +
+                                   path_for_message(piece.file->path().string()) + " to " +
                                    queues_[p.queue].device.describe()));
       stop_ = true;
       ledger_->changed.notify_all();
@@ -695,7 +846,7 @@ void Pipeline::finish() {
       ledger.fail(synced.with_context("synchronizing " + device.describe()));
     }
     if (any) {
-      if (Status s = wait_released(lock, qi, last); !s.ok()) ledger.fail(s);
+      if (Status s = wait_released(lock, qi, last); !s.ok()) ledger.fail_also(s);
     }
     lock.unlock();
     per_device_[qi].seconds =
@@ -716,6 +867,7 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
   Status status = set_up();
   uint32_t threads = 0;
   if (status.ok()) {
+    register_ledger(*ledger_);
     const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
     threads = options_.threads != 0
                   ? options_.threads
@@ -730,6 +882,12 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
   }
 
   Ledger& ledger = *ledger_;
+  {
+    // From here releases are strays: texts would name a schedule that
+    // may be gone.
+    std::lock_guard lock(g_ledgers_mutex);
+    ledger.running = false;
+  }
   if (pipeline != nullptr) {
     std::lock_guard lock(ledger.mutex);
     *pipeline = PipelineStats{};
@@ -834,7 +992,7 @@ Status CopySchedule::execute(const PipelineOptions& options,
                              std::vector<DeviceLoadStats>* stats,
                              PipelineStats* pipeline,
                              const LoadProgress& progress) const {
-  Pipeline run(queues_, options, progress);
+  Pipeline run(requests_, queues_, options, progress);
   return run.run(stats, pipeline);
 }
 

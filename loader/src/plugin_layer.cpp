@@ -2,6 +2,7 @@
 
 #include <devalloc/status.hpp>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <unordered_map>
 
 namespace devalloc {
 
@@ -20,6 +22,20 @@ std::vector<ValidationBreach> g_log;
 // Set while the host's on_release runs on this thread: a call into the
 // plugin from there breaks PLUGIN-14.
 thread_local bool t_in_release = false;
+
+// The tickets of every live layer, by address, and the live layers: an
+// on_release looks its user_data up here before following it, so a made-up
+// one, or one of a destroyed layer, is a breach and not a crash. Taken
+// after a layer's mutex is let go, never while it is held.
+std::mutex g_tickets_mutex;
+std::unordered_map<const void*, PluginLayer*>& ticket_owners() {
+  static auto* owners = new std::unordered_map<const void*, PluginLayer*>();
+  return *owners;
+}
+std::vector<PluginLayer*>& live_layers() {
+  static auto* layers = new std::vector<PluginLayer*>();
+  return *layers;
+}
 
 std::string printed(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string printed(const char* format, ...) {
@@ -185,6 +201,8 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
       real.struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, get_memory_info) &&
       real.get_memory_info != nullptr;
   if (has_memory_info_) table_.get_memory_info = &PluginLayer::get_memory_info;
+  std::lock_guard owners(g_tickets_mutex);
+  live_layers().push_back(this);
 }
 
 PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
@@ -330,6 +348,13 @@ bool PluginLayer::take_owed(uint32_t device, std::string* text) {
 void PluginLayer::destroy(devalloc_instance* instance) {
   PluginLayer* layer = self(instance);
   layer->real_.destroy(layer->real_instance_);
+  {
+    // Releases after destroy are strays from here on.
+    std::lock_guard owners(g_tickets_mutex);
+    for (const Ticket& t : layer->tickets_) ticket_owners().erase(&t);
+    auto& layers = live_layers();
+    layers.erase(std::remove(layers.begin(), layers.end(), layer), layers.end());
+  }
   {
     std::lock_guard lock(layer->mutex_);
     if (layer->settings_.validate && !layer->pending_.empty()) {
@@ -610,6 +635,10 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       forwarded.user_data = &t;
     }
   }
+  if (releases) {
+    std::lock_guard owners(g_tickets_mutex);
+    ticket_owners().emplace(forwarded.user_data, &layer);
+  }
   call.status = layer.real_.copy_host_to_device(layer.real_instance_, &forwarded, &call.mine);
   if (releases) {
     std::lock_guard lock(layer.mutex_);
@@ -759,6 +788,13 @@ devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32
 }
 
 void PluginLayer::on_release(void* user_data) {
+  {
+    std::lock_guard owners(g_tickets_mutex);
+    if (ticket_owners().count(user_data) == 0) {
+      stray_release(user_data);
+      return;
+    }
+  }
   auto* ticket = static_cast<Ticket*>(user_data);
   PluginLayer& layer = *ticket->layer;
   {
@@ -787,6 +823,26 @@ void PluginLayer::on_release(void* user_data) {
   t_in_release = true;
   ticket->release(ticket->user_data);
   t_in_release = false;
+}
+
+// g_tickets_mutex held. Whose plugin sent it cannot be known: with one live
+// layer it is that one's, reported on the next call on each of its devices;
+// with several, each logs it.
+void PluginLayer::stray_release(const void* user_data) {
+  for (PluginLayer* layer : live_layers()) {
+    if (!layer->settings_.validate) continue;
+    const std::string text = layer->breach(
+        "PLUGIN-14", "on_release(" + printed("%p", user_data) + ")",
+        live_layers().size() == 1
+            ? "on_release came with a user_data that no copy was given; it is ignored"
+            : "an on_release came with a user_data that no copy of any plugin was given "
+              "(this plugin or another); it is ignored");
+    if (live_layers().size() != 1) continue;
+    std::lock_guard lock(layer->mutex_);
+    for (uint32_t device = 0; device < layer->device_count_; ++device) {
+      layer->owed_[device].push_back(text);
+    }
+  }
 }
 
 }  // namespace devalloc

@@ -65,6 +65,8 @@ class PluginLayer {
   static devalloc_status get_memory_info(devalloc_instance*, uint32_t, uint64_t*, uint64_t*,
                                          devalloc_error*);
   static void on_release(void* ticket);
+  // An on_release whose user_data is no live ticket (PLUGIN-14).
+  static void stray_release(const void* user_data);
 
   // Reports a breach (log, stderr) and returns its text without the plugin:
   // "PLUGIN-15: copy_host_to_device(...): ...".

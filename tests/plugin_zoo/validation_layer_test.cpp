@@ -194,6 +194,29 @@ TEST_F(ValidationLayer, GivenPluginThatNeverReleasesBeforeDestroy_WhenSynchroniz
   EXPECT_EQ(releases, 1);
 }
 
+TEST_F(ValidationLayer, GivenPluginReleasingWithAMadeUpUserData_ThenPlugin14AndTheReleaseIsNotFollowed) {
+  auto plugin = open("stray_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  // The zoo calls on_release with an address no copy was given: the layer
+  // must look it up, not follow it as one of its tickets.
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  EXPECT_EQ(releases, 0);
+  const std::vector<ValidationBreach> breaches = validation_breaches();
+  ASSERT_EQ(breaches.size(), 1u);
+  EXPECT_EQ(breaches[0].rule, "PLUGIN-14");
+  EXPECT_THAT(breaches[0].detail, HasSubstr("no copy was given"));
+  // Reported again on the next call on the device, with PLUGIN-20 for the
+  // copy whose own release never came.
+  Status s = plugin->synchronize(0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(rules(), ::testing::Contains("PLUGIN-20"));
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
 // The caller's side of the rules, checked by the same layer.
 
 struct Reentrant {

@@ -231,6 +231,73 @@ TEST_F(PipelineLoad, GivenPluginReleasingTwice_WhenLoading_ThenTheLoadFailsNamin
   }
 }
 
+// plugin_abi.h: allocate_host gives NULL only for 0 bytes. A plugin that
+// answers OK without memory fails the load, never a write through NULL.
+TEST_F(PipelineLoad, GivenPluginWhoseStagingAllocationIsNull_WhenLoadingStaged_ThenRefusedNamingTheCallAndNothingLeft) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = Runtime::create(config_for("zoo_null_staging", "staging = 16384\n"))
+                     ->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::internal);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("allocating 4096 bytes of staging memory"),
+                    HasSubstr("allocate_host(nbytes 4096) returned OK without memory (a null "
+                              "pointer)")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// PLUGIN-14: a copy that fails is released too. One that is not ends the
+// load with the copy's own error and then the breach, after release_timeout.
+TEST_F(PipelineLoad, GivenPluginThatDoesNotReleaseAFailedCopy_WhenLoading_ThenTheErrorNamesTheCopyAndThenTheBreach) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program =
+      Runtime::create(config_for("zoo_failed_copy_unreleased",
+                                 "staging = 16384\nthreads = 1\nrelease_timeout = \"100ms\"\n"))
+          ->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("copying tensor \"t1001\" (bytes 4096..8192 of buffer 0)"),
+                    HasSubstr("zoo: copy 2 fails"),
+                    HasSubstr("; then plugin zoo broke PLUGIN-14 (PLUGIN-21 release "
+                              "accounting): copy of tensor \"t1001\" (bytes 4096..8192 of "
+                              "buffer 0)"),
+                    HasSubstr("failed and was not released 100 ms after synchronize")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// PLUGIN-14: a release's user_data is looked up among the load's copies,
+// never followed blindly, even without the validation layer.
+TEST_F(PipelineLoad, GivenPluginReleasingWithAMadeUpUserData_WhenLoading_ThenTheLoadFailsNamingTheBreach) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = Runtime::create(config_for("zoo_stray_release",
+                                            "staging = 16384\nrelease_timeout = \"100ms\"\n"))
+                     ->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::device_error);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("plugin zoo broke PLUGIN-14 (PLUGIN-21 release accounting): "
+                              "on_release came with user_data 0x"),
+                    HasSubstr("which no copy of this load was given")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// A failed copy is named by the tensor the failing piece holds, not by the
+// whole coalesced range it was cut from.
+TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPiecesTensorAndBytes) {
+  const std::string text = "[plugins.p]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_host_faulty.so").string() +
+                           "\"\noptions = { fail_copy_at = \"5\" }\n"
+                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
+                           "[load]\nstaging = 16384\ndirect = false\nthreads = 1\n";
+  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto program = Runtime::create(*config)->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("copying tensor \"t1004\" (bytes 16384..20480 of buffer 0)"),
+                    HasSubstr("injected by fail_copy_at = 5")));
+}
+
 // Thousands of tiny tensors, each at its own aligned place in the buffer:
 // each is a piece of its own, and threads claim them in runs. Every byte
 // must arrive, each piece must be counted once, and the staged path must
