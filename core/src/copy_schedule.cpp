@@ -434,11 +434,13 @@ void stray_release(const void* user_data) {
     running->breach = true;
     char address[32];
     std::snprintf(address, sizeof address, "%p", user_data);
+    // The callback went only to plugins of loads: this one's, or an
+    // earlier one's that releases after its load ended.
     running->fail(Status(StatusCode::device_error,
                          running->plugins() +
-                             " broke PLUGIN-14 (PLUGIN-21 release accounting): on_release "
-                             "came with user_data " + address +
-                             ", which no copy of this load was given"));
+                             " (or a plugin of an earlier load) broke PLUGIN-14 (PLUGIN-21 "
+                             "release accounting): on_release came with user_data " +
+                             address + ", which no copy of this load was given"));
   }
   running->changed.notify_all();
 }
@@ -883,8 +885,8 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
 
   Ledger& ledger = *ledger_;
   {
-    // From here releases are strays: texts would name a schedule that
-    // may be gone.
+    // From here no release makes a text: texts name the schedule, which
+    // may be gone once run() returns (an abandoned ledger stays).
     std::lock_guard lock(g_ledgers_mutex);
     ledger.running = false;
   }

@@ -1,6 +1,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
 
+#include "guarded_call.hpp"
 #include "plugin_layer.hpp"
 
 #include <cstring>
@@ -43,7 +44,13 @@ Plugin::Plugin(std::shared_ptr<const PluginLibrary> library,
 Plugin::~Plugin() {
   // Destroy before the library reference goes: the instance's code lives in
   // the library. A layer destroys the plugin's instance, then itself.
-  if (instance_ != nullptr) api_->destroy(instance_);
+  if (instance_ != nullptr) {
+    // destroy returns nothing; an exception out of it (PLUGIN-7) is dropped.
+    detail::guarded_call("destroy", nullptr, [&] {
+      api_->destroy(instance_);
+      return DEVALLOC_STATUS_OK;
+    });
+  }
 }
 
 std::optional<LayerCounters> Plugin::layer_counters() const {
@@ -71,6 +78,14 @@ Status Plugin::check(devalloc_status status, const devalloc_error& error,
                 "plugin " + name() + ": " + message);
 }
 
+template <class Call>
+Status Plugin::call_checked(const char* function, Call&& call) const {
+  devalloc_error error = make_error();
+  const devalloc_status status =
+      detail::guarded_call(function, &error, [&] { return call(&error); });
+  return check(status, error, function);
+}
+
 std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
     std::shared_ptr<const PluginLibrary> library,
     const PluginOptions& options, const LayerSettings& layers) {
@@ -88,7 +103,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   args.option_values = values.data();
   args.option_count = options.size();
   devalloc_error error = make_error();
-  const devalloc_status status = api_in_use->create(&args, &error);
+  const devalloc_status status =
+      detail::guarded_call("create", &error, [&] { return api_in_use->create(&args, &error); });
 
   const std::string who = "plugin " + library->name() + " (" +
                           path_for_message(library->path().string()) + ")";
@@ -119,10 +135,10 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   WithSlack<devalloc_capabilities> caps_buffer;
   devalloc_capabilities& caps = caps_buffer.value;
   caps.struct_size = sizeof caps;
-  error = make_error();
-  if (Status s = plugin->check(api.get_capabilities(plugin->instance_, &caps,
-                                                    &error),
-                               error, "get_capabilities");
+  if (Status s = plugin->call_checked("get_capabilities",
+                                      [&](devalloc_error* e) {
+                                        return api.get_capabilities(plugin->instance_, &caps, e);
+                                      });
       !s.ok()) {
     return create_failed(s);
   }
@@ -138,10 +154,10 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   plugin->capabilities_.max_alignment = caps.max_alignment;
 
   uint32_t count = 0;
-  error = make_error();
-  if (Status s = plugin->check(
-          api.get_device_count(plugin->instance_, &count, &error), error,
-          "get_device_count");
+  if (Status s = plugin->call_checked("get_device_count",
+                                      [&](devalloc_error* e) {
+                                        return api.get_device_count(plugin->instance_, &count, e);
+                                      });
       !s.ok()) {
     return create_failed(s);
   }
@@ -158,10 +174,11 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
     WithSlack<devalloc_device_properties> p_buffer;
     devalloc_device_properties& p = p_buffer.value;
     p.struct_size = sizeof p;
-    error = make_error();
-    if (Status s = plugin->check(
-            api.get_device_properties(plugin->instance_, i, &p, &error), error,
-            "get_device_properties");
+    if (Status s = plugin->call_checked("get_device_properties",
+                                        [&](devalloc_error* e) {
+                                          return api.get_device_properties(plugin->instance_, i,
+                                                                           &p, e);
+                                        });
         !s.ok()) {
       return create_failed(s);
     }
@@ -186,16 +203,16 @@ Result<uint64_t> Plugin::allocate(uint32_t device, uint64_t nbytes,
   args.device = device;
   args.nbytes = nbytes;
   args.alignment = alignment;
-  devalloc_error error = make_error();
-  Status s = check(api().allocate(instance_, &args, &error), error, "allocate");
+  Status s = call_checked(
+      "allocate", [&](devalloc_error* e) { return api().allocate(instance_, &args, e); });
   if (!s.ok()) return s;
   return args.address;
 }
 
 Status Plugin::deallocate(uint32_t device, uint64_t address) {
-  devalloc_error error = make_error();
-  return check(api().deallocate(instance_, device, address, &error), error,
-               "deallocate");
+  return call_checked("deallocate", [&](devalloc_error* e) {
+    return api().deallocate(instance_, device, address, e);
+  });
 }
 
 Status Plugin::copy_to_device(uint32_t device, uint64_t dst, const void* src,
@@ -207,9 +224,9 @@ Status Plugin::copy_to_device(uint32_t device, uint64_t dst, const void* src,
   args.dst = dst;
   args.src = src;
   args.nbytes = nbytes;
-  devalloc_error error = make_error();
-  return check(api().copy_host_to_device(instance_, &args, &error), error,
-               "copy_host_to_device");
+  return call_checked("copy_host_to_device", [&](devalloc_error* e) {
+    return api().copy_host_to_device(instance_, &args, e);
+  });
 }
 
 Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst,
@@ -225,9 +242,9 @@ Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst,
   args.nbytes = nbytes;
   args.on_release = on_release;
   args.user_data = user_data;
-  devalloc_error error = make_error();
-  return check(api().copy_host_to_device(instance_, &args, &error), error,
-               "copy_host_to_device");
+  return call_checked("copy_host_to_device", [&](devalloc_error* e) {
+    return api().copy_host_to_device(instance_, &args, e);
+  });
 }
 
 Status Plugin::copy_to_host(uint32_t device, void* dst, uint64_t src,
@@ -238,15 +255,14 @@ Status Plugin::copy_to_host(uint32_t device, void* dst, uint64_t src,
   args.src = src;
   args.dst = dst;
   args.nbytes = nbytes;
-  devalloc_error error = make_error();
-  return check(api().copy_device_to_host(instance_, &args, &error), error,
-               "copy_device_to_host");
+  return call_checked("copy_device_to_host", [&](devalloc_error* e) {
+    return api().copy_device_to_host(instance_, &args, e);
+  });
 }
 
 Status Plugin::synchronize(uint32_t device) {
-  devalloc_error error = make_error();
-  return check(api().synchronize(instance_, device, &error), error,
-               "synchronize");
+  return call_checked("synchronize",
+                      [&](devalloc_error* e) { return api().synchronize(instance_, device, e); });
 }
 
 Result<std::optional<MemoryInfo>> Plugin::memory_info(uint32_t device) {
@@ -256,10 +272,9 @@ Result<std::optional<MemoryInfo>> Plugin::memory_info(uint32_t device) {
     return std::optional<MemoryInfo>();
   }
   MemoryInfo info;
-  devalloc_error error = make_error();
-  Status s = check(table.get_memory_info(instance_, device, &info.free_bytes,
-                                         &info.total_bytes, &error),
-                   error, "get_memory_info");
+  Status s = call_checked("get_memory_info", [&](devalloc_error* e) {
+    return table.get_memory_info(instance_, device, &info.free_bytes, &info.total_bytes, e);
+  });
   if (!s.ok()) return s;
   return std::optional<MemoryInfo>(info);
 }
@@ -270,9 +285,9 @@ Result<void*> Plugin::allocate_host(uint64_t nbytes) {
                   "plugin " + name() + " has no host staging memory");
   }
   void* host = nullptr;
-  devalloc_error error = make_error();
-  Status s = check(api().allocate_host(instance_, nbytes, &host, &error), error,
-                   "allocate_host");
+  Status s = call_checked("allocate_host", [&](devalloc_error* e) {
+    return api().allocate_host(instance_, nbytes, &host, e);
+  });
   if (!s.ok()) return s;
   // Only 0 bytes give NULL (plugin_abi.h); the host would write through it.
   if (host == nullptr && nbytes != 0) {
@@ -288,8 +303,8 @@ Status Plugin::free_host(void* host) {
     return Status(StatusCode::unsupported,
                   "plugin " + name() + " has no host staging memory");
   }
-  devalloc_error error = make_error();
-  return check(api().free_host(instance_, host, &error), error, "free_host");
+  return call_checked("free_host",
+                      [&](devalloc_error* e) { return api().free_host(instance_, host, e); });
 }
 
 }  // namespace devalloc

@@ -834,7 +834,8 @@ void PluginLayer::stray_release(const void* user_data) {
     const std::string text = layer->breach(
         "PLUGIN-14", "on_release(" + printed("%p", user_data) + ")",
         live_layers().size() == 1
-            ? "on_release came with a user_data that no copy was given; it is ignored"
+            ? "on_release came with a user_data that no copy was given (from this "
+              "plugin, or from an instance destroyed before); it is ignored"
             : "an on_release came with a user_data that no copy of any plugin was given "
               "(this plugin or another); it is ignored");
     if (live_layers().size() != 1) continue;

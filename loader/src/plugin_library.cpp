@@ -1,6 +1,8 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
 
+#include "guarded_call.hpp"
+
 #include <boost/dll/shared_library.hpp>
 
 #include <cstring>
@@ -88,7 +90,8 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
   n.host_max_minor = DEVALLOC_ABI_VERSION_MINOR;
   devalloc_error error{};
   error.struct_size = sizeof error;
-  const devalloc_status status = negotiate(&n, &error);
+  const devalloc_status status = detail::guarded_call(
+      DEVALLOC_PLUGIN_ENTRY_POINT_NAME, &error, [&] { return negotiate(&n, &error); });
 
   const std::string loader_speaks =
       "this loader speaks " + std::to_string(DEVALLOC_ABI_VERSION_MAJOR) +

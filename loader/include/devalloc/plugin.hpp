@@ -142,6 +142,10 @@ class Plugin {
   // "plugin NAME: " + context + message from the plugin.
   Status check(devalloc_status status, const devalloc_error& error,
                const char* call) const;
+  // Runs call(&error), one function of the table, so that no C++ exception
+  // leaves it (PLUGIN-7; loader/src/guarded_call.hpp), then check()s it.
+  template <class Call>
+  Status call_checked(const char* function, Call&& call) const;
 
   std::shared_ptr<const PluginLibrary> library_;
   const devalloc_plugin_api_v1* api_ = nullptr;

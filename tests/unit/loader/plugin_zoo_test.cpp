@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <vector>
 
 namespace devalloc {
 namespace {
@@ -24,6 +25,32 @@ PluginError open_error(const std::string& variant) {
   auto [library, error] = PluginLibrary::open(zoo(variant));
   EXPECT_EQ(library, nullptr) << variant << " was accepted";
   return error;
+}
+
+// PLUGIN-7 broken: what a plugin throws through the C ABI becomes the
+// call's failure, never an exception in the host or the end of the process.
+TEST(PluginZoo, GivenPluginThatThrowsThroughTheCAbi_WhenCalled_ThenEachThrowIsThatCallsFailure) {
+  std::vector<uint8_t> bytes(64, 7);
+  {
+    auto [plugin, error] = PluginLoader().load(zoo("throws").string(), {}, {});
+    ASSERT_TRUE(plugin) << error.status.message();
+    auto thrown = plugin->allocate(0, 13, 0);
+    ASSERT_FALSE(thrown.ok());
+    EXPECT_EQ(thrown.status().code(), StatusCode::internal);
+    EXPECT_EQ(thrown.status().message(),
+              "plugin zoo_throws: allocate threw a C++ exception across the C ABI (PLUGIN-7): "
+              "allocate exploded");
+    auto address = plugin->allocate(0, 64, 0);  // the plugin still works
+    ASSERT_TRUE(address.ok()) << address.status().message();
+    Status copy = plugin->copy_to_device(0, *address, bytes.data(), 13);
+    EXPECT_EQ(copy.code(), StatusCode::internal);
+    EXPECT_EQ(copy.message(),
+              "plugin zoo_throws: copy_host_to_device threw a C++ exception across the C ABI "
+              "(PLUGIN-7)");
+    EXPECT_TRUE(plugin->copy_to_device(0, *address, bytes.data(), 64).ok());
+    EXPECT_TRUE(plugin->deallocate(0, *address).ok());
+  }  // destroy throws as well: dropped
+  SUCCEED();
 }
 
 TEST(PluginZoo, GivenFileWithoutEntryPoint_WhenOpening_ThenRefusedAsNoEntryPoint) {
