@@ -37,7 +37,9 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
-  if (plan == nullptr) return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
+  if (plan == nullptr) {
+    return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
+  }
   std::shared_ptr<LoadedProgram> program(
       new LoadedProgram(shared_from_this(), std::move(plan)));
   std::vector<std::string> names = methods;
@@ -78,9 +80,14 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
     if (b == nullptr) {
       // A safety check, not validate_plan's: the ids of all the methods of
       // this call are allowed, which keeps every address in its buffer.
+      // At most kShownIds of them: a plan may have thousands of buffers.
+      constexpr size_t kShownIds = 16;
       std::string ids;
-      for (const PlannedBuffer& pb : needs->buffers) {
-        ids += (ids.empty() ? "" : ", ") + std::to_string(pb.memory_id);
+      for (size_t k = 0; k < needs->buffers.size() && k < kShownIds; ++k) {
+        ids += (k == 0 ? "" : ", ") + std::to_string(needs->buffers[k].memory_id);
+      }
+      if (needs->buffers.size() > kShownIds) {
+        ids += ", ... (" + std::to_string(needs->buffers.size()) + " in all)";
       }
       return Status(StatusCode::invalid_argument,
                     where(t) + ": memory id " + std::to_string(t.memory_id) +
