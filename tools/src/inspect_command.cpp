@@ -3,8 +3,10 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 
+
 #include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/placement.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <cstdio>
 #include <vector>
@@ -28,7 +30,9 @@ int run_inspect(const InspectOptions& o) {
   if (!plan.ok()) return report_failure("inspect", plan.status());
 
   DeviceRegistry registry(*config);
-  std::printf("plan %s: %zu buffers, %zu tensors, %zu methods\n", o.plan.c_str(),
+  // Names come from the plan file and its sources: escaped, as in messages.
+  std::printf("plan %s: %zu buffers, %zu tensors, %zu methods\n",
+              path_for_message(o.plan).c_str(),
               plan->buffers.size(), plan->tensors.size(), plan->methods.size());
   std::printf("\nbuffers:\n");
   std::vector<BufferPlacement> placements;
@@ -38,7 +42,7 @@ int run_inspect(const InspectOptions& o) {
     auto placed = place_buffer(pb, registry);
     std::printf("  [%u] %s, alignment %llu, planned %s", b.memory_id,
                 human_bytes(b.size).c_str(), static_cast<unsigned long long>(b.alignment),
-                b.device.c_str());
+                escaped(b.device).c_str());
     if (placed.ok()) {
       std::printf(" -> %s%s\n", placed->device.describe().c_str(),
                   placed->device.is_fallback ? " [fallback]" : "");
@@ -50,17 +54,19 @@ int run_inspect(const InspectOptions& o) {
   }
   std::printf("\nmethods:\n");
   for (const PlanMethod& m : plan->methods) {
-    std::printf("  %s: %zu tensors, buffers", m.name.c_str(), m.tensors.size());
+    std::printf("  %s: %zu tensors, buffers", escaped(m.name).c_str(), m.tensors.size());
     for (uint32_t id : m.memory_ids) std::printf(" %u", id);
     std::printf("\n");
   }
   if (o.tensors) {
     std::printf("\ntensors:\n");
     for (const PlanTensor& t : plan->tensors) {
-      std::printf("  %-40s %-8s %-16s buffer %u + %llu  %s\n", t.name.c_str(),
+      const std::string source =
+          t.source ? path_for_message(t.source->file) + ":" + escaped(t.source->key)
+                   : "(scratch)";
+      std::printf("  %-40s %-8s %-16s buffer %u + %llu  %s\n", escaped(t.name).c_str(),
                   std::string(to_string(t.dtype)).c_str(), shape_to_string(t.shape).c_str(),
-                  t.memory_id, static_cast<unsigned long long>(t.offset),
-                  t.source ? (t.source->file + ":" + t.source->key).c_str() : "(scratch)");
+                  t.memory_id, static_cast<unsigned long long>(t.offset), source.c_str());
     }
   }
   // What each physical device must hold, against what it has free now.

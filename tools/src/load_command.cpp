@@ -5,6 +5,7 @@
 #include "json_output.hpp"
 
 #include <devalloc/core/runtime.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -137,8 +138,9 @@ int run_load(const LoadCommandOptions& o) {
     return kExitOk;
   }
 
-  std::printf("loaded %s: methods", o.plan.c_str());
-  for (const auto& m : (*program)->methods()) std::printf(" %s", m.c_str());
+  // Method names come from the plan file: escaped, as in messages.
+  std::printf("loaded %s: methods", path_for_message(o.plan).c_str());
+  for (const auto& m : (*program)->methods()) std::printf(" %s", escaped(m).c_str());
   std::printf("\n  %llu buffers allocated, %llu constants (%s) in %llu copies and %llu direct "
               "reads, %.3f s%s\n",
               static_cast<unsigned long long>(report.allocations),

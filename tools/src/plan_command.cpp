@@ -2,7 +2,9 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 
+
 #include <devalloc/core/plan.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -43,10 +45,11 @@ int run_plan(const PlanOptions& o) {
     }
   }
   for (const auto& b : plan->buffers) per_device[b.device].second += b.size;
-  std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods\n", o.output.c_str(),
+  std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods\n",
+              path_for_message(o.output).c_str(),
               plan->tensors.size(), plan->buffers.size(), plan->methods.size());
   for (const auto& [device, counts] : per_device) {
-    std::printf("  %-14s %6llu tensors  %s\n", device.c_str(),
+    std::printf("  %-14s %6llu tensors  %s\n", escaped(device).c_str(),
                 static_cast<unsigned long long>(counts.first), human_bytes(counts.second).c_str());
   }
   return kExitOk;

@@ -242,6 +242,27 @@ assert r['verified'] is True and r['constants'] == 1, r
 assert r['devices'][0]['plugin'] == 'zoo_hostile_names', r
 assert '\ufffd' in json.dumps(r['devices'][0], ensure_ascii=False), r"
   ;;
+hostile_names_in_a_plan_are_printed_escaped)
+  # Tensor, key and method names are the plan's and the model's, not ours:
+  # plan, inspect and load print them escaped, never raw.
+  "$python" -c "
+import numpy as np
+from safetensors.numpy import save_file
+save_file({'w\x1b[31mX': np.arange(64, dtype=np.float32)}, 'model.safetensors')"
+  "$devalloc" plan model.safetensors -o plan.json > out.txt
+  "$python" -c "
+import json; p = json.load(open('plan.json'))
+p['methods'][0]['name'] = 'm\x1b[32mY'
+json.dump(p, open('plan.json', 'w'))"
+  "$devalloc" inspect plan.json --tensors >> out.txt 2>&1
+  "$devalloc" load plan.json >> out.txt 2>&1
+  cat out.txt
+  if grep -q $'\x1b' out.txt; then fail "a raw escape reached the output"; fi
+  grep -qF 'm\x1b[32mY: 1 tensors' out.txt || fail "inspect: method name not escaped"
+  grep -qF 'w\x1b[31mX ' out.txt || fail "inspect: tensor name not escaped"
+  grep -qF 'model.safetensors:w\x1b[31mX' out.txt || fail "inspect: source key not escaped"
+  grep -qF 'methods m\x1b[32mY' out.txt || fail "load: method name not escaped"
+  ;;
 hostile_inputs_are_refused_with_exit_3)
   # Issue 9: each is refused at once, naming the file, with exit code 3;
   # `timeout` turns a hang into a failure.
