@@ -91,7 +91,7 @@ Result<PlanSelection> Plan::tensors_for_methods(
                                      [&](const PlanMethod& m) { return m.name == name; });
     if (method == methods.end()) {
       std::string known;
-      for (const PlanMethod& m : methods) known += (known.empty() ? "" : ", ") + m.name;
+      for (const PlanMethod& m : methods) known += (known.empty() ? "" : ", ") + quote(m.name);
       return plan_error(*this, "", "no method " + quote(name) + " (methods: " +
                                    (known.empty() ? "none" : known) + ")");
     }

@@ -214,7 +214,7 @@ class Validator {
       if (*id != last_id) next_in_file = 0;
       last_id = *id;
       const SafetensorsFile& file = *opened[*id];
-      const auto in_file = [&] { return " in " + tensor.source->file; };
+      const auto in_file = [&] { return " in " + quote(tensor.source->file); };
       const SafetensorsTensor* source = file.find(tensor.source->key, next_in_file);
       if (source == nullptr) {
         return error(tensor_place(i), "source key " + quote(tensor.source->key) +

@@ -1,3 +1,4 @@
+#include <devalloc/input_text.hpp>
 #include <devalloc/plugin_loader.hpp>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -26,7 +27,7 @@ std::string join(const std::vector<fs::path>& dirs) {
   std::string out;
   for (const auto& d : dirs) {
     if (!out.empty()) out += ", ";
-    out += d.string();
+    out += path_for_message(d.string());
   }
   return out.empty() ? "(empty search path)" : out;
 }
@@ -142,7 +143,7 @@ std::pair<fs::path, PluginError> PluginLoader::resolve(
       return {{},
               {PluginOutcome::not_found,
                Status(StatusCode::runtime_unavailable,
-                      "plugin " + path.string() + ": no such file")}};
+                      "plugin " + path_for_message(path.string()) + ": no such file")}};
     }
     return {path, {PluginOutcome::loaded, Status()}};
   }
@@ -150,8 +151,8 @@ std::pair<fs::path, PluginError> PluginLoader::resolve(
     return {{},
             {PluginOutcome::not_found,
              Status(StatusCode::invalid_argument,
-                    "\"" + spec +
-                        "\" is neither a plugin name (letters, digits, _ "
+                    quote(spec) +
+                        " is neither a plugin name (letters, digits, _ "
                         "and -) nor a path to a .so file")}};
   }
   const std::string file = file_name_for(spec);
@@ -181,11 +182,11 @@ std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load(
         return {nullptr,
                 {PluginOutcome::untrusted,
                  Status(StatusCode::unsupported,
-                        "plugin " + path.string() +
+                        "plugin " + path_for_message(path.string()) +
                             ": refused: an explicit plugin path is not taken "
                             "while running with elevated privileges (" +
                             *elevation + "); only the installed folder " +
-                            installed.string() + " is")}};
+                            path_for_message(installed.string()) + " is")}};
       }
     }
   }
@@ -203,7 +204,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load_file(
             {check.missing ? PluginOutcome::not_found : PluginOutcome::untrusted,
              Status(check.missing ? StatusCode::runtime_unavailable
                                   : StatusCode::unsupported,
-                    "plugin " + path.string() + ": " + check.refusal)}};
+                    "plugin " + path_for_message(path.string()) + ": " + check.refusal)}};
   }
   auto [library, open_error] = PluginLibrary::open(check.resolved);
   if (!library) return {nullptr, open_error};
@@ -238,8 +239,7 @@ std::vector<PluginCandidate> PluginLoader::discover(
       c.source = source;
       if (!seen.insert(c.name).second) {
         c.outcome = PluginOutcome::shadowed;
-        c.reason = "a plugin named \"" + c.name +
-                   "\" was found earlier on the search path";
+        c.reason = "a plugin named " + quote(c.name) + " was found earlier on the search path";
         out.push_back(std::move(c));
         continue;
       }

@@ -432,14 +432,14 @@ TEST_F(PlanTest, GivenDTypeDifferentFromTheSource_ThenRejected) {
   plan_["tensors"][2]["dtype"] = "F16";
   EXPECT_EQ(validation_error(),
             "/tensors/2 \"blk.0.norm\": dtype F16 differs from BF16 of \"blk.0.norm\" in "
-            "model.safetensors");
+            "\"model.safetensors\"");
 }
 
 TEST_F(PlanTest, GivenShapeDifferentFromTheSource_ThenRejected) {
   plan_["tensors"][1]["shape"] = {64};
   EXPECT_EQ(validation_error(),
             "/tensors/1 \"blk.0.attn.weight\": shape [64] differs from [8, 8] of "
-            "\"blk.0.attn.weight\" in model.safetensors");
+            "\"blk.0.attn.weight\" in \"model.safetensors\"");
 }
 
 TEST_F(PlanTest, GivenMissingSourceFile_ThenRejectedWithTheResolvedPath) {
@@ -460,7 +460,7 @@ TEST_F(PlanTest, GivenSourceFileThatIsNotSafetensors_ThenItsErrorIsPassedOn) {
 TEST_F(PlanTest, GivenMissingKey_ThenRejected) {
   plan_["tensors"][0]["source"]["key"] = "tok.weights";
   EXPECT_EQ(validation_error(),
-            "/tensors/0 \"tok.weight\": source key \"tok.weights\" is not in model.safetensors");
+            "/tensors/0 \"tok.weight\": source key \"tok.weights\" is not in \"model.safetensors\"");
 }
 
 TEST_F(PlanTest, GivenSourceEscapingThePlanFolder_ThenRejectedUnlessAllowed) {
@@ -585,7 +585,7 @@ TEST_F(PlanTest, GivenUnknownMethod_ThenErrorListsTheKnownOnes) {
   Result<Plan> plan = read();
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(without_file(plan->tensors_for_methods(std::vector<std::string>{"decod"}).status()),
-            "no method \"decod\" (methods: prefill, decode)");
+            "no method \"decod\" (methods: \"prefill\", \"decode\")");
 }
 
 // Every field of two plans is the same (not their paths).
