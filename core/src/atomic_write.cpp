@@ -1,5 +1,7 @@
 #include "atomic_write.hpp"
 
+#include <devalloc/regular_file.hpp>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -33,6 +35,9 @@ Status write_all(int fd, const std::filesystem::path& path, std::span<const std:
 
 Status write_file_atomically(const std::filesystem::path& path,
                              std::span<const std::span<const std::byte>> parts) {
+  // A rename would put a file where a device node or a FIFO was (as root,
+  // "-o /dev/null" would replace /dev/null).
+  if (Status s = check_replaceable(path); !s.ok()) return s;
   // Unique within the process too, for concurrent writers of one path.
   static std::atomic<unsigned> counter{0};
   std::filesystem::path temporary = path;

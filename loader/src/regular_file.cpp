@@ -113,4 +113,12 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_
   return text;
 }
 
+Status check_replaceable(const std::filesystem::path& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return Status();  // nothing there (or not reachable)
+  if (S_ISREG(info.st_mode)) return Status();
+  return invalid(path, std::string("not a regular file (") + kind_of(info.st_mode) +
+                           "); it is not replaced");
+}
+
 }  // namespace devalloc

@@ -57,4 +57,10 @@ Result<RegularFile> open_regular_file(const std::filesystem::path& path);
 Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_t max_bytes,
                                       std::string_view what);
 
+// Refuses to write over `path` when something other than a regular file is
+// there (a write would replace a device node, a FIFO, a folder): "<path>:
+// not a regular file (a character device); it is not replaced". OK when
+// nothing is there; a symlink counts as what it points to.
+Status check_replaceable(const std::filesystem::path& path);
+
 }  // namespace devalloc

@@ -701,6 +701,28 @@ TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothi
   EXPECT_FALSE(fs::exists(plan.path));
 }
 
+// A plan written over a FIFO or a folder (or, as root, a device node such
+// as /dev/null) would replace it by a rename: refused, and it stays.
+TEST_F(PlanTest, GivenAFifoOrAFolderAtTheOutputPath_WhenWritten_ThenRefusedAndLeftAsItWas) {
+  Plan plan;
+  plan.buffers = {{0, "host", 64, 64}};
+  const fs::path fifo = dir_ / "out.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Status s = write_plan(plan, fifo);
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(s.message(), fifo.string() + ": not a regular file (a FIFO); it is not replaced");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  const fs::path folder = dir_ / "out.dir";
+  fs::create_directory(folder);
+  s = write_plan(plan, folder);
+  EXPECT_EQ(s.message(), folder.string() + ": not a regular file (a directory); it is not replaced");
+  EXPECT_TRUE(fs::is_directory(folder));
+  for (const auto& entry : fs::directory_iterator(dir_.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos)
+        << "a temporary file was left: " << entry.path();
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The fast plan reader against the strict one: for every text, the default
 // read gives exactly what the strict reader alone gives, and the fast reader
