@@ -387,6 +387,8 @@ class Pipeline {
   Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue,
                        uint64_t up_to_id);
   void finish();
+  // Adds nbytes to the bytes issued and tells the progress callback.
+  void report_progress(uint64_t nbytes);
 
   const std::vector<CopyRequest>& requests_;
   const std::vector<DeviceCopyQueue>& queues_;
@@ -410,6 +412,10 @@ class Pipeline {
   std::atomic<size_t> next_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> issued_{0};
+  // Progress calls, one at a time and never going back: threads add their
+  // bytes in one order and would call in another.
+  std::mutex progress_mutex_;
+  uint64_t reported_ = 0;  // under progress_mutex_
   uint64_t total_ = 0;
   std::mutex stats_mutex_;
 };
@@ -808,7 +814,7 @@ void Pipeline::work() {
       Status s = contexts_[p.queue].direct ? direct_piece(p) : staged_piece(p);
       ++issued[p.queue];
       if (s.ok()) {
-        if (progress_) progress_(issued_ += p.nbytes, total_);
+        report_progress(p.nbytes);
         continue;
       }
       if (s.code() == StatusCode::internal && s.message() == "stopped") {
@@ -826,6 +832,18 @@ void Pipeline::work() {
     }
   }
   add_counts();
+}
+
+void Pipeline::report_progress(uint64_t nbytes) {
+  issued_ += nbytes;
+  if (!progress_) return;
+  // The value is read under the lock: whoever reports last reports every
+  // byte added before, so the calls rise and the last says done == total.
+  std::lock_guard lock(progress_mutex_);
+  const uint64_t done = issued_.load();
+  if (done <= reported_) return;
+  reported_ = done;
+  progress_(done, total_);
 }
 
 // Synchronizes every device, then waits for every release.

@@ -14,9 +14,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace devalloc::testing {
@@ -297,6 +299,35 @@ TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPie
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("copying tensor \"t1004\" (bytes 16384..20480 of buffer 0)"),
                     HasSubstr("injected by fail_copy_at = 5")));
+}
+
+// Four threads add their bytes in one order and would report them in
+// another: the callback sees one call at a time, `done` rising, and the
+// last call says everything was issued.
+TEST_F(PipelineLoad, GivenFourThreadsAndManyPieces_ThenProgressOnlyRisesAndEndsAtTheTotal) {
+  for (const bool direct : {false, true}) {
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = 16384\nthreads = 4\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    std::vector<std::pair<uint64_t, uint64_t>> calls;
+    std::atomic<int> inside{0};
+    bool overlapped = false;
+    runtime->set_progress([&](uint64_t done, uint64_t total) {
+      if (++inside > 1) overlapped = true;
+      calls.emplace_back(done, total);
+      std::this_thread::yield();
+      --inside;
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    EXPECT_FALSE(overlapped);
+    ASSERT_FALSE(calls.empty());
+    for (size_t i = 1; i < calls.size(); ++i) {
+      EXPECT_GT(calls[i].first, calls[i - 1].first) << "call " << i;
+    }
+    EXPECT_EQ(calls.back().first, kModelBytes + kTensorBytes);
+    EXPECT_EQ(calls.back().second, kModelBytes + kTensorBytes);
+  }
 }
 
 // Thousands of tiny tensors, each at its own aligned place in the buffer:

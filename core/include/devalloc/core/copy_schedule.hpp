@@ -112,7 +112,9 @@ struct PipelineOptions {
   static PipelineOptions from(const LoadOptions& load);
 };
 
-// Called from the loading threads with the bytes issued so far, of `total`.
+// Called from the loading threads with the bytes issued so far, of `total`:
+// one call at a time, `done` rising from call to call, the last call of a
+// load that issued everything with done == total.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 class CopySchedule {
