@@ -4,6 +4,7 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
+#include <devalloc/input_text.hpp>
 #include <devalloc/plugin_loader.hpp>
 
 #include <nanobind/nanobind.h>
@@ -15,6 +16,8 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -39,6 +42,37 @@ namespace {
   PyErr_SetObject(error_type.ptr(), error.ptr());
   throw nb::python_error();
 }
+
+// At interpreter exit a thread that takes the GIL (back) is ended by
+// pthread_exit, whose unwinding aborts the process when it meets a
+// noexcept frame (a destructor, a loading thread of the core). A daemon
+// thread still loading then is parked instead: the process is exiting.
+// A window remains between the check and the call.
+void park_if_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing() != 0;
+#else
+  const bool finalizing = _Py_IsFinalizing() != 0;
+#endif
+  if (finalizing) {
+    for (;;) pause();
+  }
+}
+
+// The GIL let go for a blocking call and taken back after it.
+class GilReleased {
+ public:
+  GilReleased() : state_(PyEval_SaveThread()) {}
+  ~GilReleased() {
+    park_if_finalizing();
+    PyEval_RestoreThread(state_);
+  }
+  GilReleased(const GilReleased&) = delete;
+  GilReleased& operator=(const GilReleased&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
 
 template <class T>
 T value_or_raise(Result<T> result) {
@@ -83,8 +117,19 @@ struct Tensor {
   std::shared_ptr<LoadedProgram> program;
   LoadedTensor tensor;
 
+  // nanobind's ndarray takes at most this many dimensions, and ends the
+  // process on more; a tensor of the file may have any number.
+  static constexpr size_t kMaxDims = 128;
+
   // A view of the device memory as a nanobind ndarray, owned by `self`.
   nb::ndarray<nb::array_api> ndarray(nb::handle self) const {
+    if (tensor.planned.shape.size() > kMaxDims) {
+      throw nb::buffer_error(("tensor " + quote(tensor.name()) + " has " +
+                              std::to_string(tensor.planned.shape.size()) +
+                              " dimensions; a DLPack export here takes at most " +
+                              std::to_string(kMaxDims))
+                                 .c_str());
+    }
     std::vector<size_t> shape(tensor.planned.shape.begin(), tensor.planned.shape.end());
     const DLDataType t = to_dlpack(tensor.planned.dtype);
     const DeviceInfo& d = tensor.device().info();
@@ -95,21 +140,32 @@ struct Tensor {
   }
 };
 
+class PyRuntime;
+
+// The runtime whose progress callback runs on this thread, if any: a load
+// of that runtime from inside its own callback would wait for itself.
+thread_local const PyRuntime* t_in_progress_of = nullptr;
+
 // What a progress callback raised, re-raised once the load returned.
 struct ProgressRelay {
+  const PyRuntime* runtime = nullptr;
   nb::object callback;
   std::mutex mutex;
   std::optional<nb::python_error> error;
 
   void operator()(uint64_t done, uint64_t total) {
+    park_if_finalizing();
     nb::gil_scoped_acquire gil;
     {
       std::lock_guard lock(mutex);
       if (error) return;
     }
     try {
+      t_in_progress_of = runtime;
       callback(done, total);
+      t_in_progress_of = nullptr;
     } catch (nb::python_error& e) {
+      t_in_progress_of = nullptr;
       std::lock_guard lock(mutex);
       error.emplace(std::move(e));
     }
@@ -127,7 +183,19 @@ class PyRuntime {
   std::shared_ptr<LoadedProgram> load(const fs::path& plan_path,
                                       const std::vector<std::string>& methods,
                                       std::optional<bool> verify, nb::object progress) {
-    std::lock_guard lock(load_mutex_);
+    if (t_in_progress_of == this) {
+      raise(Status(StatusCode::invalid_argument,
+                   "load() of a Runtime from its own progress callback: that load holds "
+                   "the Runtime until it returns; use another Runtime"));
+    }
+    // Loads of one Runtime run one at a time. The lock is taken without
+    // the GIL: a load that ends takes the GIL back while it holds the
+    // lock, so a thread waiting for the lock must not hold the GIL.
+    std::unique_lock lock(load_mutex_, std::defer_lock);
+    {
+      GilReleased no_gil;
+      lock.lock();
+    }
     Plan plan = value_or_raise(read_plan(plan_path));
     SafetensorsCache files;
     PlanValidationOptions checks;
@@ -137,13 +205,14 @@ class PyRuntime {
     if (!runtime_) runtime_ = Runtime::create(config_);
     const std::shared_ptr<Runtime>& runtime = runtime_;
     auto relay = std::make_shared<ProgressRelay>();
+    relay->runtime = this;
     if (!progress.is_none()) {
       relay->callback = progress;
       runtime->set_progress([relay](uint64_t done, uint64_t total) { (*relay)(done, total); });
     }
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     {
-      nb::gil_scoped_release no_gil;
+      GilReleased no_gil;
       program = runtime->load(std::move(plan), methods, nullptr, &files, verify);
       runtime->set_progress({});
     }
@@ -166,9 +235,9 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
                     const std::string& default_device, uint64_t alignment,
                     const std::vector<std::string>& methods) {
   PlanBuildOptions options;
-  for (const auto& [pattern, device] : place) {
-    options.rules.push_back(value_or_raise(parse_placement_rule(pattern + "=" + device)));
-  }
+  // Pattern and tag as given: joined as "PATTERN=TAG" and split again, a
+  // '=' in either would move the split (build_plan checks both).
+  for (const auto& [pattern, device] : place) options.rules.push_back({pattern, device});
   options.default_device = default_device;
   options.alignment = alignment;
   options.methods = methods;

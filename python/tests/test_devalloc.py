@@ -160,3 +160,60 @@ def test_load_error_names_the_device_and_plugin(example):
 def test_missing_plan_is_an_error_naming_it(tmp_path):
     with pytest.raises(devalloc.Error, match="nowhere.json"):
         devalloc.Runtime().load(tmp_path / "nowhere.json")
+
+
+def test_two_threads_loading_through_one_runtime_both_finish(example):
+    # The runtime's load lock is taken without the GIL: a load that ends
+    # takes the GIL back while holding it (this hung for good before).
+    import threading
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    results, errors = [], []
+
+    def load():
+        try:
+            for _ in range(5):
+                results.append(runtime.load(example / "plan.json"))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a load did not return"
+    assert not errors, errors
+    assert len(results) == 10
+
+
+def test_a_load_from_its_own_runtimes_progress_callback_is_an_error(example):
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+
+    def reenter(done, total):
+        runtime.load(example / "plan.json")
+
+    with pytest.raises(devalloc.Error, match="from its own progress callback"):
+        runtime.load(example / "plan.json", progress=reenter)
+
+
+def test_more_dimensions_than_dlpack_export_takes_is_a_buffer_error(tmp_path):
+    # numpy makes at most 64 dimensions: the file is written by hand.
+    import json
+    import struct
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1] * 129,
+                               "data_offsets": [0, 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    (tmp_path / "deep.safetensors").write_bytes(
+        struct.pack("<Q", len(header)) + header + bytes(4))
+    plan = devalloc.plan([tmp_path / "deep.safetensors"], out=tmp_path / "plan.json")
+    tensor = devalloc.Runtime().load(plan)["w"]
+    assert len(tensor.shape) == 129
+    with pytest.raises(BufferError, match="129 dimensions"):
+        tensor.__dlpack__()
+
+
+def test_a_place_tag_is_checked_as_given_not_split_at_an_equals_sign(tmp_path):
+    save_file({"w": np.zeros(4, dtype=np.float32)}, str(tmp_path / "m.safetensors"))
+    for tag in ("cuda:0=x", "x=cuda:0"):
+        with pytest.raises(devalloc.Error, match="is not a device tag"):
+            devalloc.plan([tmp_path / "m.safetensors"], place={"w": tag}, out=tmp_path / "p.json")
