@@ -19,6 +19,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -44,19 +46,48 @@ namespace {
 }
 
 // At interpreter exit a thread that takes the GIL (back) is ended by
-// pthread_exit, whose unwinding aborts the process when it meets a
-// noexcept frame (a destructor, a loading thread of the core). A daemon
-// thread still loading then is parked instead: the process is exiting.
-// A window remains between the check and the call.
-void park_if_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  const bool finalizing = Py_IsFinalizing() != 0;
-#else
-  const bool finalizing = _Py_IsFinalizing() != 0;
-#endif
-  if (finalizing) {
+// pthread_exit, whose unwinding aborts the process when it meets a noexcept
+// frame (a destructor, a loading thread of the core). So a thread of this
+// module announces that it is about to take the GIL; an atexit hook, which
+// runs before the interpreter starts ending threads, stops new ones (they
+// are parked: the process is exiting) and lets those already on their way
+// take the GIL and give it back first.
+std::mutex g_exit_mutex;
+std::condition_variable g_exit_changed;
+bool g_exiting = false;  // under g_exit_mutex
+int g_taking_gil = 0;    // under g_exit_mutex
+std::atomic<int> g_loads_running{0};
+
+// Before a thread takes the GIL; parks it for good when exiting.
+void start_taking_gil() {
+  std::unique_lock lock(g_exit_mutex);
+  if (g_exiting) {
+    lock.unlock();
     for (;;) pause();
   }
+  ++g_taking_gil;
+}
+
+// Once it has taken the GIL (it runs Python code from here, which the
+// interpreter may end cleanly) or has given it back.
+void done_taking_gil() {
+  std::lock_guard lock(g_exit_mutex);
+  --g_taking_gil;
+  g_exit_changed.notify_all();
+}
+
+// Registered with atexit; called with the GIL held.
+void stop_taking_gil_at_exit() {
+  {
+    std::lock_guard lock(g_exit_mutex);
+    g_exiting = true;
+  }
+  // A thread parked inside a load keeps its objects: nanobind would call
+  // them leaks when the module goes.
+  if (g_loads_running > 0) nb::set_leak_warnings(false);
+  nb::gil_scoped_release no_gil;  // those on their way need it
+  std::unique_lock lock(g_exit_mutex);
+  g_exit_changed.wait(lock, [] { return g_taking_gil == 0; });
 }
 
 // The GIL let go for a blocking call and taken back after it.
@@ -64,8 +95,9 @@ class GilReleased {
  public:
   GilReleased() : state_(PyEval_SaveThread()) {}
   ~GilReleased() {
-    park_if_finalizing();
+    start_taking_gil();
     PyEval_RestoreThread(state_);
+    done_taking_gil();
   }
   GilReleased(const GilReleased&) = delete;
   GilReleased& operator=(const GilReleased&) = delete;
@@ -154,7 +186,10 @@ struct ProgressRelay {
   std::optional<nb::python_error> error;
 
   void operator()(uint64_t done, uint64_t total) {
-    park_if_finalizing();
+    struct TakingGil {
+      TakingGil() { start_taking_gil(); }
+      ~TakingGil() { done_taking_gil(); }  // after the GIL is given back
+    } taking;
     nb::gil_scoped_acquire gil;
     {
       std::lock_guard lock(mutex);
@@ -191,6 +226,10 @@ class PyRuntime {
     // Loads of one Runtime run one at a time. The lock is taken without
     // the GIL: a load that ends takes the GIL back while it holds the
     // lock, so a thread waiting for the lock must not hold the GIL.
+    ++g_loads_running;
+    struct Running {
+      ~Running() { --g_loads_running; }
+    } running;
     std::unique_lock lock(load_mutex_, std::defer_lock);
     {
       GilReleased no_gil;
@@ -248,6 +287,8 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
 }  // namespace
 
 NB_MODULE(_native, m) {
+  nb::module_::import_("atexit").attr("register")(
+      nb::cpp_function(&stop_taking_gil_at_exit));
   m.def("plugins", &plugins, nb::arg("dirs"));
   m.def("write_plan", &write_plan_for, nb::arg("files"), nb::arg("out"), nb::arg("place"),
         nb::arg("default_device"), nb::arg("alignment"), nb::arg("methods"));

@@ -217,3 +217,28 @@ def test_a_place_tag_is_checked_as_given_not_split_at_an_equals_sign(tmp_path):
     for tag in ("cuda:0=x", "x=cuda:0"):
         with pytest.raises(devalloc.Error, match="is not a device tag"):
             devalloc.plan([tmp_path / "m.safetensors"], place={"w": tag}, out=tmp_path / "p.json")
+
+
+def test_the_interpreter_exits_cleanly_while_a_daemon_thread_loads(tmp_path):
+    # A thread taking the GIL back during exit used to abort the process.
+    rng = np.random.default_rng(7)
+    save_file({f"w{i}": rng.standard_normal((256, 256)).astype(np.float32) for i in range(16)},
+              str(tmp_path / "m.safetensors"))
+    (tmp_path / "devalloc.toml").write_text(
+        '[load]\nstaging = "64KiB"\nthreads = 2\ndirect = false\nverify = true\n')
+    script = (
+        "import sys, threading, time, devalloc\n"
+        "folder = sys.argv[1]\n"
+        "plan = devalloc.plan([folder + '/m.safetensors'], out=folder + '/plan.json')\n"
+        "runtime = devalloc.Runtime(folder + '/devalloc.toml')\n"
+        "def loop(progress):\n"
+        "    while True:\n"
+        "        runtime.load(plan, progress=progress)\n"
+        "threading.Thread(target=loop, args=(lambda d, t: None,), daemon=True).start()\n"
+        "threading.Thread(target=loop, args=(None,), daemon=True).start()\n"
+        "time.sleep(0.3)\n")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "leaked" not in done.stderr, done.stderr
