@@ -1,8 +1,25 @@
 """devalloc.Error: every failure of devalloc, with its message as devalloc wrote it."""
 import re
 
-# "path/to/file.toml:12:5: ..." (config errors carry line and column).
-_LOCATION = re.compile(r"(?P<file>[^\s:][^:\n]*?):(?P<line>\d+)(?::(?P<column>\d+))?: ")
+# Where a message points into a file, only at its start (elsewhere a name
+# in the message could look like one): "path/devalloc.toml:12:5: ..." for a
+# config, "plan.json: invalid JSON at line 3, column 15: ..." for a plan,
+# "m.safetensors: header line 1, column 33 ..." for a safetensors header.
+# A path may hold ':' or spaces; the first place that reads as a whole
+# location wins.
+_LOCATIONS = (
+    re.compile(r"(?P<file>[^\n]+?):(?P<line>\d+):(?P<column>\d+): "),
+    re.compile(r"(?P<file>[^\n]+?): (?:invalid JSON at |header )line (?P<line>\d+), "
+               r"column (?P<column>\d+)"),
+)
+
+
+def _location(message):
+    for pattern in _LOCATIONS:
+        found = pattern.match(message)
+        if found:
+            return found["file"], int(found["line"]), int(found["column"])
+    return None, None, None
 
 
 class Error(RuntimeError):
@@ -19,7 +36,4 @@ class Error(RuntimeError):
         super().__init__(message)
         self.message = message
         self.code = code
-        found = _LOCATION.search(message)
-        self.file = found["file"] if found else None
-        self.line = int(found["line"]) if found else None
-        self.column = int(found["column"]) if found and found["column"] else None
+        self.file, self.line, self.column = _location(message)

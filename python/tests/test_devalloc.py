@@ -242,3 +242,25 @@ def test_the_interpreter_exits_cleanly_while_a_daemon_thread_loads(tmp_path):
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "leaked" not in done.stderr, done.stderr
+
+
+def test_error_locations_are_read_only_where_a_message_starts(tmp_path, example):
+    folder = tmp_path / "dir:7: x"
+    folder.mkdir()
+    (folder / "devalloc.toml").write_text('[load]\nstagin = "1MiB"\n')
+    with pytest.raises(devalloc.Error) as caught:
+        devalloc.Runtime(config=folder / "devalloc.toml")
+    assert (caught.value.file, caught.value.line, caught.value.column) == \
+        (str(folder / "devalloc.toml"), 2, 1), caught.value.message
+
+    (tmp_path / "bad.json").write_text('{\n "format": "devalloc-plan",\n "version": 1,,\n}')
+    with pytest.raises(devalloc.Error) as caught:
+        devalloc.Runtime().load(tmp_path / "bad.json")
+    assert (caught.value.file, caught.value.line, caught.value.column) == \
+        (str(tmp_path / "bad.json"), 3, 15), caught.value.message
+
+    # A name inside the message that looks like "file:5: " is not a location.
+    with pytest.raises(devalloc.Error) as caught:
+        devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json",
+                                                                methods=["a:5: b"])
+    assert (caught.value.file, caught.value.line, caught.value.column) == (None, None, None)
