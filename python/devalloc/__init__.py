@@ -37,7 +37,7 @@ def plan(files, place=None, out="plan.json", default_device="host", alignment=25
     """Writes a plan for every tensor of the safetensors `files` to `out` and
     returns its path. `place` maps name globs to device tags, first match wins
     ({"model.layers.*": "cuda:0"}); other tensors go to default_device."""
-    if isinstance(files, (str, _os.PathLike)):
+    if isinstance(files, (str, bytes, _os.PathLike)):
         files = [files]
     _native.write_plan([_os.fspath(f) for f in files], _os.fspath(out),
                        list((place or {}).items()), default_device, alignment, list(methods))

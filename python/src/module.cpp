@@ -335,7 +335,7 @@ NB_MODULE(_native, m) {
       .def("__getitem__", [](std::shared_ptr<LoadedProgram> p, const std::string& name) {
         std::optional<LoadedTensor> t = p->find(name);
         if (!t) {
-          throw nb::key_error(("no tensor \"" + name + "\" in the loaded methods").c_str());
+          throw nb::key_error(("no tensor " + quote(name) + " in the loaded methods").c_str());
         }
         return Tensor{p, *t};
       });

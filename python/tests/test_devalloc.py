@@ -264,3 +264,14 @@ def test_error_locations_are_read_only_where_a_message_starts(tmp_path, example)
         devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json",
                                                                 methods=["a:5: b"])
     assert (caught.value.file, caught.value.line, caught.value.column) == (None, None, None)
+
+
+def test_small_input_cases_found_from_outside(mixed, tmp_path):
+    folder, plan = mixed
+    program = devalloc.Runtime().load(plan)
+    # A key with a NUL is shown whole, escaped, not cut at the NUL.
+    with pytest.raises(KeyError, match=r"w\.f32\\\\x00tail"):
+        program["w.f32\0tail"]
+    # One file given as bytes is one file, as for Runtime and load.
+    out = devalloc.plan(os.fsencode(folder / "mixed.safetensors"), out=tmp_path / "p.json")
+    assert devalloc.Runtime().load(out)["w.f32"].shape == (3, 5)
