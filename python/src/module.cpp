@@ -223,13 +223,13 @@ class PyRuntime {
                    "load() of a Runtime from its own progress callback: that load holds "
                    "the Runtime until it returns; use another Runtime"));
     }
-    // Loads of one Runtime run one at a time. The lock is taken without
-    // the GIL: a load that ends takes the GIL back while it holds the
-    // lock, so a thread waiting for the lock must not hold the GIL.
     ++g_loads_running;
     struct Running {
       ~Running() { --g_loads_running; }
     } running;
+    // Loads of one Runtime run one at a time. The lock is taken without
+    // the GIL: a load that ends takes the GIL back while it holds the
+    // lock, so a thread waiting for the lock must not hold the GIL.
     std::unique_lock lock(load_mutex_, std::defer_lock);
     {
       GilReleased no_gil;
