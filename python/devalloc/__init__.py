@@ -67,6 +67,9 @@ class Runtime:
         return self._native.load(_os.fspath(plan), list(methods or []), verify, progress)
 
 
+_DLPACK_CPU = 1
+
+
 def to_numpy(tensor):
     """numpy.from_dlpack(tensor), refusing with a clear error what numpy
     cannot hold: a dtype it lacks (BF16, F8, ...) or memory off the host."""
@@ -75,6 +78,12 @@ def to_numpy(tensor):
         raise TypeError(
             f'tensor "{tensor.name}" has dtype {tensor.dtype}, which numpy has no type '
             f"for; hand it to a framework that has one (torch.from_dlpack) instead")
+    device_type, _ = tensor.__dlpack_device__()
+    if device_type != _DLPACK_CPU:
+        raise BufferError(
+            f'tensor "{tensor.name}" is in the memory of {tensor.device}, which numpy cannot '
+            f"read (DLPack device type {device_type}); hand it to a framework of that "
+            f"device (torch.from_dlpack) or copy it to the host first")
     return numpy.from_dlpack(tensor)
 
 

@@ -275,3 +275,14 @@ def test_small_input_cases_found_from_outside(mixed, tmp_path):
     # One file given as bytes is one file, as for Runtime and load.
     out = devalloc.plan(os.fsencode(folder / "mixed.safetensors"), out=tmp_path / "p.json")
     assert devalloc.Runtime().load(out)["w.f32"].shape == (3, 5)
+
+
+def test_to_numpy_refuses_memory_off_the_host_naming_the_tensor():
+    class OnADevice:  # what a tensor of the CUDA plugin answers
+        name, dtype, device = "w", "F32", "cuda:0 (plugin cuda, device 0 \"GPU\")"
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(BufferError, match='tensor "w" is in the memory of cuda:0'):
+        devalloc.to_numpy(OnADevice())
