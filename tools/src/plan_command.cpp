@@ -68,7 +68,11 @@ void add_plan_command(CLI::App& app, Action* run) {
   cmd->add_option("--default-device", o->default_device,
                   "Device of tensors no --place matches")
       ->capture_default_str();
+  // Checked as text first: "-1" would otherwise wrap to 2^64 - 1.
   cmd->add_option("--alignment", o->alignment, "Alignment of each tensor in its buffer")
+      ->check([](const std::string& text) {
+        return text.rfind('-', 0) == 0 ? "a power of two, not " + text : std::string();
+      })
       ->capture_default_str();
   cmd->add_option("--method", o->methods,
                   "A method using every tensor (repeatable; default: main)");

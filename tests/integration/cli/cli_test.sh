@@ -262,6 +262,9 @@ json.dump(p, open('plan.json', 'w'))"
   grep -qF 'w\x1b[31mX ' out.txt || fail "inspect: tensor name not escaped"
   grep -qF 'model.safetensors:w\x1b[31mX' out.txt || fail "inspect: source key not escaped"
   grep -qF 'methods m\x1b[32mY' out.txt || fail "load: method name not escaped"
+  # A negative alignment is refused as given, not wrapped to 2^64 - 1.
+  expect_failure 2 'alignment: a power of two, not -1' \
+    "$devalloc" plan model.safetensors -o neg.json --alignment -1
   ;;
 hostile_inputs_are_refused_with_exit_3)
   # Issue 9: each is refused at once, naming the file, with exit code 3;
