@@ -387,8 +387,9 @@ class Pipeline {
   Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue,
                        uint64_t up_to_id);
   void finish();
-  // Adds nbytes to the bytes issued and tells the progress callback.
-  void report_progress(uint64_t nbytes);
+  // Adds nbytes to the bytes issued and tells the progress callback; an
+  // exception out of the callback comes back as a failure.
+  Status report_progress(uint64_t nbytes);
 
   const std::vector<CopyRequest>& requests_;
   const std::vector<DeviceCopyQueue>& queues_;
@@ -814,7 +815,12 @@ void Pipeline::work() {
       Status s = contexts_[p.queue].direct ? direct_piece(p) : staged_piece(p);
       ++issued[p.queue];
       if (s.ok()) {
-        report_progress(p.nbytes);
+        if (Status reported = report_progress(p.nbytes); !reported.ok()) {
+          std::lock_guard lock(ledger_->mutex);
+          ledger_->fail(std::move(reported));
+          stop_ = true;
+          ledger_->changed.notify_all();
+        }
         continue;
       }
       if (s.code() == StatusCode::internal && s.message() == "stopped") {
@@ -834,16 +840,27 @@ void Pipeline::work() {
   add_counts();
 }
 
-void Pipeline::report_progress(uint64_t nbytes) {
+Status Pipeline::report_progress(uint64_t nbytes) {
   issued_ += nbytes;
-  if (!progress_) return;
+  if (!progress_) return Status();
   // The value is read under the lock: whoever reports last reports every
   // byte added before, so the calls rise and the last says done == total.
   std::lock_guard lock(progress_mutex_);
   const uint64_t done = issued_.load();
-  if (done <= reported_) return;
+  if (done <= reported_) return Status();
   reported_ = done;
-  progress_(done, total_);
+  // The caller's code, on a loading thread: what it throws must not end
+  // the thread (and the process) but the load.
+  std::string what;
+  try {
+    progress_(done, total_);
+    return Status();
+  } catch (const std::exception& e) {
+    what = std::string(": ") + e.what();
+  } catch (...) {
+  }
+  return Status(StatusCode::internal,
+                "the load's progress callback threw an exception" + what + "; the load stopped");
 }
 
 // Synchronizes every device, then waits for every release.

@@ -1,5 +1,8 @@
 #include <devalloc/executorch/device_allocator.hpp>
 
+#include <devalloc/core/config.hpp>
+#include <devalloc/input_text.hpp>
+
 #include <executorch/runtime/platform/log.h>
 
 #include <array>
@@ -108,6 +111,8 @@ et::Result<void*> DevallocDeviceAllocator::allocate(size_t nbytes, DeviceIndex i
                                                      size_t alignment) {
   auto dev = device(index);
   if (!dev.ok()) return fail("allocate", dev.status());
+  // 0 bytes are address 0 (PLUGIN-11): nothing to track or free.
+  if (nbytes == 0) return nullptr;
   auto address = dev->plugin->allocate(dev->device, nbytes, alignment);
   if (!address.ok()) {
     return fail("allocate",
@@ -121,6 +126,7 @@ et::Result<void*> DevallocDeviceAllocator::allocate(size_t nbytes, DeviceIndex i
 }
 
 void DevallocDeviceAllocator::deallocate(void* ptr, DeviceIndex index) {
+  if (ptr == nullptr) return;  // what a 0-byte allocate gave
   const uint64_t address = address_of(ptr);
   std::optional<ResolvedDevice> dev;
   {
@@ -187,6 +193,18 @@ devalloc::Result<DevallocDeviceAllocator*> register_allocator(
   // never destroyed (they stay reachable from here).
   static std::mutex mutex;
   static std::array<DevallocDeviceAllocator*, et::etensor::kNumDeviceTypes> registered{};
+  // Checked now: a registration cannot be taken back, so a runtime or a
+  // tag name that could never serve would hold the type for good.
+  if (runtime == nullptr) {
+    return Status(StatusCode::invalid_argument, "register_allocator: no runtime (a null pointer)");
+  }
+  const std::optional<DeviceTag> parsed = parse_device_tag(tag_name);
+  if (!parsed || parsed->index || parsed->name != tag_name) {
+    return Status(StatusCode::invalid_argument,
+                  "register_allocator: " + quote(tag_name) +
+                      " is not a device tag name (letters, digits, _ and -, no index): "
+                      "device index i of the type is the tag \"NAME:i\"");
+  }
   const auto slot = static_cast<size_t>(type);
   if (slot >= registered.size()) {
     return Status(StatusCode::invalid_argument, "unknown ExecuTorch device type " +

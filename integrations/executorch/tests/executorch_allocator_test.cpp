@@ -212,4 +212,42 @@ TEST_F(ExecuTorchAllocator, GivenRegisteredType_WhenRegisteringAgain_ThenErrorIn
   EXPECT_EQ(et::get_device_allocator(DeviceType::CUDA), adapter());
 }
 
+// Checked at registration, which cannot be taken back: neither a missing
+// runtime nor a tag name that no device could have takes the type's slot.
+TEST_F(ExecuTorchAllocator, GivenNoRuntimeOrABadTagName_WhenRegistering_ThenRefusedAndTheTypeStaysFree) {
+  auto no_runtime = devalloc::executorch::register_allocator(nullptr, DeviceType::CPU, "host");
+  ASSERT_FALSE(no_runtime.ok());
+  EXPECT_EQ(no_runtime.status().message(), "register_allocator: no runtime (a null pointer)");
+  for (const char* name : {"not a tag!", "", "cuda:0", "../x"}) {
+    auto bad = devalloc::executorch::register_allocator(
+        devalloc::Runtime::create(devalloc::default_config()), DeviceType::CPU, name);
+    ASSERT_FALSE(bad.ok()) << name;
+    EXPECT_EQ(bad.status().code(), devalloc::StatusCode::invalid_argument);
+    EXPECT_NE(bad.status().message().find("is not a device tag name"), std::string::npos)
+        << bad.status().message();
+  }
+  EXPECT_EQ(DeviceAllocatorRegistry::instance().get_allocator(DeviceType::CPU), nullptr);
+}
+
+// PLUGIN-11: 0 bytes are address 0; nothing is tracked, and freeing it is
+// a no-op, not an error.
+TEST_F(ExecuTorchAllocator, GivenZeroByteAllocations_ThenNullNothingTrackedAndFreeingIsQuiet) {
+  const uint64_t before = adapter()->live_allocations();
+  auto first = adapter()->allocate(0, 0, 0);
+  auto second = adapter()->allocate(0, 0, 0);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(*first, nullptr);
+  EXPECT_EQ(*second, nullptr);
+  EXPECT_EQ(adapter()->live_allocations(), before);
+  adapter()->deallocate(*first, 0);
+  adapter()->deallocate(*second, 0);
+  EXPECT_EQ(take_log(), "");
+  {
+    auto buffer = DeviceMemoryBuffer::create(0, DeviceType::CUDA, 0);
+    ASSERT_TRUE(buffer.ok()) << take_log();
+  }
+  EXPECT_EQ(adapter()->live_allocations(), before);
+}
+
 }  // namespace

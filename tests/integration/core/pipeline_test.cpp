@@ -17,6 +17,7 @@
 #include <atomic>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -327,6 +328,27 @@ TEST_F(PipelineLoad, GivenFourThreadsAndManyPieces_ThenProgressOnlyRisesAndEndsA
     }
     EXPECT_EQ(calls.back().first, kModelBytes + kTensorBytes);
     EXPECT_EQ(calls.back().second, kModelBytes + kTensorBytes);
+  }
+}
+
+// The callback is the caller's code on a loading thread: what it throws
+// ends the load with a status, not the thread (and the process).
+TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoading_ThenTheLoadFailsWithAStatusAndNothingIsLeft) {
+  const uint64_t before = DeviceBuffer::live_count();
+  for (const bool direct : {false, true}) {
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = 16384\nthreads = 4\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    int calls = 0;
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (++calls == 2) throw std::runtime_error("stop at 2");
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), StatusCode::internal);
+    EXPECT_EQ(program.status().message(),
+              "the load's progress callback threw an exception: stop at 2; the load stopped");
+    EXPECT_EQ(DeviceBuffer::live_count(), before);
   }
 }
 
