@@ -4,6 +4,7 @@
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/core/plan.hpp>
 
+#include "plan_errors.hpp"
 #include "source_files.hpp"
 
 #include <algorithm>
@@ -35,7 +36,7 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     n.index = index;
     auto nbytes = byte_size(t.dtype, t.shape);
     if (!nbytes.ok()) {
-      return nbytes.status().with_context(path_for_message(plan.path.string()) + ": tensor " +
+      return nbytes.status().with_context(detail::plan_name(plan) + ": tensor " +
                                           quote(t.name));
     }
     n.nbytes = *nbytes;

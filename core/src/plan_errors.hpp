@@ -13,10 +13,14 @@ inline std::string named_place(const char* section, size_t index, const std::str
   return "/" + std::string(section) + "/" + std::to_string(index) + " " + quote(name);
 }
 
+// The plan's file as messages name it; a plan built in code may have none.
+inline std::string plan_name(const Plan& plan) {
+  return plan.path.empty() ? "plan (no file)" : path_for_message(plan.path.string());
+}
+
 inline Status plan_error(const Plan& plan, const std::string& place, const std::string& reason) {
   return Status(StatusCode::invalid_argument,
-                path_for_message(plan.path.string()) + ": " + (place.empty() ? "" : place + ": ") +
-                    reason);
+                plan_name(plan) + ": " + (place.empty() ? "" : place + ": ") + reason);
 }
 
 // Plan::source_path with errors placed at `place` (may be empty).

@@ -588,6 +588,18 @@ TEST_F(PlanTest, GivenUnknownMethod_ThenErrorListsTheKnownOnes) {
             "no method \"decod\" (methods: \"prefill\", \"decode\")");
 }
 
+// A plan built in code may have no file: its messages say so rather than
+// starting with ": ".
+TEST_F(PlanTest, GivenAPlanWithoutAPath_WhenInvalid_ThenTheMessageSaysItHasNoFile) {
+  Plan plan;
+  plan.buffers = {{0, "host", 64, 64}};
+  plan.tensors = {PlanTensor{"w", DType::u8, {128}, 0, 0, std::nullopt}};
+  plan.methods = {{"main", {0}, {"w"}}};
+  Status s = validate_plan(plan);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("plan (no file): /tensors/0 \"w\": ", 0), 0u) << s.message();
+}
+
 // Every field of two plans is the same (not their paths).
 void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.allow_external_files, b.allow_external_files);
