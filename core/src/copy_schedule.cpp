@@ -246,19 +246,12 @@ Ledger::~Ledger() {
   list.erase(std::remove(list.begin(), list.end(), this), list.end());
 }
 
-// Ledgers whose plugin broke the release rules stay reachable here for the
-// life of the process: a late release writes into memory that is still
-// ours, and no slot is freed under a copy that may still read it.
-std::mutex g_abandoned_mutex;
-std::vector<std::unique_ptr<Ledger>>& abandoned_ledgers() {
-  static auto* list = new std::vector<std::unique_ptr<Ledger>>();
-  return *list;
-}
-
-void abandon(std::unique_ptr<Ledger> ledger) {
-  std::lock_guard lock(g_abandoned_mutex);
-  abandoned_ledgers().push_back(std::move(ledger));
-}
+// A ledger whose plugin broke the release rules is never freed: a late
+// release writes into memory that is still ours, and no slot is freed
+// under a copy that may still read it. It stays in registered_ledgers()
+// (it was registered before any copy), which keeps it reachable and found
+// by later releases.
+void abandon(std::unique_ptr<Ledger> ledger) { static_cast<void>(ledger.release()); }
 
 // read = auto: mmap or pread, whichever reads faster on this machine, as
 // measured on the load's own first pieces. Until each mode has read
