@@ -58,13 +58,21 @@ class Runtime:
         return self._native.plugin_path
 
     def load(self, plan, methods=None, verify=None, progress=None):
-        """Loads the methods of the plan file (all when methods is None) and
-        returns the Program. verify=True reads every constant back and compares
-        (None: as the config's [load] verify says). progress(done, total) is
-        called with the bytes issued so far, from the loading threads."""
-        if isinstance(methods, str):
+        """Loads the methods of the plan file (all when methods is None; an
+        empty list is a ValueError) and returns the Program. verify=True reads
+        every constant back and compares (None: as the config's [load] verify
+        says). progress(done, total) is called with the bytes issued so far,
+        from the loading threads."""
+        if methods is None:
+            methods = []
+        elif isinstance(methods, str):
             methods = [methods]
-        return self._native.load(_os.fspath(plan), list(methods or []), verify, progress)
+        else:
+            methods = list(methods)
+            if not methods:
+                # An empty list loading everything would surprise; None says all.
+                raise ValueError("methods: an empty list names no method; pass None to load all")
+        return self._native.load(_os.fspath(plan), methods, verify, progress)
 
 
 _DLPACK_CPU = 1

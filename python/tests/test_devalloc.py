@@ -84,6 +84,18 @@ def test_a_method_loads_only_its_tensors(example):
         program["lm_head.weight"]
 
 
+def test_methods_none_loads_all_and_an_empty_list_or_name_is_an_error(example):
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    assert sorted(runtime.load(example / "plan.json").methods()) == ["decode", "prefill"]
+    for methods in ([], (), ""):
+        with pytest.raises((ValueError, devalloc.Error), match="names no method|no method"):
+            runtime.load(example / "plan.json", methods=methods)
+    with pytest.raises(ValueError, match="pass None to load all"):
+        runtime.load(example / "plan.json", methods=[])
+    with pytest.raises(devalloc.Error, match='no method ""'):
+        runtime.load(example / "plan.json", methods=["prefill", ""])
+
+
 def test_bf16_is_refused_for_numpy_with_the_dtype_named(example):
     program = devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json")
     tensor = program["model.embed_tokens.weight"]

@@ -31,13 +31,22 @@ struct LoadCommandOptions {
   bool json = false;
 };
 
+// The names of --methods; checked by methods_check, so none is empty.
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
   return out;
+}
+
+// "--methods ''" or "a,,b" names an empty method: a usage error, not "all"
+// (leaving the option out means all) and not a silently dropped name.
+std::string methods_check(const std::string& text) {
+  if (text.empty()) return "names no method; leave it out to load all methods";
+  if (text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos) {
+    return "an empty method name in " + quote(text);
+  }
+  return {};
 }
 
 // A one-line progress bar on stderr, for loads long enough to need one.
@@ -170,7 +179,8 @@ void add_load_command(CLI::App& app, Action* run) {
   cmd->add_option("plan", o->plan, "The plan file")->required();
   cmd->add_option("--config", o->config, "The runtime config (TOML)");
   add_trust_plugin_path_option(cmd, &o->trust_paths);
-  cmd->add_option("--methods", o->methods, "Comma-separated methods (default: all)");
+  cmd->add_option("--methods", o->methods, "Comma-separated methods (default: all)")
+      ->check(methods_check);
   cmd->add_flag("--verify", o->verify,
                 "Read every constant back and compare hashes with the file");
   cmd->add_flag("--json", o->json, "Machine-readable summary");

@@ -51,6 +51,20 @@ example_model_loads_and_verifies)
   grep -q "verified" out.txt || fail "no verified summary"
   grep -qE "methods (decode prefill|prefill decode)" out.txt || fail "both methods not loaded"
   ;;
+methods_option_names_at_least_one_method)
+  # Leaving --methods out loads all; an empty name is a usage error, never
+  # "all" and never dropped from the list.
+  cp "$source_dir/examples/small_model/plan.json" "$source_dir/examples/small_model/devalloc.toml" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  expect_failure 2 '^--methods: names no method; leave it out to load all methods' \
+    "$devalloc" load plan.json --config devalloc.toml --methods ''
+  for list in , 'prefill,,decode' 'prefill,' ',decode'; do
+    expect_failure 2 "^--methods: an empty method name in \"$list\"" \
+      "$devalloc" load plan.json --config devalloc.toml --methods "$list"
+  done
+  "$devalloc" load plan.json --config devalloc.toml --methods prefill,decode | tee out.txt
+  grep -qE "methods (decode prefill|prefill decode)" out.txt || fail "both methods not loaded"
+  ;;
 malformed_plan_is_refused)
   printf '{"format": "devalloc-plan", "version": 1, "buffers": [], "tensors": [], "methods": [{"name": 3, "memory_ids": [], "tensors": []}]}' > plan.json
   expect_failure 3 'plan.json: /methods/0/name' "$devalloc" load plan.json
