@@ -158,9 +158,15 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
 
   std::shared_ptr<PluginLibrary> library(new PluginLibrary(std::move(impl)));
   library->path_ = path;
-  // The plugin's own words, bounded and escaped: they go into messages.
+  // The plugin's own words, bounded and escaped: they go into messages,
+  // which show at most kMaxQuotedBytes of them and the length of the rest.
   const auto own_text = [](const char* text) {
-    return text == nullptr ? std::string() : escaped(std::string_view(text, strnlen(text, 256)));
+    constexpr size_t kLongest = 64 * 1024;
+    if (text == nullptr) return std::string();
+    const size_t length = strnlen(text, kLongest + 1);
+    if (length <= kLongest) return escaped(std::string_view(text, length));
+    return escaped(std::string_view(text, kMaxQuotedBytes)) + "... (over " +
+           std::to_string(kLongest) + " bytes)";
   };
   library->name_ = own_text(api->plugin_name);
   library->version_ = own_text(api->plugin_version);

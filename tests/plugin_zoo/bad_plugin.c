@@ -35,7 +35,8 @@
  *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
  *                                   with a NULL pointer (plugin_abi.h: only for 0 bytes)
  *   DEVALLOC_ZOO_HOSTILE_NAMES      breaks nothing, but its version and device name
- *                                   hold terminal escapes and bytes that are not UTF-8
+ *                                   hold terminal escapes and bytes that are not UTF-8,
+ *                                   and its version is 305 bytes long
  */
 #include <devalloc/plugin_abi.h>
 
@@ -61,7 +62,11 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
 #endif
 
 #if defined(DEVALLOC_ZOO_HOSTILE_NAMES)
-#define ZOO_VERSION "0\x1b[31m\xff"
+/* 7 + 300 bytes: longer than a message shows, so it ends in its length. */
+#define ZOO_VERSION_50 "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
+#define ZOO_VERSION                                                                      \
+  "0\x1b[31m\xff" ZOO_VERSION_50 ZOO_VERSION_50 ZOO_VERSION_50 ZOO_VERSION_50 ZOO_VERSION_50 \
+      ZOO_VERSION_50
 #define ZOO_DEVICE_NAME "zoo \x1b[2J\xff memory"
 #else
 #define ZOO_VERSION "0"

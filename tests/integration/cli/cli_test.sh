@@ -236,14 +236,18 @@ hostile_plugin_text_is_escaped_and_json_stays_valid)
   # valid (the byte becomes U+FFFD) and a load through the plugin succeeds.
   DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins > out.txt
   if grep -q $'\x1b' out.txt; then fail "a raw escape reached the output"; fi
-  grep -A1 '^zoo_hostile_names ' out.txt | grep -qF '(plugin 0\x1b[31m\xff,' || fail "version not escaped"
+  grep -A1 '^zoo_hostile_names ' out.txt | grep -qF '(plugin 0\x1b[31m\xffvvv' || fail "version not escaped"
+  # 307 bytes: the message shows the first 200 and the real length.
+  grep -A1 '^zoo_hostile_names ' out.txt | grep -qE 'v{190}\.\.\. \(307 bytes\), ABI 1\.1\)' ||
+    fail "a long version does not end in its length"
   grep -A3 '^zoo_hostile_names ' out.txt | grep -qF '[0] zoo \x1b[2J\xff memory,' || fail "device name not escaped"
   DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins --json > out.json
   "$python" -c "
 import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}
 d = p['zoo_hostile_names']
 assert d['devices'][0]['name'] == 'zoo \x1b[2J\ufffd memory', d
-assert d['version'] == r'0\x1b[31m\xff', d  # escaped by the loader, as in messages"
+assert d['version'].startswith(r'0\x1b[31m\xffvvv'), d  # escaped by the loader, as in messages
+assert d['version'].endswith('v... (307 bytes)'), d"
   "$python" -c "
 import numpy as np
 from safetensors.numpy import save_file
