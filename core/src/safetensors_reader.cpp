@@ -264,6 +264,7 @@ Status read_header_strict(std::string_view header, uint64_t data_offset,
     if (const auto& duplicate = error->duplicate) {
       // Top-level keys are tensor names; deeper ones are fields of an entry.
       if (duplicate->object_pointer.empty()) {
+        if (duplicate->key == "__metadata__") return reader.fail(where + "__metadata__ appears twice");
         return reader.fail(where + "tensor " + quote(duplicate->key) + " appears twice");
       }
       return reader.fail(where + "duplicate key " + quote(duplicate->key) + " in " +

@@ -477,6 +477,11 @@ TEST_F(SafetensorsReader, GivenTensorNamedTwice_ThenRejected) {
             "header line 1, column 62 (byte 69 of the file): tensor \"w\" appears twice");
 }
 
+TEST_F(SafetensorsReader, GivenMetadataTwice_ThenItIsNotCalledATensor) {
+  EXPECT_EQ(error(R"({"__metadata__": {"a": "1"}, "__metadata__": {"b": "2"}})", 0),
+            "header line 1, column 30 (byte 37 of the file): __metadata__ appears twice");
+}
+
 // The header is read entry by entry: errors come in header order, and an
 // error after entries already checked still fails the whole file.
 TEST_F(SafetensorsReader, GivenErrorsAfterGoodEntries_ThenTheFirstInHeaderOrderIsReported) {
