@@ -17,6 +17,7 @@ std::string ResolvedDevice::device_label() const {
 PluginSearchOptions plugin_search_options(const RuntimeConfig& config) {
   PluginSearchOptions options;
   options.config_dirs = config.plugin_path;
+  options.fallback_dirs = config.fallback_plugin_path;
   options.trusted_paths = config.trust_paths;
   return options;
 }

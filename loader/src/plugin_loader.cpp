@@ -97,6 +97,9 @@ PluginLoader::PluginLoader(PluginSearchOptions options)
       start = end + 1;
     }
   }
+  if (user_source(!options.fallback_dirs.empty(), "the program's own plugin path")) {
+    for (const auto& d : options.fallback_dirs) add(d, PluginPathSource::caller);
+  }
   if (!user_source(!trusted_paths_.empty(),
                    "--trust-plugin-path / [security] trust_paths")) {
     trusted_paths_.clear();

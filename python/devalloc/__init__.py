@@ -29,7 +29,7 @@ def plugins(plugin_path=()):
     """Every plugin on the search path (plugin_path, DEVALLOC_PLUGIN_PATH, the
     package's own plugins), loaded or with the reason why not, as dicts with
     name, path, outcome, reason, version, abi and devices."""
-    return _native.plugins([_os.fspath(p) for p in plugin_path] + [plugin_dir])
+    return _native.plugins([_os.fspath(p) for p in plugin_path], [plugin_dir])
 
 
 def plan(files, place=None, out="plan.json", default_device="host", alignment=256,
@@ -55,6 +55,8 @@ class Runtime:
 
     @property
     def plugin_path(self):
+        """The config's plugin_path, then the package's plugin folder
+        (DEVALLOC_PLUGIN_PATH is searched between the two)."""
         return self._native.plugin_path
 
     def load(self, plan, methods=None, verify=None, progress=None):

@@ -123,9 +123,13 @@ nb::dict device_dict(const DeviceInfo& d) {
   return out;
 }
 
-nb::list plugins(const std::vector<fs::path>& dirs) {
+// `dirs` first (the caller's), `package_dirs` after DEVALLOC_PLUGIN_PATH.
+nb::list plugins(const std::vector<fs::path>& dirs, const std::vector<fs::path>& package_dirs) {
   nb::list out;
-  for (const PluginCandidate& c : PluginLoader(dirs).discover()) {
+  PluginSearchOptions search;
+  search.command_line_dirs = dirs;
+  search.fallback_dirs = package_dirs;
+  for (const PluginCandidate& c : PluginLoader(search).discover()) {
     nb::dict entry;
     entry["name"] = c.name;
     entry["path"] = c.path.string();
@@ -211,8 +215,9 @@ class PyRuntime {
  public:
   PyRuntime(std::optional<fs::path> config_path, std::vector<fs::path> plugin_dirs) {
     config_ = config_path ? value_or_raise(read_config(*config_path)) : default_config();
-    // The package's own plugins come after the config's folders.
-    for (auto& dir : plugin_dirs) config_.plugin_path.push_back(std::move(dir));
+    // The package's own plugins come after the config's folders and
+    // DEVALLOC_PLUGIN_PATH, which may replace them.
+    config_.fallback_plugin_path = std::move(plugin_dirs);
   }
 
   std::shared_ptr<LoadedProgram> load(const fs::path& plan_path,
@@ -289,7 +294,7 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
 NB_MODULE(_native, m) {
   nb::module_::import_("atexit").attr("register")(
       nb::cpp_function(&stop_taking_gil_at_exit));
-  m.def("plugins", &plugins, nb::arg("dirs"));
+  m.def("plugins", &plugins, nb::arg("dirs"), nb::arg("package_dirs"));
   m.def("write_plan", &write_plan_for, nb::arg("files"), nb::arg("out"), nb::arg("place"),
         nb::arg("default_device"), nb::arg("alignment"), nb::arg("methods"));
 
@@ -348,6 +353,7 @@ NB_MODULE(_native, m) {
       .def_prop_ro("plugin_path", [](const PyRuntime& r) {
         std::vector<std::string> out;
         for (const auto& p : r.config().plugin_path) out.push_back(p.string());
+        for (const auto& p : r.config().fallback_plugin_path) out.push_back(p.string());
         return out;
       });
 }

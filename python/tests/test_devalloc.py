@@ -3,6 +3,7 @@ tensors into numpy (values checked against the safetensors files), errors,
 progress and lifetimes."""
 import gc
 import os
+import shutil
 import subprocess
 import sys
 
@@ -46,6 +47,27 @@ def test_plugins_lists_the_host_plugin_shipped_in_the_package():
     assert host["outcome"] == "loaded", host
     assert os.path.dirname(host["path"]) == os.path.realpath(devalloc.plugin_dir)
     assert host["devices"][0]["dlpack_device"] == (1, 0)
+
+
+def test_devalloc_plugin_path_comes_before_the_package_plugins(tmp_path, monkeypatch):
+    # A user's folder in DEVALLOC_PLUGIN_PATH may replace a bundled plugin.
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    shutil.copy(os.path.join(devalloc.plugin_dir, "libdevalloc_host.so"), mine)
+    monkeypatch.setenv("DEVALLOC_PLUGIN_PATH", str(mine))
+    found = [p for p in devalloc.plugins() if p["name"] == "host"]
+    assert [os.path.dirname(p["path"]) for p in found] == [
+        str(mine), os.path.realpath(devalloc.plugin_dir)], found
+    assert [p["outcome"] for p in found] == ["loaded", "shadowed"], found
+    # A Runtime searches in the same order: the miss lists the folders.
+    plan = tmp_path / "plan.json"
+    save_file({"w": np.zeros(4, np.float32)}, str(tmp_path / "m.safetensors"))
+    devalloc.plan(tmp_path / "m.safetensors", place={"*": "nosuch:0"}, out=plan)
+    with pytest.raises(devalloc.Error) as error:
+        devalloc.Runtime().load(plan)
+    message = str(error.value)
+    assert str(mine) in message and devalloc.plugin_dir in message, message
+    assert message.index(str(mine)) < message.index(devalloc.plugin_dir), message
 
 
 def test_f32_f16_i64_tensors_reach_numpy_with_the_file_values(mixed):

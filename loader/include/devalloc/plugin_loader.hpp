@@ -4,11 +4,13 @@
 //   1. --plugin-path folders (command_line_dirs),
 //   2. the runtime config's plugin_path (config_dirs),
 //   3. DEVALLOC_PLUGIN_PATH (colon-separated),
-//   4. the installed plugin folder, ../lib/devalloc/plugins relative to the
+//   4. a program's own plugin folders (fallback_dirs: the Python package's),
+//      so that the user's folders above can replace what it bundles,
+//   5. the installed plugin folder, ../lib/devalloc/plugins relative to the
 //      binary that contains the loader.
 // The current directory is never searched implicitly. While the process
 // runs with elevated privileges (effective ids differ from the real ones, or
-// AT_SECURE), 1-3 are ignored and an explicit path outside the installed
+// AT_SECURE), 1-4 are ignored and an explicit path outside the installed
 // folder is refused; notes() says so. Every file is checked by
 // check_plugin_file (plugin_trust.hpp) before it is opened.
 #pragma once
@@ -58,6 +60,8 @@ struct PluginSearchDir {
 struct PluginSearchOptions {
   std::vector<std::filesystem::path> command_line_dirs;  // --plugin-path
   std::vector<std::filesystem::path> config_dirs;        // plugin_path
+  // A program's own plugins, after DEVALLOC_PLUGIN_PATH (source caller).
+  std::vector<std::filesystem::path> fallback_dirs;
   // --trust-plugin-path and [security] trust_paths: see check_plugin_file.
   std::vector<std::filesystem::path> trusted_paths;
   // The identity the trust checks use; this process's when unset. Tests set

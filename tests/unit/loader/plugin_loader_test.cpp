@@ -69,14 +69,15 @@ TEST(PluginLoader, GivenName_WhenResolving_ThenFoundInInstalledDir) {
   EXPECT_EQ(fs::weakly_canonical(path), fs::weakly_canonical(kHost));
 }
 
-TEST(PluginLoader, GivenEverySource_WhenBuildingSearchPath_ThenCommandLineThenConfigThenEnvThenInstalled) {
+TEST(PluginLoader, GivenEverySource_WhenBuildingSearchPath_ThenCommandLineThenConfigThenEnvThenFallbackThenInstalled) {
   ScopedEnv env("DEVALLOC_PLUGIN_PATH", "/tmp/devalloc-a::/tmp/devalloc-b");
   PluginSearchOptions options;
   options.command_line_dirs = {"/tmp/devalloc-cli"};
   options.config_dirs = {"/tmp/devalloc-config"};
+  options.fallback_dirs = {"/tmp/devalloc-package"};
   PluginLoader loader(options);
   const auto& dirs = loader.search_dirs();
-  ASSERT_EQ(dirs.size(), 5u);
+  ASSERT_EQ(dirs.size(), 6u);
   EXPECT_EQ(dirs[0].dir, fs::path("/tmp/devalloc-cli"));
   EXPECT_EQ(dirs[0].source, PluginPathSource::command_line);
   EXPECT_EQ(dirs[1].dir, fs::path("/tmp/devalloc-config"));
@@ -84,9 +85,12 @@ TEST(PluginLoader, GivenEverySource_WhenBuildingSearchPath_ThenCommandLineThenCo
   EXPECT_EQ(dirs[2].dir, fs::path("/tmp/devalloc-a"));
   EXPECT_EQ(dirs[2].source, PluginPathSource::environment);
   EXPECT_EQ(dirs[3].dir, fs::path("/tmp/devalloc-b"));
-  EXPECT_EQ(fs::weakly_canonical(dirs[4].dir), fs::weakly_canonical(kPlugins));
-  EXPECT_EQ(dirs[4].source, PluginPathSource::installed);
-  EXPECT_EQ(loader.search_path().size(), 5u);
+  // A program's own folder: the user's folders above may replace its plugins.
+  EXPECT_EQ(dirs[4].dir, fs::path("/tmp/devalloc-package"));
+  EXPECT_EQ(dirs[4].source, PluginPathSource::caller);
+  EXPECT_EQ(fs::weakly_canonical(dirs[5].dir), fs::weakly_canonical(kPlugins));
+  EXPECT_EQ(dirs[5].source, PluginPathSource::installed);
+  EXPECT_EQ(loader.search_path().size(), 6u);
   EXPECT_TRUE(loader.notes().empty());
 }
 

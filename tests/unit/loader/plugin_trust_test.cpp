@@ -234,6 +234,7 @@ TEST_F(TrustFixture, GivenElevatedProcess_WhenBuildingSearchPath_ThenEveryUserSo
   PluginSearchOptions options;
   options.command_line_dirs = {plugins_};
   options.config_dirs = {plugins_};
+  options.fallback_dirs = {plugins_};
   options.trusted_paths = {root_};
   options.credentials = setuid_root_credentials();
   PluginLoader loader(options);
@@ -246,6 +247,7 @@ TEST_F(TrustFixture, GivenElevatedProcess_WhenBuildingSearchPath_ThenEveryUserSo
               ::testing::ElementsAre("--plugin-path is " + why,
                                      "the config's plugin_path is " + why,
                                      "DEVALLOC_PLUGIN_PATH is " + why,
+                                     "the program's own plugin path is " + why,
                                      "--trust-plugin-path / [security] trust_paths is " + why));
 }
 

@@ -168,6 +168,9 @@ struct RuntimeConfig {
   std::filesystem::path source;  // the file or name it was read from; empty
                                  // for default_config()
   std::vector<std::filesystem::path> plugin_path;  // absolute, in order
+  // Not read from the file: a program's own plugin folders, searched after
+  // DEVALLOC_PLUGIN_PATH (the Python package's; see plugin_loader.hpp).
+  std::vector<std::filesystem::path> fallback_plugin_path;
   // [security] trust_paths: plugin files at or below these skip the owner
   // and permission checks (docs/security.md). Absolute.
   std::vector<std::filesystem::path> trust_paths;
