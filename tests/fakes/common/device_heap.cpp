@@ -13,6 +13,10 @@ using ull = unsigned long long;
 constexpr uint64_t kAddressBase = uint64_t{1} << 47;
 constexpr uint64_t kDeviceSpan = uint64_t{1} << 40;
 
+// What the heap's live objects are called in FakeRecord::live_objects.
+constexpr const char* kDeviceAllocation = "device allocation";
+constexpr const char* kPinnedBlock = "pinned host block";
+
 }  // namespace
 
 void DeviceHeap::reset_devices(size_t count, uint64_t bytes_each) {
@@ -55,6 +59,7 @@ uint64_t DeviceHeap::allocate(int device, uint64_t nbytes) {
   allocation->base = base;
   allocation->size = nbytes;
   allocations_.emplace(base, std::move(allocation));
+  record_.created(kDeviceAllocation);
   return base;
 }
 
@@ -78,6 +83,7 @@ DeviceHeap::FreeResult DeviceHeap::free(int device, uint64_t address) {
   a.freed = true;
   a.bytes.reset();
   devices_[static_cast<size_t>(a.device)].used -= a.size;
+  record_.gone(kDeviceAllocation);
   return FreeResult::ok;
 }
 
@@ -123,6 +129,7 @@ uint64_t DeviceHeap::drop_device(int device) {
     }
   }
   devices_.at(static_cast<size_t>(device)).used = 0;
+  record_.gone(kDeviceAllocation, live);
   return live;
 }
 
@@ -154,6 +161,7 @@ void* DeviceHeap::pin_allocate(size_t nbytes) {
   block.memory = memory;
   block.size = nbytes;
   pinned_.emplace(reinterpret_cast<uintptr_t>(memory), block);
+  record_.created(kPinnedBlock);
   return memory;
 }
 
@@ -164,6 +172,7 @@ bool DeviceHeap::pin_free(const char* call, void* p) {
     record_.violation("%s(%p): not pinned memory from this runtime, or already freed", call, p);
     return false;
   }
+  record_.gone(kPinnedBlock);
   if (it->second.copies_in_flight > 0) {
     record_.violation("%s(%p): freed while %d async copy(ies) still use it", call, p,
                       it->second.copies_in_flight);

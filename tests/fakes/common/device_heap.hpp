@@ -4,7 +4,8 @@
 // by luck. Allocations are aligned to exactly 256 bytes (never 512), are
 // never reused, and a page-sized gap follows each. Pinned (page-locked)
 // host blocks are tracked too, with the copies in flight that read them.
-// Every misuse is recorded as a violation in the fake's FakeRecord.
+// Every misuse is recorded as a violation in the fake's FakeRecord, and live
+// allocations and pinned blocks are counted there as live objects.
 #pragma once
 
 #include "fake_record.hpp"

@@ -9,6 +9,18 @@
 #include <cstring>
 
 namespace devalloc::fake {
+namespace {
+
+// text into buf, truncated to cap bytes including the NUL (buf may be NULL
+// when cap is 0).
+void write_text(const std::string& text, char* buf, size_t cap) {
+  if (buf == nullptr || cap == 0) return;
+  const size_t n = std::min(text.size(), cap - 1);
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+}
+
+}  // namespace
 
 void FakeRecord::violation(const char* format, ...) {
   char text[1024];
@@ -25,29 +37,59 @@ std::optional<int> FakeRecord::enter(const char* name) {
   ++calls_[name];
   auto it = fail_.find(name);
   if (it == fail_.end()) return std::nullopt;
+  if (it->second.skip > 0) {
+    --it->second.skip;
+    return std::nullopt;
+  }
   const int result = it->second.result;
   if (--it->second.remaining <= 0) fail_.erase(it);
   return result;
 }
 
-void FakeRecord::fail_calls(const char* entry_point, int result, int count) {
+void FakeRecord::fail_calls(const char* entry_point, int result, int count, int skip) {
   std::lock_guard lock(mutex_);
   if (count <= 0) {
     fail_.erase(entry_point);
   } else {
-    fail_[entry_point] = Injected{result, count};
+    fail_[entry_point] = Injected{result, count, skip > 0 ? skip : 0};
   }
+}
+
+void FakeRecord::created(const char* kind) {
+  std::lock_guard lock(mutex_);
+  ++live_[kind];
+}
+
+void FakeRecord::gone(const char* kind, uint64_t n) {
+  std::lock_guard lock(mutex_);
+  uint64_t& live = live_[kind];
+  live = n > live ? 0 : live - n;
+}
+
+uint64_t FakeRecord::live(const char* kind) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(kind);
+  return it == live_.end() ? 0 : it->second;
+}
+
+int FakeRecord::live_objects(char* buf, size_t cap) const {
+  std::lock_guard lock(mutex_);
+  std::string text;
+  int kinds = 0;
+  for (const auto& [kind, n] : live_) {
+    if (n == 0) continue;
+    ++kinds;
+    text += std::to_string(n) + " " + kind + "(s)\n";
+  }
+  write_text(text, buf, cap);
+  return kinds;
 }
 
 int FakeRecord::violations(char* buf, size_t cap) const {
   std::lock_guard lock(mutex_);
   std::string text;
   for (const auto& v : violations_) text += v + "\n";
-  if (buf != nullptr && cap > 0) {
-    const size_t n = std::min(text.size(), cap - 1);
-    std::memcpy(buf, text.data(), n);
-    buf[n] = '\0';
-  }
+  write_text(text, buf, cap);
   return static_cast<int>(violations_.size());
 }
 

@@ -1,5 +1,6 @@
 // What a fake vendor runtime records for its tests: violations (misuse it
-// saw), calls per entry point, and failures a test asked it to inject. One
+// saw), calls per entry point, failures a test asked it to inject, and the
+// objects a user must free or destroy that are live now. One
 // per fake, never destroyed (stream threads and unload hooks use it to the
 // end). Thread-safe; a leaf lock.
 #pragma once
@@ -26,8 +27,20 @@ class FakeRecord {
   // Counts the call of entry point `name`; returns the result a test asked
   // the next call(s) of it to fail with, if any.
   std::optional<int> enter(const char* name);
-  // The next `count` calls of entry_point return result.
-  void fail_calls(const char* entry_point, int result, int count);
+  // After `skip` more calls of entry_point that run as usual, the next
+  // `count` calls return result (count <= 0: cancels what was asked).
+  void fail_calls(const char* entry_point, int result, int count, int skip = 0);
+
+  // Objects a user of the runtime must free or destroy ("stream", "pinned
+  // host block"): created() when one is handed out, gone() when it is freed,
+  // destroyed or reclaimed with its owner. Not forgotten by reset(): they
+  // are the runtime's state, not the test's record.
+  void created(const char* kind);
+  void gone(const char* kind, uint64_t n = 1);
+  uint64_t live(const char* kind) const;
+  // Writes "<n> <kind>(s)" for every kind with live objects, one a line, into
+  // buf (as violations()) and returns how many kinds have live objects.
+  int live_objects(char* buf, size_t cap) const;
 
   // Writes the violations, one a line, into buf (truncated to cap bytes
   // including the NUL) and returns how many there are.
@@ -44,6 +57,7 @@ class FakeRecord {
   struct Injected {
     int result;
     int remaining;
+    int skip;  // calls still to run as usual first
   };
   const char* label_;
   const char* strict_variable_;
@@ -51,6 +65,7 @@ class FakeRecord {
   std::vector<std::string> violations_;
   std::map<std::string, uint64_t> calls_;
   std::map<std::string, Injected> fail_;
+  std::map<std::string, uint64_t> live_;
 };
 
 // Reads a non-negative decimal environment variable; fallback when unset or

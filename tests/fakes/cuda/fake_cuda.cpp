@@ -390,6 +390,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     device.primary = f.contexts.back().get();
   }
   ++device.retains;
+  record().created("primary context retain");
   *pctx = device.primary;
   return CUDA_SUCCESS;
 }
@@ -407,6 +408,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
                          dev);
       return CUDA_ERROR_INVALID_CONTEXT;
     }
+    record().gone("primary context retain");
     if (--device.retains > 0) return CUDA_SUCCESS;
     CUctx_st* ctx = device.primary;
     // The driver reclaims everything with the context. A user whose
@@ -416,6 +418,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
       if (stream->ctx == ctx) orphans.push_back(stream);
     }
     for (CUstream_st* stream : orphans) f.streams.erase(stream);
+    record().gone("stream", orphans.size());
     const uint64_t used = f.heap.used(dev);
     const uint64_t live = f.heap.drop_device(dev);
     if (healthy && live > 0) {
@@ -500,6 +503,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
   auto* stream = new CUstream_st(ctx, fake().pause);
   std::lock_guard lock(fake().mutex);
   fake().streams.insert(stream);
+  record().created("stream");
   *phStream = stream;
   return CUDA_SUCCESS;
 }
@@ -514,6 +518,7 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
       return CUDA_ERROR_INVALID_HANDLE;
     }
   }
+  record().gone("stream");
   // The driver would return at once and finish the work later; waiting
   // here keeps the fake simple and is invisible to a correct user.
   stop(hStream);
@@ -708,6 +713,11 @@ void devalloc_fake_cuda_fail_calls(const char* entry_point, int result, int coun
   record().fail_calls(entry_point, result, count);
 }
 
+void devalloc_fake_cuda_fail_calls_after(const char* entry_point, int skip, int result,
+                                         int count) {
+  record().fail_calls(entry_point, result, count, skip);
+}
+
 void devalloc_fake_cuda_after_next(const char* entry_point, void (*hook)(void)) {
   std::lock_guard lock(fake().fault_mutex);
   fake().hook_entry_point = entry_point;
@@ -729,6 +739,12 @@ uint64_t devalloc_fake_cuda_calls(const char* entry_point) {
 }
 
 uint64_t devalloc_fake_cuda_live_allocations(int device) { return fake().heap.live(device); }
+
+int devalloc_fake_cuda_live_objects(char* buf, size_t cap) {
+  return record().live_objects(buf, cap);
+}
+
+int devalloc_fake_cuda_context_depth(void) { return context_depth; }
 
 int devalloc_fake_cuda_read(uint64_t address, void* dst, size_t nbytes) {
   return fake().heap.read(address, dst, nbytes);

@@ -36,6 +36,14 @@ void devalloc_fake_cuda_fail_calls(const char* entry_point, int result, int coun
 typedef void (*devalloc_fake_cuda_fail_calls_fn)(const char* entry_point,
                                                  int result, int count);
 
+/* The `skip` calls of entry_point after this one run as usual; the `count`
+ * calls after those return result (count <= 0: none). A fault walk fails
+ * the k-th call with skip = k - 1, count = 1. */
+void devalloc_fake_cuda_fail_calls_after(const char* entry_point, int skip, int result,
+                                         int count);
+typedef void (*devalloc_fake_cuda_fail_calls_after_fn)(const char* entry_point, int skip,
+                                                       int result, int count);
+
 /* The next successful call of entry_point calls hook(), on the caller's
  * thread, just before it returns (tests use it to make the plugin's very
  * next step fail). */
@@ -61,6 +69,20 @@ typedef uint64_t (*devalloc_fake_cuda_calls_fn)(const char* entry_point);
 /* Live device allocations of device (all devices when device < 0). */
 uint64_t devalloc_fake_cuda_live_allocations(int device);
 typedef uint64_t (*devalloc_fake_cuda_live_allocations_fn)(int device);
+
+/* What the user must still free, destroy or release, now: one line per kind
+ * with live objects ("2 stream(s)"; the kinds are "device allocation",
+ * "pinned host block", "stream" and "primary context retain"), into buf
+ * (as devalloc_fake_cuda_violations). Returns how many kinds have live
+ * objects: 0 once every object was given back. Not cleared by reset. */
+int devalloc_fake_cuda_live_objects(char* buf, size_t cap);
+typedef int (*devalloc_fake_cuda_live_objects_fn)(char* buf, size_t cap);
+
+/* How many contexts the calling thread has pushed and not popped: what a
+ * library that restores the caller's context leaves as it found it. Not
+ * counted as a call. */
+int devalloc_fake_cuda_context_depth(void);
+typedef int (*devalloc_fake_cuda_context_depth_fn)(void);
 
 /* Reads device memory directly, bypassing streams and contexts: 0 on
  * success, -1 when [address, address + nbytes) is not live device memory. */

@@ -274,6 +274,7 @@ hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags) {
   auto* created = new ihipStream_t(current_device, fake().pause);
   std::lock_guard lock(fake().mutex);
   fake().streams.insert(created);
+  record().created("stream");
   *stream = created;
   return hipSuccess;
 }
@@ -288,6 +289,7 @@ hipError_t hipStreamDestroy(hipStream_t stream) {
       return hipErrorInvalidHandle;
     }
   }
+  record().gone("stream");
   // HIP finishes the stream's work first.
   delete stream;
   return hipSuccess;
@@ -444,6 +446,11 @@ void devalloc_fake_hip_fail_calls(const char* entry_point, int result, int count
   record().fail_calls(entry_point, result, count);
 }
 
+void devalloc_fake_hip_fail_calls_after(const char* entry_point, int skip, int result,
+                                        int count) {
+  record().fail_calls(entry_point, result, count, skip);
+}
+
 void devalloc_fake_hip_pause(int paused) {
   Fake& f = fake();
   f.pause.set(paused != 0);
@@ -455,6 +462,12 @@ void devalloc_fake_hip_pause(int paused) {
 uint64_t devalloc_fake_hip_calls(const char* entry_point) { return record().calls(entry_point); }
 
 uint64_t devalloc_fake_hip_live_allocations(int device) { return fake().heap.live(device); }
+
+int devalloc_fake_hip_live_objects(char* buf, size_t cap) {
+  return record().live_objects(buf, cap);
+}
+
+int devalloc_fake_hip_current_device(void) { return current_device; }
 
 int devalloc_fake_hip_read(uint64_t address, void* dst, size_t nbytes) {
   return fake().heap.read(address, dst, nbytes);

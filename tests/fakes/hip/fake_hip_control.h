@@ -24,6 +24,11 @@ typedef void (*devalloc_fake_hip_reset_fn)(void);
 /* The next `count` calls of entry_point return result, doing nothing. */
 void devalloc_fake_hip_fail_calls(const char* entry_point, int result, int count);
 typedef void (*devalloc_fake_hip_fail_calls_fn)(const char* entry_point, int result, int count);
+/* The `skip` calls of entry_point after this one run as usual; the `count`
+ * calls after those return result, doing nothing (count <= 0: none). */
+void devalloc_fake_hip_fail_calls_after(const char* entry_point, int skip, int result, int count);
+typedef void (*devalloc_fake_hip_fail_calls_after_fn)(const char* entry_point, int skip,
+                                                      int result, int count);
 /* While paused, no stream runs its work; synchronizing waits. */
 void devalloc_fake_hip_pause(int paused);
 typedef void (*devalloc_fake_hip_pause_fn)(int paused);
@@ -33,6 +38,16 @@ typedef uint64_t (*devalloc_fake_hip_calls_fn)(const char* entry_point);
 /* Live device allocations of device (all when device < 0). */
 uint64_t devalloc_fake_hip_live_allocations(int device);
 typedef uint64_t (*devalloc_fake_hip_live_allocations_fn)(int device);
+/* What the user must still free or destroy, one line per kind with live
+ * objects ("1 stream(s)"; kinds: "device allocation", "pinned host block",
+ * "stream"), into buf; returns how many kinds have live objects. Not
+ * cleared by reset. */
+int devalloc_fake_hip_live_objects(char* buf, size_t cap);
+typedef int (*devalloc_fake_hip_live_objects_fn)(char* buf, size_t cap);
+/* The calling thread's current device, as hipGetDevice would answer, but
+ * not counted as a call and never failing. */
+int devalloc_fake_hip_current_device(void);
+typedef int (*devalloc_fake_hip_current_device_fn)(void);
 /* Reads device memory directly: 0, or -1 when not live device memory. */
 int devalloc_fake_hip_read(uint64_t address, void* dst, size_t nbytes);
 typedef int (*devalloc_fake_hip_read_fn)(uint64_t address, void* dst, size_t nbytes);

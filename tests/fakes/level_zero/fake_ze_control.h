@@ -33,6 +33,13 @@ void devalloc_fake_ze_fail_calls(const char* api, int result, int count);
 typedef void (*devalloc_fake_ze_fail_calls_fn)(const char* api, int result,
                                                int count);
 
+/* The `skip` calls of api after this one run as usual; the `count` calls
+ * after those return result without doing anything (count <= 0: none). */
+void devalloc_fake_ze_fail_calls_after(const char* api, int skip, int result,
+                                       int count);
+typedef void (*devalloc_fake_ze_fail_calls_after_fn)(const char* api, int skip,
+                                                     int result, int count);
+
 /* The next copy a command list executes fails as a hung device would: the
  * copy is not done, its event never signals, and its device is lost (every
  * later call on it returns ZE_RESULT_ERROR_DEVICE_LOST). */
@@ -50,6 +57,14 @@ typedef uint64_t (*devalloc_fake_ze_calls_fn)(const char* api);
 /* Live device allocations of device (all devices when device < 0). */
 uint64_t devalloc_fake_ze_live_allocations(int device);
 typedef uint64_t (*devalloc_fake_ze_live_allocations_fn)(int device);
+
+/* What the user must still free or destroy, one line per kind with live
+ * objects ("64 event(s)"; kinds: "device allocation", "pinned host block"
+ * (zeMemAllocHost memory), "context", "command list", "event pool",
+ * "event"), into buf; returns how many kinds have live objects. Not
+ * cleared by reset. */
+int devalloc_fake_ze_live_objects(char* buf, size_t cap);
+typedef int (*devalloc_fake_ze_live_objects_fn)(char* buf, size_t cap);
 
 /* Reads device memory directly: 0 on success, -1 when
  * [address, address + nbytes) is not live device memory. */

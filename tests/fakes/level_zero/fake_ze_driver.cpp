@@ -494,6 +494,7 @@ ze_result_t ZE_APICALL fake_zeContextCreate(ze_driver_handle_t driver,
   auto* c = new _ze_context_handle_t;
   std::lock_guard lock(fake().mutex);
   fake().contexts.insert(c);
+  fake().record.created("context");
   *context = c;
   return ZE_RESULT_SUCCESS;
 }
@@ -519,6 +520,7 @@ ze_result_t ZE_APICALL fake_zeContextDestroy(ze_context_handle_t context) {
     }
   }
   f.contexts.erase(context);
+  fake().record.gone("context");
   bury(context);
   return ZE_RESULT_SUCCESS;
 }
@@ -621,6 +623,7 @@ ze_result_t ZE_APICALL fake_zeCommandListCreateImmediate(
       fake().pause);
   std::lock_guard lock(fake().mutex);
   fake().lists.insert(list);
+  fake().record.created("command list");
   *out = list;
   return ZE_RESULT_SUCCESS;
 }
@@ -638,6 +641,7 @@ ze_result_t ZE_APICALL fake_zeCommandListDestroy(
   {
     std::lock_guard lock(fake().mutex);
     fake().lists.erase(list);
+    fake().record.gone("command list");
   }
   // Work still queued runs first: the fake never drops a command.
   list->queue.stop();
@@ -762,6 +766,7 @@ ze_result_t ZE_APICALL fake_zeEventPoolCreate(ze_context_handle_t context,
   pool->count = desc->count;
   std::lock_guard lock(fake().mutex);
   fake().pools.insert(pool);
+  fake().record.created("event pool");
   *out = pool;
   return ZE_RESULT_SUCCESS;
 }
@@ -778,6 +783,7 @@ ze_result_t ZE_APICALL fake_zeEventPoolDestroy(ze_event_pool_handle_t pool) {
     violation("zeEventPoolDestroy: %u event(s) of the pool not destroyed",
               pool->live_events);
   }
+  fake().record.gone("event pool");
   bury(pool);
   return ZE_RESULT_SUCCESS;
 }
@@ -807,6 +813,7 @@ ze_result_t ZE_APICALL fake_zeEventCreate(ze_event_pool_handle_t pool,
   event->index = desc->index;
   ++pool->live_events;
   fake().events.insert(event);
+  fake().record.created("event");
   *out = event;
   return ZE_RESULT_SUCCESS;
 }
@@ -828,6 +835,7 @@ ze_result_t ZE_APICALL fake_zeEventDestroy(ze_event_handle_t event) {
     return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
   }
   --event->pool->live_events;
+  fake().record.gone("event");
   bury(event);
   return ZE_RESULT_SUCCESS;
 }
@@ -1084,6 +1092,11 @@ void devalloc_fake_ze_fail_calls(const char* api, int result, int count) {
   fake().record.fail_calls(api, result, count);
 }
 
+void devalloc_fake_ze_fail_calls_after(const char* api, int skip, int result,
+                                       int count) {
+  fake().record.fail_calls(api, result, count, skip);
+}
+
 void devalloc_fake_ze_lose_device_on_next_copy(void) {
   std::lock_guard lock(fake().mutex);
   fake().lose_next_copy = true;
@@ -1102,6 +1115,10 @@ uint64_t devalloc_fake_ze_calls(const char* api) {
 
 uint64_t devalloc_fake_ze_live_allocations(int device) {
   return fake().heap.live(device);
+}
+
+int devalloc_fake_ze_live_objects(char* buf, size_t cap) {
+  return fake().record.live_objects(buf, cap);
 }
 
 int devalloc_fake_ze_read(uint64_t address, void* dst, size_t nbytes) {

@@ -56,12 +56,26 @@ class FakeRuntime {
     control<void (*)(const char*, int, int)>("fail_calls")(entry_point, result, count);
   }
   void fail_next(const char* entry_point, int result) const { fail_calls(entry_point, result, 1); }
+  // The next `skip` calls of entry_point run as usual, the `count` after
+  // them return result.
+  void fail_calls_after(const char* entry_point, int skip, int result, int count) const {
+    control<void (*)(const char*, int, int, int)>("fail_calls_after")(entry_point, skip, result,
+                                                                      count);
+  }
   void pause(bool paused) const { control<void (*)(int)>("pause")(paused ? 1 : 0); }
   uint64_t calls(const char* entry_point) const {
     return control<uint64_t (*)(const char*)>("calls")(entry_point);
   }
   uint64_t live_allocations(int device) const {
     return control<uint64_t (*)(int)>("live_allocations")(device);
+  }
+  // What is live in the fake that a user must give back ("1 stream(s)",
+  // one kind a line); "" when nothing is.
+  std::string live_objects() const {
+    std::string text(4096, '\0');
+    control<int (*)(char*, size_t)>("live_objects")(text.data(), text.size());
+    text.resize(std::char_traits<char>::length(text.c_str()));
+    return text;
   }
   // Device memory as the fake holds it, read without the plugin.
   std::vector<uint8_t> read(uint64_t address, size_t nbytes) const {
