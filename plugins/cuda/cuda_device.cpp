@@ -2,6 +2,7 @@
 
 #include <devalloc/plugin_kit/abi_glue.hpp>
 #include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/give_back.hpp>
 
 #include <cstring>
 #include <utility>
@@ -11,11 +12,8 @@ namespace devalloc::cuda {
 namespace {
 
 using plugin::CallKind;
+using plugin::give_back;
 using ull = unsigned long long;
-
-// A failed push on a destroy path is retried: the context is gone only when
-// it keeps failing.
-constexpr int kDestroyPushAttempts = 3;
 
 CUresult as_cuda(int result) { return static_cast<CUresult>(result); }
 
@@ -28,17 +26,19 @@ ContextScope::ContextScope(const Driver& driver, CUcontext context, uint32_t ord
   pushed_ = true;
 }
 
+// A failed push on a destroy path is retried: the context is gone only when
+// it keeps failing.
 ContextScope::ContextScope(const Driver& driver, CUcontext context, std::nothrow_t) noexcept
     : driver_(driver) {
-  for (int attempt = 0; attempt < kDestroyPushAttempts && !pushed_; ++attempt) {
-    pushed_ = driver.cuCtxPushCurrent_v2(context) == CUDA_SUCCESS;
-  }
+  pushed_ = give_back([&] { return driver.cuCtxPushCurrent_v2(context); }) == CUDA_SUCCESS;
 }
 
+// A pop that failed once would leave the plugin's context current on the
+// caller's thread, under the caller's own: retried.
 ContextScope::~ContextScope() {
   if (!pushed_) return;
   CUcontext popped = nullptr;
-  driver_.cuCtxPopCurrent_v2(&popped);
+  give_back([&] { return driver_.cuCtxPopCurrent_v2(&popped); });
 }
 
 CudaDevice::CudaDevice(const Driver& driver, uint32_t ordinal)
@@ -79,7 +79,7 @@ CudaDevice::CudaDevice(const Driver& driver, uint32_t ordinal)
     driver.check(driver.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), CallKind::work,
                  "device %u: cuStreamCreate(Flags = CU_STREAM_NON_BLOCKING)", ordinal);
   } catch (...) {
-    driver.cuDevicePrimaryCtxRelease_v2(device_);
+    give_back([&] { return driver.cuDevicePrimaryCtxRelease_v2(device_); });
     throw;
   }
 }
@@ -91,12 +91,13 @@ CudaDevice::~CudaDevice() {
     // Without the context nothing can be freed; releasing it below lets
     // the driver reclaim all of it.
     if (scope.pushed()) {
-      allocations_.for_each(
-          [&](const plugin::AllocationTable::Allocation& a) { driver_.cuMemFree_v2(a.base); });
+      allocations_.for_each([&](const plugin::AllocationTable::Allocation& a) {
+        give_back([&] { return driver_.cuMemFree_v2(a.base); });
+      });
     }
   }
   allocations_.clear();
-  driver_.cuDevicePrimaryCtxRelease_v2(device_);
+  give_back([&] { return driver_.cuDevicePrimaryCtxRelease_v2(device_); });
 }
 
 plugin::MemoryInfo CudaDevice::memory_info() const {
@@ -114,8 +115,9 @@ uint64_t CudaDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   driver_.check(driver_.cuMemAlloc_v2(&base, request), CallKind::device_allocation,
                 "device %u: cuMemAlloc_v2(bytesize = %llu)", ordinal_, static_cast<ull>(request));
   // The context is still current if recording fails and base is freed.
-  return allocations_.adopt(base, nbytes, alignment,
-                            [this](uint64_t b) { driver_.cuMemFree_v2(b); });
+  return allocations_.adopt(base, nbytes, alignment, [this](uint64_t b) {
+    give_back([&] { return driver_.cuMemFree_v2(b); });
+  });
 }
 
 void CudaDevice::deallocate(uint64_t address) {
@@ -201,7 +203,9 @@ bool CudaDevice::lost() noexcept {
   return state != CUDA_SUCCESS && state != CUDA_ERROR_NOT_READY;
 }
 
-void CudaDevice::destroy() noexcept { driver_.cuStreamDestroy_v2(stream_); }
+void CudaDevice::destroy() noexcept {
+  give_back([&] { return driver_.cuStreamDestroy_v2(stream_); });
+}
 
 void CudaDevice::release_oldest(void* releases) {
   static_cast<plugin::ReleaseQueue*>(releases)->complete_oldest();
@@ -226,7 +230,11 @@ PinnedHostMemory::~PinnedHostMemory() {
   if (buffers_.size() == 0) return;
   ContextScope scope(driver_, owner_.context(), std::nothrow);
   // Without the context, releasing the primary context reclaims it.
-  if (scope.pushed()) buffers_.for_each([&](void* host, uint64_t) { driver_.cuMemFreeHost(host); });
+  if (scope.pushed()) {
+    buffers_.for_each([&](void* host, uint64_t) {
+      give_back([&] { return driver_.cuMemFreeHost(host); });
+    });
+  }
   buffers_.clear();
 }
 
@@ -239,7 +247,9 @@ void* PinnedHostMemory::allocate(uint64_t nbytes) {
                 CallKind::host_allocation,
                 "cuMemHostAlloc(bytesize = %llu, Flags = CU_MEMHOSTALLOC_PORTABLE)",
                 static_cast<ull>(nbytes));
-  buffers_.adopt(host, nbytes, [this](void* p) { driver_.cuMemFreeHost(p); });
+  buffers_.adopt(host, nbytes, [this](void* p) {
+    give_back([&] { return driver_.cuMemFreeHost(p); });
+  });
   return host;
 }
 

@@ -10,6 +10,7 @@
 #include <devalloc/plugin_kit/completion_thread.hpp>
 #include <devalloc/plugin_kit/device_instance.hpp>
 #include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/give_back.hpp>
 #include <devalloc/plugin_kit/instance.hpp>
 #include <devalloc/plugin_kit/options.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
