@@ -1,6 +1,7 @@
 #include "hip_device.hpp"
 
 #include <devalloc/plugin_kit/abi_glue.hpp>
+#include <devalloc/plugin_kit/give_back.hpp>
 
 #include <cstring>
 #include <new>
@@ -10,6 +11,7 @@ namespace devalloc::hip {
 namespace {
 
 using plugin::CallKind;
+using plugin::give_back;
 using ull = unsigned long long;
 
 void* device_pointer(uint64_t address) { return reinterpret_cast<void*>(address); }
@@ -24,14 +26,18 @@ DeviceGuard::DeviceGuard(const Runtime& runtime, int ordinal) : runtime_(runtime
   active_ = true;
 }
 
+// For destroy paths: a call that failed once is retried before the device
+// counts as unreachable.
 DeviceGuard::DeviceGuard(const Runtime& runtime, int ordinal, std::nothrow_t) noexcept
     : runtime_(runtime) {
-  active_ = runtime.hipGetDevice(&previous_) == hipSuccess &&
-            runtime.hipSetDevice(ordinal) == hipSuccess;
+  active_ = give_back([&] { return runtime.hipGetDevice(&previous_); }) == hipSuccess &&
+            give_back([&] { return runtime.hipSetDevice(ordinal); }) == hipSuccess;
 }
 
+// A restore that failed once would leave the caller's thread on this
+// device: retried.
 DeviceGuard::~DeviceGuard() {
-  if (active_) static_cast<void>(runtime_.hipSetDevice(previous_));
+  if (active_) static_cast<void>(give_back([&] { return runtime_.hipSetDevice(previous_); }));
 }
 
 HipDevice::HipDevice(const Runtime& runtime, int ordinal) : runtime_(runtime), ordinal_(ordinal) {
@@ -70,7 +76,7 @@ HipDevice::~HipDevice() {
   DeviceGuard guard(runtime_, ordinal_, std::nothrow);
   if (guard.active()) {
     allocations_.for_each([&](const plugin::AllocationTable::Allocation& a) {
-      static_cast<void>(runtime_.hipFree(device_pointer(a.base)));
+      static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(a.base)); }));
     });
   }
   allocations_.clear();
@@ -90,8 +96,9 @@ uint64_t HipDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   void* base = nullptr;
   runtime_.check(runtime_.hipMalloc(&base, request), CallKind::device_allocation,
                  "hipMalloc(size = %llu) on device %d", static_cast<ull>(request), ordinal_);
-  return allocations_.adopt(device_address(base), nbytes, alignment,
-                            [this](uint64_t b) { static_cast<void>(runtime_.hipFree(device_pointer(b))); });
+  return allocations_.adopt(device_address(base), nbytes, alignment, [this](uint64_t b) {
+    static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(b)); }));
+  });
 }
 
 void HipDevice::deallocate(uint64_t address) {
@@ -171,7 +178,9 @@ bool HipDevice::lost() noexcept {
   return state != hipSuccess && state != hipErrorNotReady;
 }
 
-void HipDevice::destroy() noexcept { static_cast<void>(runtime_.hipStreamDestroy(stream_)); }
+void HipDevice::destroy() noexcept {
+  static_cast<void>(give_back([&] { return runtime_.hipStreamDestroy(stream_); }));
+}
 
 // Stream callbacks run also after a failed copy (with its status): either
 // way the copy no longer reads its source.

@@ -3,6 +3,7 @@
 #include "hip_device.hpp"
 
 #include <devalloc/plugin_kit/device_instance.hpp>
+#include <devalloc/plugin_kit/give_back.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
 
 #include <memory>
@@ -17,6 +18,7 @@ namespace devalloc::hip {
 namespace {
 
 using plugin::CallKind;
+using plugin::give_back;
 
 // A base before the devices, so that the runtime is opened before them and
 // closed after them, also when a constructor throws.
@@ -33,8 +35,9 @@ class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<H
   ~HipInstance() override {
     // Staging memory may be the source of copies still in flight.
     quiesce_devices();
-    staging_.for_each(
-        [this](void* host, uint64_t) { static_cast<void>(runtime_.hipHostFree(host)); });
+    staging_.for_each([this](void* host, uint64_t) {
+      static_cast<void>(give_back([&] { return runtime_.hipHostFree(host); }));
+    });
     staging_.clear();
     devices_.clear();
   }
@@ -50,7 +53,9 @@ class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<H
                    CallKind::host_allocation,
                    "hipHostMalloc(size = %llu, flags = hipHostMallocPortable)",
                    static_cast<unsigned long long>(nbytes));
-    staging_.adopt(host, nbytes, [this](void* p) { static_cast<void>(runtime_.hipHostFree(p)); });
+    staging_.adopt(host, nbytes, [this](void* p) {
+      static_cast<void>(give_back([&] { return runtime_.hipHostFree(p); }));
+    });
     return host;
   }
   void free_host(void* host) override {
