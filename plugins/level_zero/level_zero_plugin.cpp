@@ -3,6 +3,7 @@
 // memory from zeMemAllocHost.
 #include <cinttypes>
 #include <devalloc/plugin_kit/device_instance.hpp>
+#include <devalloc/plugin_kit/give_back.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@ namespace {
 
 using plugin::CallKind;
 using plugin::Failure;
+using plugin::give_back;
 
 // A base before the devices, so that the loader and the contexts exist
 // before them and are closed after them, also when a constructor throws.
@@ -44,7 +46,9 @@ class Contexts {
 
  private:
   void destroy() noexcept {
-    for (const Driver& driver : drivers_) ze_.zeContextDestroy(driver.context);
+    for (const Driver& driver : drivers_) {
+      give_back([&] { return ze_.zeContextDestroy(driver.context); });
+    }
     drivers_.clear();
   }
 };
@@ -101,7 +105,9 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
   ~LevelZeroInstance() override {
     // Staging memory may be the source of copies still in flight.
     quiesce_devices();
-    staging_.for_each([this](void* host, uint64_t) { ze_.zeMemFree(staging_context(), host); });
+    staging_.for_each([this](void* host, uint64_t) {
+      give_back([&] { return ze_.zeMemFree(staging_context(), host); });
+    });
     staging_.clear();
     devices_.clear();
   }
@@ -122,7 +128,9 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
     void* host = nullptr;
     ze_.check(ze_.zeMemAllocHost(staging_context(), &desc, nbytes, 0, &host),
               CallKind::host_allocation, "zeMemAllocHost(size = %" PRIu64 ")", nbytes);
-    staging_.adopt(host, nbytes, [this](void* p) { ze_.zeMemFree(staging_context(), p); });
+    staging_.adopt(host, nbytes, [this](void* p) {
+      give_back([&] { return ze_.zeMemFree(staging_context(), p); });
+    });
     return host;
   }
   void free_host(void* host) override {

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <devalloc/plugin_kit/give_back.hpp>
 #include <future>
 
 namespace devalloc::level_zero {
@@ -11,9 +12,13 @@ namespace {
 
 using plugin::CallKind;
 using plugin::Failure;
+using plugin::give_back;
 
 constexpr CallKind kWork = CallKind::work;
 constexpr devalloc_status kDeviceError = DEVALLOC_STATUS_DEVICE_ERROR;
+// A failed wait for an event is retried this often while the device is not
+// lost, as the kit retries a failed stream wait (stream_releases.cpp).
+constexpr int kWaitAttempts = 3;
 
 // Level Zero's two-call enumeration: the count, then that many structures,
 // each with its stype set. query(count, array) is the API call named `call`.
@@ -134,17 +139,17 @@ ZeDevice::~ZeDevice() {
   // allocations or signals the events any more.
   quiesce();
   allocations_.for_each([this](const plugin::AllocationTable::Allocation& a) {
-    ze_.zeMemFree(context_, reinterpret_cast<void*>(a.base));
+    give_back([&] { return ze_.zeMemFree(context_, reinterpret_cast<void*>(a.base)); });
   });
   allocations_.clear();
   destroy_objects();
 }
 
 void ZeDevice::destroy_objects() noexcept {
-  for (ze_event_handle_t event : events_) ze_.zeEventDestroy(event);
+  for (ze_event_handle_t event : events_) give_back([&] { return ze_.zeEventDestroy(event); });
   events_.clear();
-  if (pool_ != nullptr) ze_.zeEventPoolDestroy(pool_);
-  if (list_ != nullptr) ze_.zeCommandListDestroy(list_);
+  if (pool_ != nullptr) give_back([&] { return ze_.zeEventPoolDestroy(pool_); });
+  if (list_ != nullptr) give_back([&] { return ze_.zeCommandListDestroy(list_); });
   pool_ = nullptr;
   list_ = nullptr;
 }
@@ -175,8 +180,9 @@ uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
             "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64 ", device %u)", nbytes,
             alignment, index_);
   const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
-  const uint64_t address =
-      allocations_.adopt(base, nbytes, alignment, [&](uint64_t) { ze_.zeMemFree(context_, p); });
+  const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
+    give_back([&] { return ze_.zeMemFree(context_, p); });
+  });
   used_bytes_ += nbytes;
   return address;
 }
@@ -195,7 +201,13 @@ void ZeDevice::deallocate(uint64_t address) {
 
 uint32_t ZeDevice::take_event() {
   std::unique_lock lock(events_mutex_);
-  event_freed_.wait(lock, [this] { return !free_events_.empty(); });
+  event_freed_.wait(lock,
+                    [this] { return !free_events_.empty() || retired_events_ == kEvents; });
+  if (free_events_.empty()) {
+    throw Failure{kDeviceError, plugin::format("device %u: all %u events of its pool are out of "
+                                               "use (their waits or resets failed)",
+                                               index_, kEvents)};
+  }
   const uint32_t slot = free_events_.back();
   free_events_.pop_back();
   return slot;
@@ -203,13 +215,46 @@ uint32_t ZeDevice::take_event() {
 
 void ZeDevice::recycle(uint32_t slot) noexcept {
   // Reset before reuse: a signaled event would otherwise report the next
-  // copy complete at once.
-  ze_.zeEventHostReset(events_[slot]);
+  // copy complete at once, so one that cannot be reset never comes back.
+  if (give_back([&] { return ze_.zeEventHostReset(events_[slot]); }) != ZE_RESULT_SUCCESS) {
+    retire(slot);
+    return;
+  }
   {
     std::lock_guard lock(events_mutex_);
     free_events_.push_back(slot);
   }
   event_freed_.notify_one();
+}
+
+void ZeDevice::retire(uint32_t) noexcept {
+  {
+    std::lock_guard lock(events_mutex_);
+    ++retired_events_;
+  }
+  // Waiters learn when the last event went.
+  event_freed_.notify_all();
+}
+
+ze_result_t ZeDevice::wait_event(uint32_t slot) noexcept {
+  ze_result_t r = ZE_RESULT_SUCCESS;
+  for (int attempt = 0; attempt < kWaitAttempts; ++attempt) {
+    r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
+    if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) break;
+  }
+  return r;
+}
+
+void ZeDevice::settle(uint32_t slot, ze_result_t waited) noexcept {
+  if (waited == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+  // After a wait that kept failing the command may still signal the event
+  // (and its copy still read or write memory): resetting it now would let
+  // a later copy see that signal as its own.
+  if (waited == ZE_RESULT_SUCCESS || waited == ZE_RESULT_ERROR_DEVICE_LOST) {
+    recycle(slot);
+  } else {
+    retire(slot);
+  }
 }
 
 uint32_t ZeDevice::append_copy(void* dst, const void* src, uint64_t nbytes, const char* what,
@@ -242,9 +287,8 @@ void ZeDevice::append_on(uint32_t slot, void* dst, const void* src, uint64_t nby
 }
 
 void ZeDevice::wait_and_recycle(uint32_t slot, const char* what) {
-  const ze_result_t r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
-  recycle(slot);
-  if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+  const ze_result_t r = wait_event(slot);
+  settle(slot, r);
   ze_.check(r, kWork, "zeEventHostSynchronize(%s copy, device %u)", what, index_);
 }
 
@@ -302,10 +346,14 @@ void ZeDevice::synchronize() {
       std::lock_guard lock(list_mutex_);
       drained = ze_.zeCommandListAppendBarrier(list_, events_[slot], 0, nullptr);
     }
-    if (drained == ZE_RESULT_SUCCESS)
-      drained = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
-    recycle(slot);
-    if (drained == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+    if (drained == ZE_RESULT_SUCCESS) {
+      drained = wait_event(slot);
+      settle(slot, drained);
+    } else {
+      // Not appended: nothing will signal the event.
+      if (drained == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+      recycle(slot);
+    }
   }
   completions_.wait_for_earlier();
   require_alive();

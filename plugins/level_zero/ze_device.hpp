@@ -68,8 +68,20 @@ class ZeDevice {
   // Waits for the event on the calling thread, recycles it, and throws
   // when the copy failed.
   void wait_and_recycle(uint32_t slot, const char* what);
+  // zeEventHostSynchronize on the event, retried after a failure while the
+  // device is not lost: its command may still run.
+  ze_result_t wait_event(uint32_t slot) noexcept;
+  // After wait_event: recycles the event if its command is over (done, or
+  // lost with the device), else retires it; marks a lost device.
+  void settle(uint32_t slot, ze_result_t waited) noexcept;
+  // A free event of the pool; throws Failure once every event is retired.
   uint32_t take_event();
+  // Resets the event and returns it to the pool; one that cannot be reset
+  // is retired.
   void recycle(uint32_t slot) noexcept;
+  // Keeps the event out of the pool for good: a command may still signal
+  // it, or it cannot be reset.
+  void retire(uint32_t slot) noexcept;
   void require_alive() const;
   void destroy_objects() noexcept;
 
@@ -88,6 +100,8 @@ class ZeDevice {
   std::mutex events_mutex_;
   std::condition_variable event_freed_;
   std::vector<uint32_t> free_events_;
+  // Events taken out of the pool for good (retire()).
+  uint32_t retired_events_ = 0;
 
   std::atomic<bool> lost_{false};
   std::atomic<uint64_t> used_bytes_{0};
