@@ -1,12 +1,7 @@
 // The HIP plugin through the real loader against the fake HIP runtime:
 // devices and errors, the caller's current device, releases after stream
 // callbacks, HIP's synchronous pageable copies, planted misuse.
-#include <devalloc/plugin_loader.hpp>
-
-#include <hip/hip_runtime_api.h>
-
-#include <fake_hip_control.h>
-#include <fake_runtime.hpp>
+#include "hip_fixture.hpp"
 
 #include <gtest/gtest.h>
 
@@ -22,22 +17,11 @@ namespace {
 using fake_test::pattern;
 using fake_test::ReleaseCounter;
 
-const std::string kPlugin = DEVALLOC_HIP_PLUGIN;
-const std::string kFake = std::string(DEVALLOC_FAKE_HIP_DIR) + "/libamdhip64.so.5";
 constexpr size_t kChunk = 64 * 1024;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
-
-std::pair<std::shared_ptr<Plugin>, PluginError> load_hip(const std::string& runtime) {
-  return PluginLoader().load(kPlugin, {{"runtime_library", runtime}});
-}
-
-class FakeHip : public fake_test::FakeRuntime {
- public:
-  explicit FakeHip(const std::string& path) : FakeRuntime(path, "devalloc_fake_hip_") {}
-};
 
 class HipPluginTest : public fake_test::PluginWithFake<FakeHip> {
  protected:
