@@ -84,16 +84,17 @@ def to_numpy(tensor):
     """numpy.from_dlpack(tensor), refusing with a clear error what numpy
     cannot hold: a dtype it lacks (BF16, F8, ...) or memory off the host."""
     import numpy
-    if tensor.dtype not in _NUMPY_DTYPES:
-        raise TypeError(
-            f'tensor "{tensor.name}" has dtype {tensor.dtype}, which numpy has no type '
-            f"for; hand it to a framework that has one (torch.from_dlpack) instead")
+    # The device first: memory numpy cannot read is refused whatever its dtype.
     device_type, _ = tensor.__dlpack_device__()
     if device_type != _DLPACK_CPU:
         raise BufferError(
             f'tensor "{tensor.name}" is in the memory of {tensor.device}, which numpy cannot '
             f"read (DLPack device type {device_type}); hand it to a framework of that "
             f"device (torch.from_dlpack) or copy it to the host first")
+    if tensor.dtype not in _NUMPY_DTYPES:
+        raise TypeError(
+            f'tensor "{tensor.name}" has dtype {tensor.dtype}, which numpy has no type '
+            f"for; hand it to a framework that has one (torch.from_dlpack) instead")
     return numpy.from_dlpack(tensor)
 
 

@@ -6,7 +6,9 @@ import re
 # config, "plan.json: invalid JSON at line 3, column 15: ..." for a plan,
 # "m.safetensors: header line 1, column 33 ..." for a safetensors header.
 # A path may hold ':' or spaces; the first place that reads as a whole
-# location wins.
+# location wins. devalloc quotes every name it repeats ("tok.weight"), so a
+# "file" with a double quote in it is the start of a name that merely looks
+# like a location ('plan.json: /tensors/3 "w:5:6: x" appears twice'): none.
 _LOCATIONS = (
     re.compile(r"(?P<file>[^\n]+?):(?P<line>\d+):(?P<column>\d+): "),
     re.compile(r"(?P<file>[^\n]+?): (?:invalid JSON at |header )line (?P<line>\d+), "
@@ -17,7 +19,7 @@ _LOCATIONS = (
 def _location(message):
     for pattern in _LOCATIONS:
         found = pattern.match(message)
-        if found:
+        if found and '"' not in found["file"]:
             return found["file"], int(found["line"]), int(found["column"])
     return None, None, None
 

@@ -2,6 +2,7 @@
 tensors into numpy (values checked against the safetensors files), errors,
 progress and lifetimes."""
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -298,6 +299,22 @@ def test_error_locations_are_read_only_where_a_message_starts(tmp_path, example)
         devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json",
                                                                 methods=["a:5: b"])
     assert (caught.value.file, caught.value.line, caught.value.column) == (None, None, None)
+    # Nor one with a line and a column, in a quoted tensor name.
+    named = tmp_path / "named.safetensors"
+    save_file({"w:5:6: x": np.zeros(2, np.float32), "v: header line 5, column 6":
+               np.zeros(2, np.float32)}, str(named))
+    for name in ("w:5:6: x", "v: header line 5, column 6"):
+        twice = tmp_path / "twice.json"
+        devalloc.plan(named, out=twice)
+        text = twice.read_text()
+        plan = json.loads(text)
+        entry = next(t for t in plan["tensors"] if t["name"] == name)
+        plan["tensors"].append(dict(entry))
+        twice.write_text(json.dumps(plan))
+        with pytest.raises(devalloc.Error, match="twice") as caught:
+            devalloc.Runtime().load(twice)
+        assert (caught.value.file, caught.value.line, caught.value.column) == \
+            (None, None, None), caught.value.message
 
 
 def test_small_input_cases_found_from_outside(mixed, tmp_path):
@@ -320,3 +337,9 @@ def test_to_numpy_refuses_memory_off_the_host_naming_the_tensor():
 
     with pytest.raises(BufferError, match='tensor "w" is in the memory of cuda:0'):
         devalloc.to_numpy(OnADevice())
+
+    class Bf16OnADevice(OnADevice):  # the device is said first, whatever the dtype
+        dtype = "BF16"
+
+    with pytest.raises(BufferError, match='tensor "w" is in the memory of cuda:0'):
+        devalloc.to_numpy(Bf16OnADevice())
