@@ -499,10 +499,22 @@ extern "C" void on_piece_released(void* user_data) {
 }
 
 Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
+  // What the ring's queues stage: no slot is larger than the largest step
+  // needs, and there are no more slots than pieces, so a budget far above
+  // the model ("1TiB") costs what the model needs, not the budget.
+  uint64_t largest_step = 0;
+  for (size_t qi : ring.queues) {
+    for (const CopyStep& s : queues_[qi].steps) largest_step = std::max(largest_step, s.nbytes);
+  }
   // Four slots or more, so that reading and copying overlap, of 4 KiB to
   // 8 MiB (a size pread and the copy engines run at full speed with).
   uint64_t payload =
-      std::min(budget, std::clamp(budget / 4, kMinSlotBytes, kMaxSlotBytes));
+      std::min({budget, std::clamp(budget / 4, kMinSlotBytes, kMaxSlotBytes),
+                std::max(kMinSlotBytes, round_up(largest_step, kMinSlotBytes))});
+  uint64_t pieces = 0;
+  for (size_t qi : ring.queues) {
+    for (const CopyStep& s : queues_[qi].steps) pieces += (s.nbytes + payload - 1) / payload;
+  }
   uint64_t capacity = payload;
   if (read_ == ReadMode::direct_io) {
     // Room to read whole aligned blocks around any range.
@@ -513,7 +525,7 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
       capacity = payload;
     }
   }
-  const uint64_t count = std::max<uint64_t>(1, budget / capacity);
+  const uint64_t count = std::max<uint64_t>(1, std::min(budget / capacity, pieces));
   ring.payload = payload;
   const bool pinned = ring.plugin->capabilities().host_staging;
   for (uint64_t i = 0; i < count; ++i) {

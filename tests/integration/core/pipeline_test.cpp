@@ -123,6 +123,21 @@ TEST_F(PipelineLoad, GivenModelLargerThanStaging_WhenStaged_ThenCopiesComeFromAF
   EXPECT_LE(report.pipeline.max_in_flight_bytes, kStaging);
 }
 
+// A budget far above the model costs what the model needs: no slot larger
+// than its largest range, no more slots than pieces. (Before, a budget of
+// "1TiB" allocated 131 072 slots of 8 MiB up front, and 2^64 - 1 bytes never
+// finished.)
+TEST_F(PipelineLoad, GivenStagingFarAboveTheModel_WhenStaged_ThenTheRingIsSizedByTheModel) {
+  LoadReport report;
+  auto program = Runtime::create(config_for("host", "staging = \"256MiB\"\ndirect = false\n"))
+                     ->load(plan_, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  // Two ranges, of 256 KiB and 4 KiB: one slot each, of the larger's size.
+  EXPECT_EQ(report.pipeline.slot_bytes, 256u << 10);
+  EXPECT_EQ(report.pipeline.staging_slots, 2u);
+}
+
 TEST_F(PipelineLoad, GivenEachReadMode_WhenStaged_ThenTheBytesAreRight) {
   for (const char* mode : {"mmap", "pread", "direct_io", "auto"}) {
     LoadReport report;
