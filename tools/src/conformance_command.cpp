@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include <devalloc/conformance.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <cstdio>
 #include <string>
@@ -24,11 +25,19 @@ int run_conformance(const ConformanceOptions& o,
   for (const auto& kv : o.options) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      std::fprintf(stderr, "devalloc conformance: --option \"%s\": expected KEY=VALUE\n",
-                   kv.c_str());
+      std::fprintf(stderr, "devalloc conformance: --option %s: expected KEY=VALUE\n",
+                   quote(kv).c_str());
       return kExitUsage;
     }
-    target.options.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    std::string key = kv.substr(0, eq);
+    for (const auto& [known, value] : target.options) {
+      if (known == key) {
+        std::fprintf(stderr, "devalloc conformance: --option %s is given twice\n",
+                     quote(key).c_str());
+        return kExitUsage;
+      }
+    }
+    target.options.emplace_back(std::move(key), kv.substr(eq + 1));
   }
   std::vector<std::string> storage{"devalloc conformance"};
   storage.insert(storage.end(), gtest_args.begin(), gtest_args.end());

@@ -14,6 +14,13 @@ Options::Options(const devalloc_create_args& args) {
       throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
                     "create: option " + std::to_string(i) + " is NULL (PLUGIN-8)"};
     }
+    // Which of two values would count is a guess: refused.
+    for (const auto& [key, value] : entries_) {
+      if (key == args.option_keys[i]) {
+        throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
+                      "create: option \"" + key + "\" is given twice (PLUGIN-8)"};
+      }
+    }
     entries_.emplace_back(args.option_keys[i], args.option_values[i]);
   }
 }
@@ -44,11 +51,12 @@ uint64_t Options::take_u64(std::string_view key, uint64_t fallback) {
   uint64_t result = 0;
   bool ok = !v.empty() && v.size() <= 20;
   for (char c : v) {
-    if (c < '0' || c > '9' || result > (UINT64_MAX - 9) / 10) {
-      ok = false;
+    const auto digit = static_cast<uint64_t>(c - '0');
+    if (c < '0' || c > '9' || result > (UINT64_MAX - digit) / 10) {
+      ok = false;  // not a digit, or above 2^64 - 1
       break;
     }
-    result = result * 10 + static_cast<uint64_t>(c - '0');
+    result = result * 10 + digit;
   }
   if (!ok) {
     throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
