@@ -2,10 +2,11 @@
 #include "commands.hpp"
 #include "inputs.hpp"
 
-
+#include <devalloc/core/config.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -23,10 +24,47 @@ struct PlanOptions {
   std::vector<std::string> methods;
 };
 
+// The checks of the command line's values (a bad one exits 2, as every
+// usage error does); each returns "" or what is wrong.
+std::string place_check(const std::string& text) {
+  auto rule = parse_placement_rule(text);
+  return rule.ok() ? std::string() : rule.status().message();
+}
+
+std::string device_check(const std::string& text) {
+  return parse_device_tag(text) ? std::string()
+                                : quote(text) + " is not a device tag (\"name\" or "
+                                                "\"name:index\", e.g. \"cuda:0\")";
+}
+
+// As text: "-1" would wrap to 2^64 - 1 and 2^64 saturate.
+std::string alignment_check(const std::string& text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
+      value == 0 || (value & (value - 1)) != 0) {
+    return "a power of two, not " + quote(text);
+  }
+  return {};
+}
+
+// load --methods splits at commas: a name with one could never be chosen.
+std::string method_check(const std::string& text) {
+  if (text.empty()) return "an empty method name";
+  if (text.find(',') != std::string::npos) {
+    return quote(text) + " has a ',', which `devalloc load --methods` separates names with";
+  }
+  return {};
+}
+
+std::string output_check(const std::string& text) {
+  return text.empty() ? "an empty path" : std::string();
+}
+
 int run_plan(const PlanOptions& o) {
   PlanBuildOptions options;
   for (const auto& text : o.place) {
-    auto rule = parse_placement_rule(text);
+    auto rule = parse_placement_rule(text);  // checked by place_check already
     if (!rule.ok()) return report_failure("plan", rule.status().with_context("--place"));
     options.rules.push_back(*rule);
   }
@@ -63,19 +101,21 @@ void add_plan_command(CLI::App& app, Action* run) {
   cmd->add_option("files", o->files, "Safetensors files")->required()->check(CLI::ExistingFile);
   cmd->add_option("--place", o->place,
                   "GLOB=DEVICE: tensors whose name matches GLOB go to DEVICE "
-                  "(repeatable; the first match wins)");
-  cmd->add_option("-o,--output", o->output, "The plan file to write")->required();
+                  "(repeatable; the first match wins)")
+      ->check(place_check);
+  cmd->add_option("-o,--output", o->output, "The plan file to write")
+      ->required()
+      ->check(output_check);
   cmd->add_option("--default-device", o->default_device,
                   "Device of tensors no --place matches")
+      ->check(device_check)
       ->capture_default_str();
-  // Checked as text first: "-1" would otherwise wrap to 2^64 - 1.
   cmd->add_option("--alignment", o->alignment, "Alignment of each tensor in its buffer")
-      ->check([](const std::string& text) {
-        return text.rfind('-', 0) == 0 ? "a power of two, not " + text : std::string();
-      })
+      ->check(alignment_check)
       ->capture_default_str();
   cmd->add_option("--method", o->methods,
-                  "A method using every tensor (repeatable; default: main)");
+                  "A method using every tensor (repeatable; default: main)")
+      ->check(method_check);
   cmd->callback([run, o] { *run = [o] { return run_plan(*o); }; });
 }
 

@@ -280,9 +280,31 @@ json.dump(p, open('plan.json', 'w'))"
   grep -qF 'w\x1b[31mX ' out.txt || fail "inspect: tensor name not escaped"
   grep -qF 'model.safetensors:w\x1b[31mX' out.txt || fail "inspect: source key not escaped"
   grep -qF 'methods m\x1b[32mY' out.txt || fail "load: method name not escaped"
-  # A negative alignment is refused as given, not wrapped to 2^64 - 1.
-  expect_failure 2 'alignment: a power of two, not -1' \
-    "$devalloc" plan model.safetensors -o neg.json --alignment -1
+  ;;
+plan_option_values_are_usage_errors)
+  # A bad value on plan's command line exits 2 (a usage error), quoted as
+  # given: never wrapped (-1 to 2^64 - 1), saturated (2^64) or left to a
+  # later stage that exits 3.
+  "$python" -c "
+import numpy as np
+from safetensors.numpy import save_file
+save_file({'w': np.arange(64, dtype=np.float32)}, 'model.safetensors')"
+  for value in -1 0 3 18446744073709551616 1e3 ''; do
+    expect_failure 2 "^--alignment: a power of two, not \"$value\"" \
+      "$devalloc" plan model.safetensors -o a.json --alignment "$value"
+  done
+  expect_failure 2 '^--place: placement rule "=host": empty glob' \
+    "$devalloc" plan model.safetensors -o p.json --place '=host'
+  expect_failure 2 '^--default-device: "bad!" is not a device tag' \
+    "$devalloc" plan model.safetensors -o d.json --default-device 'bad!'
+  expect_failure 2 '^--output: an empty path' "$devalloc" plan model.safetensors -o ''
+  # load --methods splits at commas: such a name could never be loaded.
+  expect_failure 2 "^--method: \"a,b\" has a ','" \
+    "$devalloc" plan model.safetensors -o m.json --method 'a,b'
+  expect_failure 2 '^--method: an empty method name' \
+    "$devalloc" plan model.safetensors -o m.json --method ''
+  [ ! -e a.json ] && [ ! -e p.json ] && [ ! -e d.json ] && [ ! -e m.json ] || fail "a plan was written"
+  "$devalloc" plan model.safetensors -o ok.json --alignment 64 --method a --method b
   ;;
 hostile_inputs_are_refused_with_exit_3)
   # Issue 9: each is refused at once, naming the file, with exit code 3;
