@@ -1,7 +1,10 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/plugin_loader.hpp>
 
-#include <boost/dll/runtime_symbol_info.hpp>
+#include <dlfcn.h>
+#include <link.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -115,19 +118,35 @@ std::string PluginLoader::file_name_for(const std::string& name) {
 }
 
 fs::path PluginLoader::installed_plugin_dir() {
-  std::error_code ec;
-  fs::path self = boost::dll::this_line_location(ec);
-  if (ec || self.empty()) return {};
-  if (self.is_relative()) {
-    // The loader is in the main program, located as it was invoked
-    // ("./bin/devalloc"): ask the kernel, which does not depend on the
-    // current directory.
-    std::error_code program_ec;
-    fs::path program = boost::dll::program_location(program_ec);
-    self = !program_ec && program.filename() == self.filename()
-               ? program
-               : fs::absolute(self, ec);
+  // The object that contains this code: the main program (devalloc, a
+  // program linking the static loader) or a shared object (the Python
+  // module). Any address of this file's code or data names it.
+  static const char anchor = 0;
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (dladdr1(&anchor, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 ||
+      map == nullptr) {
+    return {};
   }
+  fs::path self;
+  if (map->l_name == nullptr || map->l_name[0] == '\0') {
+    // The main program. dladdr would answer argv[0], which whoever starts
+    // the program chooses (a symbolic link, exec -a): ask the kernel for the
+    // file it runs. A setuid program must not let its caller pick the
+    // folder it trusts. Without /proc there is no installed folder.
+    char buffer[PATH_MAX + 1];
+    const ssize_t n = ::readlink("/proc/self/exe", buffer, PATH_MAX);
+    if (n <= 0 || n >= PATH_MAX) return {};
+    self.assign(buffer, buffer + n);
+  } else {
+    // A shared object: the path the dynamic linker opened it by (dladdr's
+    // dli_fname, which is the link map's l_name).
+    if (info.dli_fname == nullptr) return {};
+    self = info.dli_fname;
+  }
+  std::error_code ec;
+  if (self.is_relative()) self = fs::absolute(self, ec);
+  if (ec || self.empty()) return {};
   return (self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN).lexically_normal();
 }
 

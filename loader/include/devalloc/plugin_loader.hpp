@@ -7,7 +7,7 @@
 //   4. a program's own plugin folders (fallback_dirs: the Python package's),
 //      so that the user's folders above can replace what it bundles,
 //   5. the installed plugin folder, ../lib/devalloc/plugins relative to the
-//      binary that contains the loader.
+//      binary that contains the loader (installed_plugin_dir()).
 // The current directory is never searched implicitly. While the process
 // runs with elevated privileges (effective ids differ from the real ones, or
 // AT_SECURE), 1-4 are ignored and an explicit path outside the installed
@@ -75,7 +75,10 @@ class PluginLoader {
   // extra_dirs are searched first, as the program's own (source caller).
   explicit PluginLoader(std::vector<std::filesystem::path> extra_dirs);
 
-  // ../lib/devalloc/plugins next to the binary containing the loader.
+  // ../lib/devalloc/plugins next to the binary containing the loader: the
+  // program as /proc/self/exe names it (never argv[0]), or the shared object
+  // (the Python module) as the dynamic linker opened it. Empty when neither
+  // can be found.
   static std::filesystem::path installed_plugin_dir();
   // "libdevalloc_" + name + ".so"
   static std::string file_name_for(const std::string& name);

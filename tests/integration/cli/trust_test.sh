@@ -43,6 +43,24 @@ load_refuses_config_library_in_writable_folder)
   printf '[plugins.mine]\nlibrary = "open/libdevalloc_mine.so"\n' > plain.toml
   "$devalloc" load plan.json --config plain.toml --trust-plugin-path open
   ;;
+installed_folder_is_found_from_the_program_not_argv0)
+  # The installed folder is next to the file the kernel runs, whatever
+  # argv[0] says: a link elsewhere, a renamed relative link, exec -a.
+  installed="$(cd "$(dirname "$(readlink -f "$devalloc")")/../lib/devalloc/plugins" && pwd -P)"
+  check_installed() {
+    cat out.txt
+    grep -qxF "  $installed (installed)" out.txt || fail "$1: the installed folder is not $installed"
+    grep -q '^host  *loaded' out.txt || fail "$1: the host plugin is not found"
+  }
+  mkdir -p links/bin
+  ln -s "$devalloc" links/bin/devalloc
+  "$PWD/links/bin/devalloc" plugins > out.txt; check_installed "through an absolute link"
+  ln -s "$devalloc" renamed
+  ./renamed plugins > out.txt; check_installed "through a renamed relative link"
+  (cd links && PATH="$PWD/bin:$PATH" devalloc plugins) > out.txt; check_installed "found on PATH"
+  (exec -a /nonexistent/bin/devalloc "$devalloc" plugins) > out.txt; check_installed "with exec -a"
+  (exec -a "$PWD/open/devalloc" "$devalloc" plugins) > out.txt; check_installed "with argv[0] in another folder"
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"
