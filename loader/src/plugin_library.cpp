@@ -3,7 +3,7 @@
 
 #include "guarded_call.hpp"
 
-#include <boost/dll/shared_library.hpp>
+#include <dlfcn.h>
 
 #include <cstring>
 #include <system_error>
@@ -11,7 +11,14 @@
 namespace devalloc {
 
 struct PluginLibrary::Impl {
-  boost::dll::shared_library library;
+  void* handle = nullptr;  // from dlopen; closed last
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    if (handle != nullptr) dlclose(handle);
+  }
 };
 
 PluginLibrary::PluginLibrary(std::unique_ptr<Impl> impl)
@@ -60,19 +67,22 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
   }
 
   auto impl = std::make_unique<Impl>();
-  try {
-    // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
-    // RTLD_NOW reports a missing symbol here instead of at first call.
-    impl->library.load(path, boost::dll::load_mode::rtld_now |
-                                 boost::dll::load_mode::rtld_local);
-  } catch (const std::exception& e) {
-    // what() carries the dlerror text, which names the missing dependency.
+  // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
+  // RTLD_NOW reports a missing symbol here instead of at first call.
+  impl->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (impl->handle == nullptr) {
+    // dlerror's own words (they name a missing dependency), escaped: they
+    // repeat the file name.
+    const char* why = dlerror();
     return {nullptr, refuse(PluginOutcome::open_failed,
                             StatusCode::runtime_unavailable, path,
-                            std::string("cannot be opened: ") + e.what())};
+                            "cannot be opened: " +
+                                (why != nullptr ? escaped(why, 8192)
+                                                : std::string("dlopen failed")))};
   }
 
-  if (!impl->library.has(DEVALLOC_PLUGIN_ENTRY_POINT_NAME)) {
+  void* entry = dlsym(impl->handle, DEVALLOC_PLUGIN_ENTRY_POINT_NAME);
+  if (entry == nullptr) {
     return {nullptr,
             refuse(PluginOutcome::no_entry_point, StatusCode::unsupported,
                    path,
@@ -80,8 +90,7 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                    " (not a devalloc plugin, or built without "
                    "DEVALLOC_PLUGIN_EXPORT)")};
   }
-  auto& negotiate = impl->library.get<std::remove_pointer_t<
-      devalloc_plugin_negotiate_fn>>(DEVALLOC_PLUGIN_ENTRY_POINT_NAME);
+  const auto negotiate = reinterpret_cast<devalloc_plugin_negotiate_fn>(entry);
 
   devalloc_negotiation n{};
   n.struct_size = sizeof n;
