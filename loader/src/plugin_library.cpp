@@ -1,6 +1,8 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/plugin.hpp>
+#include <devalloc/regular_file.hpp>
 
+#include "elf_check.hpp"
 #include "guarded_call.hpp"
 
 #include <dlfcn.h>
@@ -59,11 +61,29 @@ const char* first_missing_required(const devalloc_plugin_api_v1& api) {
 
 std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
     const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return {nullptr, refuse(PluginOutcome::not_found,
+  Result<RegularFile> file = open_regular_file(path);
+  if (!file.ok()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return {nullptr, refuse(PluginOutcome::not_found,
+                              StatusCode::runtime_unavailable, path,
+                              "no such file")};
+    }
+    return {nullptr, refuse(PluginOutcome::open_failed,
                             StatusCode::runtime_unavailable, path,
-                            "no such file")};
+                            "cannot be opened: " + file.status().message())};
+  }
+  return open(path, *file);
+}
+
+std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
+    const std::filesystem::path& path, const RegularFile& file) {
+  // glibc's dlopen maps what the program headers say and dies of SIGBUS on
+  // a page past the end of a truncated file: read them first.
+  if (auto problem = detail::elf_shared_object_problem(file.fd(), file.size())) {
+    return {nullptr, refuse(PluginOutcome::open_failed,
+                            StatusCode::runtime_unavailable, path,
+                            "cannot be opened: " + *problem)};
   }
 
   auto impl = std::make_unique<Impl>();

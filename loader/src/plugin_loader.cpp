@@ -228,7 +228,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load_file(
                                   : StatusCode::unsupported,
                     "plugin " + path_for_message(path.string()) + ": " + check.refusal)}};
   }
-  auto [library, open_error] = PluginLibrary::open(check.resolved);
+  auto [library, open_error] = PluginLibrary::open(check.resolved, check.file);
   if (!library) return {nullptr, open_error};
   return Plugin::create(std::move(library), options, layers);
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <system_error>
+#include <utility>
 
 namespace devalloc {
 
@@ -133,7 +134,7 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
                     : std::string("; to trust it anyway: --trust-plugin-path, "
                                   "[security] trust_paths or [plugins.NAME] "
                                   "trust = true)"));
-      return check;
+      return std::move(check);
     };
     if (auto why = unsafe_owner_or_mode(resolved, st, false, credentials)) {
       return refuse(*why);
@@ -151,6 +152,7 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
     }
   }
   check.resolved = resolved;
+  check.file = std::move(*file);
   return check;
 }
 

@@ -38,6 +38,7 @@ const char* to_string(PluginOutcome outcome);
 
 class PluginLibrary;
 class PluginLayer;
+class RegularFile;
 
 // The failure of opening or creating a plugin: its outcome and a message that
 // names the file and the precise reason.
@@ -163,9 +164,17 @@ class PluginLibrary {
   PluginLibrary& operator=(const PluginLibrary&) = delete;
 
   // Opens path (absolute, resolved by the caller) with RTLD_NOW|RTLD_LOCAL,
-  // negotiates the ABI version and checks the table size.
+  // negotiates the ABI version and checks the table size. Before dlopen the
+  // file is read as an ELF shared object of this machine (class, byte
+  // order, e_machine, ET_DYN, every segment inside the file): a truncated
+  // copy or another architecture's file is refused as open_failed, never
+  // mapped (a truncated file mapped by dlopen raises SIGBUS).
   static std::pair<std::shared_ptr<PluginLibrary>, PluginError> open(
       const std::filesystem::path& path);
+  // The same, with path already open as `file` (check_plugin_file's
+  // descriptor): the ELF checks read through it.
+  static std::pair<std::shared_ptr<PluginLibrary>, PluginError> open(
+      const std::filesystem::path& path, const RegularFile& file);
 
   const std::filesystem::path& path() const { return path_; }
   const std::string& name() const { return name_; }

@@ -8,6 +8,8 @@
 // then nothing the user supplies counts, neither paths nor trust.
 #pragma once
 
+#include <devalloc/regular_file.hpp>
+
 #include <sys/types.h>
 
 #include <filesystem>
@@ -54,6 +56,7 @@ const char* to_string(PluginPathSource source);
 // file or folder with its owner or mode.
 struct PluginFileCheck {
   std::filesystem::path resolved;  // the file to open; set when accepted
+  RegularFile file;                // resolved, open; the descriptor checked
   std::string refusal;             // set when refused
   bool missing = false;            // refused because nothing is there
 

@@ -100,6 +100,8 @@ plugins_lists_zoo_reasons_and_host)
   grep -A2 '^zoo_missing_dep ' out.txt | grep -q 'libdevalloc_zoo_dependency.so' || fail "missing_dep reason"
   grep -A2 '^zoo_small_table ' out.txt | grep -q 'function table is 16 bytes' || fail "small_table reason"
   grep -A2 '^zoo_create_fails ' out.txt | grep -q 'libzoo.so.3 not found' || fail "create_fails reason"
+  grep -A2 '^zoo_truncated ' out.txt | grep -q 'cannot be opened: truncated: segment' || fail "truncated reason"
+  grep -A2 '^zoo_not_a_library ' out.txt | grep -q 'cannot be opened: not an ELF file$' || fail "not_a_library reason"
   DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins --json > out.json
   "$python" -c "
 import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}

@@ -61,6 +61,39 @@ installed_folder_is_found_from_the_program_not_argv0)
   (exec -a /nonexistent/bin/devalloc "$devalloc" plugins) > out.txt; check_installed "with exec -a"
   (exec -a "$PWD/open/devalloc" "$devalloc" plugins) > out.txt; check_installed "with argv[0] in another folder"
   ;;
+broken_plugin_files_are_refused_unopened)
+  # A truncated copy (an interrupted cp) made dlopen die of SIGBUS, taking
+  # the whole listing with it; another machine's ELF file and a text file
+  # get a reason of their own, without a stale errno text after it.
+  mkdir -p p && chmod 0755 p
+  head -c 5000 "$host_plugin" > p/libdevalloc_trunc.so
+  cp "$host_plugin" p/libdevalloc_foreign.so
+  if [ "$(uname -m)" = aarch64 ]; then machine='\x3e\x00' name='x86-64 (e_machine 62)'
+  else machine='\xb7\x00' name='AArch64 (e_machine 183)'; fi
+  printf "$machine" | dd of=p/libdevalloc_foreign.so bs=1 seek=18 conv=notrunc 2>/dev/null
+  echo hello > p/libdevalloc_text.so
+  chmod 0644 p/*
+  set +e; "$devalloc" plugins --plugin-path p > out.txt 2> err.txt; rc=$?; set -e
+  cat out.txt err.txt
+  [ "$rc" -eq 0 ] || fail "plugins exited $rc, expected 0"
+  grep -A2 '^trunc  *cannot be opened' out.txt |
+    grep -qE "^  plugin $PWD/p/libdevalloc_trunc.so: cannot be opened: truncated: segment [0-9]+ \(PT_[A-Z_]+\) ends at byte [0-9]+, the file has 5000 bytes$" ||
+    fail "the truncated copy is not refused with its reason"
+  grep -A2 '^foreign  *cannot be opened' out.txt | grep -qF "cannot be opened: an ELF file for $name, this is " ||
+    fail "the foreign file is not refused naming its machine"
+  grep -A2 '^text  *cannot be opened' out.txt | grep -q 'cannot be opened: not an ELF file$' ||
+    fail "the text file is not refused as not an ELF file"
+  grep -q '^host  *loaded' out.txt || fail "the installed host plugin is not listed after them"
+  ! grep -A2 -E '^(trunc|foreign|text) ' out.txt | grep -q 'Bad file descriptor\|No such file or directory' ||
+    fail "a stale errno text in a reason"
+  printf '{"format": "devalloc-plan", "version": 1, "buffers": [{"memory_id": 0, "device": "trunc:0", "size": 64, "alignment": 64}], "tensors": [], "methods": [{"name": "forward", "memory_ids": [0], "tensors": []}]}' > plan.json
+  printf '[plugins.trunc]\nlibrary = "p/libdevalloc_trunc.so"\n' > trunc.toml
+  set +e; "$devalloc" load plan.json --config trunc.toml > out.txt 2> err.txt; rc=$?; set -e
+  cat err.txt
+  [ "$rc" -eq 1 ] || fail "load exited $rc, expected 1"
+  grep -q "plugin $PWD/p/libdevalloc_trunc.so: cannot be opened: truncated: segment" err.txt ||
+    fail "load does not say why the plugin cannot be opened"
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"
