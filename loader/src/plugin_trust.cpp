@@ -1,5 +1,6 @@
 #include <devalloc/plugin_trust.hpp>
 
+#include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
 #include <sys/auxv.h>
@@ -38,7 +39,7 @@ bool is_within(const fs::path& path, const fs::path& root) {
 std::optional<std::string> unsafe_owner_or_mode(
     const fs::path& what, const struct stat& st, bool is_folder,
     const ProcessCredentials& credentials) {
-  const std::string noun = (is_folder ? "folder " : "file ") + what.string();
+  const std::string noun = (is_folder ? "folder " : "file ") + path_for_message(what.string());
   if (st.st_uid != 0 && st.st_uid != credentials.effective_uid) {
     return noun + " is owned by uid " + std::to_string(st.st_uid) +
            ", neither root nor the effective user (uid " +
@@ -142,7 +143,7 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
     for (fs::path dir = resolved.parent_path();; dir = dir.parent_path()) {
       struct stat dst{};
       if (::stat(dir.c_str(), &dst) != 0) {
-        return refuse("folder " + dir.string() + " cannot be checked: " +
+        return refuse("folder " + path_for_message(dir.string()) + " cannot be checked: " +
                       std::strerror(errno));
       }
       if (auto why = unsafe_owner_or_mode(dir, dst, true, credentials)) {

@@ -36,7 +36,8 @@
  *                                   with a NULL pointer (plugin_abi.h: only for 0 bytes)
  *   DEVALLOC_ZOO_HOSTILE_NAMES      breaks nothing, but its version and device name
  *                                   hold terminal escapes and bytes that are not UTF-8,
- *                                   and its version is 305 bytes long
+ *                                   its PCI bus id a terminal escape, and its version
+ *                                   is 305 bytes long
  */
 #include <devalloc/plugin_abi.h>
 
@@ -68,6 +69,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
   "0\x1b[31m\xff" ZOO_VERSION_50 ZOO_VERSION_50 ZOO_VERSION_50 ZOO_VERSION_50 ZOO_VERSION_50 \
       ZOO_VERSION_50
 #define ZOO_DEVICE_NAME "zoo \x1b[2J\xff memory"
+#define ZOO_PCI_BUS_ID "0000:\x1b[5m01:00.0"
 #else
 #define ZOO_VERSION "0"
 #define ZOO_DEVICE_NAME "zoo memory"
@@ -294,6 +296,9 @@ static devalloc_status zoo_get_device_properties(devalloc_instance* z, uint32_t 
   memset(&p, 0, sizeof p);
   p.struct_size = properties->struct_size;
   snprintf(p.name, sizeof p.name, "%s", ZOO_DEVICE_NAME);
+#if defined(ZOO_PCI_BUS_ID)
+  snprintf(p.pci_bus_id, sizeof p.pci_bus_id, "%s", ZOO_PCI_BUS_ID);
+#endif
   p.total_memory_bytes = ZOO_DEVICE_BYTES;
 #if defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE)
   p.dlpack_device_type = 99;

@@ -122,7 +122,7 @@ int run_plugins(const PluginsOptions& options) {
 
   std::printf("plugin search path:\n");
   for (const auto& d : loader.search_dirs()) {
-    std::printf("  %s (%s)\n", d.dir.c_str(), to_string(d.source));
+    std::printf("  %s (%s)\n", path_for_message(d.dir.string()).c_str(), to_string(d.source));
   }
   for (const auto& note : loader.notes()) std::printf("note: %s\n", note.c_str());
   if (candidates.empty()) {
@@ -139,25 +139,25 @@ int run_plugins(const PluginsOptions& options) {
                   unavailable ? "unavailable (vendor runtime missing)" : to_string(c.outcome));
       if (!c.path.empty()) std::printf("  %s\n", path_for_message(c.path.string()).c_str());
       if (const std::string at = configured_at(c); !at.empty()) {
-        std::printf("  configured at %s\n", at.c_str());
+        std::printf("  configured at %s\n", path_for_message(at).c_str());
       }
       std::printf("  %s\n", c.reason.c_str());
       continue;
     }
-    // The version is escaped by the loader already; the device names below
-    // come from the plugin raw.
+    // The version is escaped by the loader already; the device names and
+    // PCI bus ids below come from the plugin raw.
     std::printf("\n%-12s loaded (plugin %s, ABI %u.%u)\n  %s\n", escaped(c.name).c_str(),
                 c.plugin->version().c_str(), c.plugin->abi_major(),
                 c.plugin->abi_minor(), path_for_message(c.path.string()).c_str());
     if (const std::string at = configured_at(c); !at.empty()) {
-      std::printf("  configured at %s\n", at.c_str());
+      std::printf("  configured at %s\n", path_for_message(at).c_str());
     }
     if (c.plugin->devices().empty()) std::printf("  no devices\n");
     for (const auto& d : c.plugin->devices()) {
       std::printf("  [%u] %s, %s", d.index, escaped(d.name).c_str(),
                   human_bytes(d.total_memory_bytes).c_str());
       if (d.has_uuid()) std::printf(", uuid %s", d.uuid_string().c_str());
-      if (!d.pci_bus_id.empty()) std::printf(", pci %s", d.pci_bus_id.c_str());
+      if (!d.pci_bus_id.empty()) std::printf(", pci %s", escaped(d.pci_bus_id).c_str());
       std::printf("\n");
     }
   }

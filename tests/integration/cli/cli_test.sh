@@ -243,6 +243,7 @@ hostile_plugin_text_is_escaped_and_json_stays_valid)
   grep -A1 '^zoo_hostile_names ' out.txt | grep -qE 'v{190}\.\.\. \(307 bytes\), ABI 1\.1\)' ||
     fail "a long version does not end in its length"
   grep -A3 '^zoo_hostile_names ' out.txt | grep -qF '[0] zoo \x1b[2J\xff memory,' || fail "device name not escaped"
+  grep -A3 '^zoo_hostile_names ' out.txt | grep -qF ', pci 0000:\x1b[5m01:00.0' || fail "PCI bus id not escaped"
   DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins --json > out.json
   "$python" -c "
 import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}

@@ -94,6 +94,20 @@ broken_plugin_files_are_refused_unopened)
   grep -q "plugin $PWD/p/libdevalloc_trunc.so: cannot be opened: truncated: segment" err.txt ||
     fail "load does not say why the plugin cannot be opened"
   ;;
+untrusted_names_are_printed_escaped)
+  # Names planted by someone else go into the refusal and the search path
+  # lines: escaped, so they cannot drive the terminal.
+  mkdir -p sticky && chmod 1777 sticky
+  esc=$'\x1b[2J\x1b]0;pwned\x07'
+  cp "$host_plugin" "sticky/libdevalloc_a$esc.so" && chmod 0666 "sticky/libdevalloc_a$esc.so"
+  mkdir -p "dir"$'\x1b[31m'
+  "$devalloc" plugins --plugin-path sticky --plugin-path "dir"$'\x1b[31m' > out.txt
+  cat -v out.txt
+  ! grep -q $'[\x1b\x07]' out.txt || fail "a raw escape reached the output"
+  grep -qF "  $PWD/dir\x1b[31m (--plugin-path)" out.txt || fail "the search path line is not escaped"
+  grep -qF "refused: file $PWD/sticky/libdevalloc_a\x1b[2J\x1b]0;pwned\x07.so is world-writable (mode 0666)" out.txt ||
+    fail "the refusal does not show the file name escaped"
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"

@@ -113,6 +113,31 @@ TEST_F(TrustFixture, GivenGroupWritablePluginFile_WhenLoadingByPath_ThenRefusedN
   EXPECT_FALSE(is_open(file));
 }
 
+// A name with terminal escapes, planted by someone else, is
+// repeated escaped in the refusal: it cannot drive the terminal.
+TEST_F(TrustFixture, GivenFileAndFolderNamedWithEscapes_WhenRefused_ThenTheReasonShowsThemEscaped) {
+  const fs::path dir = plugins_ / "d\x1b[31m";
+  fs::create_directory(dir);
+  const fs::path file = plugin_copy(unique("esc\x1b]0;t\x07"), dir);
+  ASSERT_EQ(::chmod(file.c_str(), 0666), 0);
+  auto [plugin, error] = loader_for(dir).load(file.string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(), Not(HasSubstr("\x1b")));
+  EXPECT_THAT(error.status.message(), Not(HasSubstr("\x07")));
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("file " + plugins_.string() + "/d\\x1b[31m/libdevalloc_esc\\x1b]0;t\\x07_"));
+  EXPECT_THAT(error.status.message(), HasSubstr(" is world-writable (mode 0666)"));
+
+  ASSERT_EQ(::chmod(file.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  auto [again, folder_error] = loader_for(dir).load(file.string());
+  EXPECT_EQ(again, nullptr);
+  EXPECT_THAT(folder_error.status.message(),
+              HasSubstr("folder " + plugins_.string() + "/d\\x1b[31m is world-writable"));
+  EXPECT_THAT(folder_error.status.message(), Not(HasSubstr("\x1b")));
+}
+
 TEST_F(TrustFixture, GivenWritableFolderHigherUp_WhenLoading_ThenEveryFolderUpToRootIsChecked) {
   const fs::path file = plugin_copy(unique("up"), plugins_);
   ASSERT_EQ(::chmod(root_.c_str(), 0770), 0);
