@@ -259,14 +259,20 @@ std::vector<PluginCandidate> PluginLoader::discover(
                                 std::string(kFileSuffix).size());
       c.path = path;
       c.source = source;
+      const auto given = settings.find(c.name);
+      const PluginLoadSettings& use = given != settings.end() ? given->second : none;
+      if (!use.shadowed_by.empty()) {
+        c.outcome = PluginOutcome::shadowed;
+        c.reason = use.shadowed_by;
+        out.push_back(std::move(c));
+        continue;
+      }
       if (!seen.insert(c.name).second) {
         c.outcome = PluginOutcome::shadowed;
         c.reason = "a plugin named " + quote(c.name) + " was found earlier on the search path";
         out.push_back(std::move(c));
         continue;
       }
-      const auto given = settings.find(c.name);
-      const PluginLoadSettings& use = given != settings.end() ? given->second : none;
       auto [plugin, error] = load_file(path, use.options, use.layers, use.trusted);
       c.outcome = error.outcome;
       c.reason = error.status.message();

@@ -76,7 +76,19 @@ int run_plugins(const PluginsOptions& options) {
   PluginLoader loader(search);
   std::map<std::string, PluginLoadSettings, std::less<>> settings;
   for (const auto& [name, pc] : config->plugins) {
-    if (!pc.library) settings[name] = PluginLoadSettings{pc.options, pc.layers, pc.trust};
+    PluginLoadSettings& use = settings[name];
+    if (!pc.library) {
+      use.options = pc.options;
+      use.layers = pc.layers;
+      use.trusted = pc.trust;
+    } else {
+      // The runtime loads this name from the library alone: a file of the
+      // name on the path is never used, as if found later on the path.
+      use.shadowed_by = "[plugins." + escaped(name) + "] library = " +
+                        quote(pc.library->string(), 4096) + " (" +
+                        path_for_message(pc.where.to_string()) + ") is used for " +
+                        quote(name) + " instead";
+    }
   }
   auto candidates = loader.discover(settings);
   const size_t first_added = candidates.size();

@@ -49,6 +49,10 @@ struct PluginLoadSettings {
   PluginOptions options;
   LayerSettings layers{};
   bool trusted = false;
+  // Set when the name is taken by a file given apart from the search path
+  // (a config's [plugins.NAME] library): every file of the name on the path
+  // is then listed as shadowed, with this as the reason, and not opened.
+  std::string shadowed_by;
 };
 
 // One folder of the search path and where it came from.
@@ -107,7 +111,8 @@ class PluginLoader {
   // Every libdevalloc_*.so on the search path, each checked, then opened and
   // created with the settings given for its name (none by default); a file
   // refused by the checks is listed with the reason and never opened; a
-  // later file of a name already seen is listed as shadowed.
+  // later file of a name already seen, or of a name whose settings have
+  // shadowed_by, is listed as shadowed and not opened.
   std::vector<PluginCandidate> discover(
       const std::map<std::string, PluginLoadSettings, std::less<>>& settings = {}) const;
 

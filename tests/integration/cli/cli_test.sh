@@ -212,7 +212,8 @@ assert p['tiny']['configured_at'].startswith('devalloc.toml:4:'), p['tiny']
 assert p['picky']['status'] == 'create failed', p['picky']
 assert p['zoo_major2']['configured_at'] == '', p['zoo_major2']"
   # An alias that reuses a found plugin's name is listed apart; the file
-  # found on the path is not shown as configured.
+  # found on the path, which that runtime never uses, is listed as shadowed
+  # by the config's library and not opened.
   cat > alias.toml <<TOML
 [plugins.host]
 library = "$host_so"
@@ -223,9 +224,17 @@ TOML
 import json; hosts = [x for x in json.load(open('alias.json'))['plugins'] if x['name'] == 'host']
 assert len(hosts) == 2, hosts
 found, alias = hosts
-assert found['configured_at'] == '' and found['devices'][0]['total_memory_bytes'] != 4096, found
-assert alias['configured_at'].startswith('alias.toml:1:'), alias
+assert found['status'] == 'shadowed' and 'devices' not in found, found
+assert found['configured_at'] == '', found
+assert found['reason'].startswith('[plugins.host] library = \"$host_so\" (alias.toml:1:'), found
+assert found['reason'].endswith(') is used for \"host\" instead'), found
+assert alias['status'] == 'loaded' and alias['configured_at'].startswith('alias.toml:1:'), alias
 assert alias['devices'][0]['total_memory_bytes'] == 4096, alias"
+  "$devalloc" plugins --config alias.toml > alias.txt
+  cat alias.txt
+  [ "$(grep -c '^host ' alias.txt)" -eq 2 ] || fail "host is not listed twice"
+  grep -A2 '^host  *shadowed' alias.txt | grep -q 'library = .* is used for "host" instead' ||
+    fail "the file on the path is not shadowed by the config's library"
   # Without --config the host plugin is created with no options.
   "$devalloc" plugins > plain.txt
   grep -A3 '^host ' plain.txt | grep -q 'host memory, 1.0 MiB' && fail "options leaked into a plain listing"

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 namespace devalloc {
 namespace {
@@ -92,6 +93,24 @@ TEST(PluginLoader, GivenEverySource_WhenBuildingSearchPath_ThenCommandLineThenCo
   EXPECT_EQ(dirs[5].source, PluginPathSource::installed);
   EXPECT_EQ(loader.search_path().size(), 6u);
   EXPECT_TRUE(loader.notes().empty());
+}
+
+// A name whose file a config gives ([plugins.NAME] library) is
+// never taken from the path: the file there is shadowed, and not opened.
+TEST(PluginLoader, GivenNameShadowedBySettings_WhenDiscovering_ThenItsFilesAreShadowedAndNotOpened) {
+  ScopedEnv env("DEVALLOC_PLUGIN_PATH", "");
+  PluginLoader loader;
+  std::map<std::string, PluginLoadSettings, std::less<>> settings;
+  settings["host"].shadowed_by = "the config's library is used instead";
+  bool listed = false;
+  for (const auto& c : loader.discover(settings)) {
+    if (c.name != "host") continue;
+    listed = true;
+    EXPECT_EQ(c.outcome, PluginOutcome::shadowed);
+    EXPECT_EQ(c.reason, "the config's library is used instead");
+    EXPECT_EQ(c.plugin, nullptr);
+  }
+  EXPECT_TRUE(listed);
 }
 
 TEST(PluginLoader, GivenPluginOnlyInCurrentDirectory_WhenResolvingByName_ThenNotFound) {
