@@ -63,7 +63,15 @@ PluginLoader::PluginLoader(PluginSearchOptions options)
       trusted_paths_(std::move(options.trusted_paths)) {
   const std::optional<std::string> elevation = credentials_.elevation();
   auto add = [&](const fs::path& dir, PluginPathSource source) {
-    search_dirs_.push_back({fs::absolute(dir).lexically_normal(), source});
+    // An empty name would be the current directory: never implied.
+    std::error_code ec;
+    const fs::path absolute = dir.empty() ? fs::path() : fs::absolute(dir, ec);
+    if (absolute.empty() || ec) {
+      notes_.push_back(std::string("an empty folder name from ") + to_string(source) +
+                       " is skipped (the current directory is never searched implicitly)");
+      return;
+    }
+    search_dirs_.push_back({absolute.lexically_normal(), source});
   };
   // Every source but the installed folder is the user's word; a process
   // with more rights than its user must not take it.

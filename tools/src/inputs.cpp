@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 namespace devalloc::cli {
 
@@ -18,11 +19,34 @@ Result<RuntimeConfig> config_from(const std::string& path,
   return config;
 }
 
+namespace {
+
+// A CLI11 check refusing an empty value: "" would otherwise mean the
+// current directory (an absolute path of nothing) or no file at all.
+auto non_empty(std::string why) {
+  return [why = std::move(why)](const std::string& text) {
+    return text.empty() ? "an empty path " + why : std::string();
+  };
+}
+
+}  // namespace
+
+void add_config_option(CLI::App* cmd, std::string* path, const std::string& description) {
+  cmd->add_option("--config", *path, description)
+      ->check(non_empty("names no config; leave --config out for the defaults"));
+}
+
+void add_plugin_path_option(CLI::App* cmd, std::vector<std::string>* dirs) {
+  cmd->add_option("--plugin-path", *dirs, "Extra directory searched first (repeatable)")
+      ->check(non_empty("names no folder; write . for the current one"));
+}
+
 void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths) {
   cmd->add_option("--trust-plugin-path", *paths,
                   "Plugins at or below this path skip the owner and permission "
                   "checks; ignored when running with elevated privileges "
-                  "(repeatable; docs/security.md)");
+                  "(repeatable; docs/security.md)")
+      ->check(non_empty("names nothing to trust; write . for the current folder"));
 }
 
 Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache) {

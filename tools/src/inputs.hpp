@@ -18,12 +18,22 @@ namespace devalloc::cli {
 // differently; see docs/cli.md.
 inline constexpr int kExitBadInput = 3;
 
-// The config file if one was given, else the defaults; trust_paths
+// The config file if one was given (path not empty: add_config_option
+// refuses an empty --config), else the defaults; trust_paths
 // (--trust-plugin-path) are added to its [security] trust_paths.
 Result<RuntimeConfig> config_from(const std::string& path,
                                   const std::vector<std::string>& trust_paths = {});
 
-// Adds --trust-plugin-path (repeatable) to cmd, collected into *paths.
+// Adds --config FILE to cmd, into *path. An empty FILE is a usage error
+// (exit 2), never taken as "no config".
+void add_config_option(CLI::App* cmd, std::string* path, const std::string& description);
+
+// Adds --plugin-path DIR (repeatable) to cmd, collected into *dirs; an empty
+// DIR is a usage error.
+void add_plugin_path_option(CLI::App* cmd, std::vector<std::string>* dirs);
+
+// Adds --trust-plugin-path (repeatable) to cmd, collected into *paths; an
+// empty PATH is a usage error.
 void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths);
 
 // Reads and validates the plan; source files are opened through cache.

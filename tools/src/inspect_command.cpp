@@ -88,7 +88,7 @@ void add_inspect_command(CLI::App& app, Action* run) {
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Show a plan's buffers, methods and the devices they resolve to");
   cmd->add_option("plan", o->plan, "The plan file")->required();
-  cmd->add_option("--config", o->config, "The runtime config (TOML)");
+  add_config_option(cmd, &o->config, "The runtime config (TOML)");
   add_trust_plugin_path_option(cmd, &o->trust_paths);
   cmd->add_flag("--tensors", o->tensors, "Also list every tensor");
   cmd->callback([run, o] { *run = [o] { return run_inspect(*o); }; });

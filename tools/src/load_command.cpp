@@ -177,7 +177,7 @@ void add_load_command(CLI::App& app, Action* run) {
   CLI::App* cmd = app.add_subcommand(
       "load", "Load a plan's buffers and constants onto their devices");
   cmd->add_option("plan", o->plan, "The plan file")->required();
-  cmd->add_option("--config", o->config, "The runtime config (TOML)");
+  add_config_option(cmd, &o->config, "The runtime config (TOML)");
   add_trust_plugin_path_option(cmd, &o->trust_paths);
   cmd->add_option("--methods", o->methods, "Comma-separated methods (default: all)")
       ->check(methods_check);

@@ -182,11 +182,10 @@ void add_plugins_command(CLI::App& app, Action* run) {
   auto options = std::make_shared<PluginsOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plugins", "List every plugin on the search path: loaded, or why not");
-  cmd->add_option("--config", options->config,
-                  "A runtime config: its plugin_path is searched and its [plugins] "
-                  "options, layers and trust are used");
-  cmd->add_option("--plugin-path", options->plugin_path,
-                  "Extra directory searched first (repeatable)");
+  add_config_option(cmd, &options->config,
+                    "A runtime config: its plugin_path is searched and its [plugins] "
+                    "options, layers and trust are used");
+  add_plugin_path_option(cmd, &options->plugin_path);
   add_trust_plugin_path_option(cmd, &options->trust_paths);
   cmd->add_flag("--json", options->json, "Machine-readable output");
   cmd->callback([run, options] { *run = [options] { return run_plugins(*options); }; });

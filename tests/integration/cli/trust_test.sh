@@ -108,6 +108,28 @@ untrusted_names_are_printed_escaped)
   grep -qF "refused: file $PWD/sticky/libdevalloc_a\x1b[2J\x1b]0;pwned\x07.so is world-writable (mode 0666)" out.txt ||
     fail "the refusal does not show the file name escaped"
   ;;
+empty_path_options_are_usage_errors)
+  # "" is no folder, no path to trust and no config: a usage error (exit 2)
+  # naming the option, never an internal error or a silent default.
+  printf '{"format": "devalloc-plan", "version": 1, "buffers": [], "tensors": [], "methods": [{"name": "forward", "memory_ids": [], "tensors": []}]}' > plan.json
+  expect_usage() {
+    local pattern=$1; shift
+    set +e; "$devalloc" "$@" > out.txt 2> err.txt; local rc=$?; set -e
+    cat err.txt
+    [ "$rc" -eq 2 ] || fail "exit code $rc, expected 2: $*"
+    grep -qE "$pattern" err.txt || fail "stderr does not match /$pattern/: $*"
+    ! grep -q 'internal error' err.txt || fail "an internal error: $*"
+  }
+  expect_usage '^--plugin-path: an empty path names no folder' plugins --plugin-path ''
+  expect_usage '^--plugin-path: an empty path names no folder' plugins --plugin-path open --plugin-path ''
+  for cmd in plugins 'inspect plan.json' 'load plan.json'; do
+    # shellcheck disable=SC2086
+    expect_usage '^--trust-plugin-path: an empty path names nothing to trust' $cmd --trust-plugin-path ''
+    # shellcheck disable=SC2086
+    expect_usage '^--config: an empty path names no config' $cmd --config ''
+  done
+  "$devalloc" load plan.json > /dev/null || fail "the same load without the empty options fails"
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"

@@ -95,6 +95,25 @@ TEST(PluginLoader, GivenEverySource_WhenBuildingSearchPath_ThenCommandLineThenCo
   EXPECT_TRUE(loader.notes().empty());
 }
 
+// An empty folder name would be the current directory: skipped and said,
+// never an exception out of the constructor.
+TEST(PluginLoader, GivenEmptyFolderName_WhenBuildingSearchPath_ThenSkippedWithANote) {
+  ScopedEnv env("DEVALLOC_PLUGIN_PATH", "");
+  PluginSearchOptions options;
+  options.command_line_dirs = {"", "/tmp/devalloc-cli"};
+  options.config_dirs = {""};
+  PluginLoader loader(options);
+  ASSERT_EQ(loader.search_dirs().size(), 2u);
+  EXPECT_EQ(loader.search_dirs()[0].dir, fs::path("/tmp/devalloc-cli"));
+  EXPECT_EQ(loader.search_dirs()[1].source, PluginPathSource::installed);
+  EXPECT_THAT(loader.notes(),
+              ::testing::ElementsAre(
+                  "an empty folder name from --plugin-path is skipped (the current directory "
+                  "is never searched implicitly)",
+                  "an empty folder name from config is skipped (the current directory is "
+                  "never searched implicitly)"));
+}
+
 // A name whose file a config gives ([plugins.NAME] library) is
 // never taken from the path: the file there is shadowed, and not opened.
 TEST(PluginLoader, GivenNameShadowedBySettings_WhenDiscovering_ThenItsFilesAreShadowedAndNotOpened) {
