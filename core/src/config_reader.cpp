@@ -641,6 +641,128 @@ void ConfigReader::read_load(const toml::table& table) {
   }
 }
 
+// toml++ builds one nested table per part of a table header ([a.b.c],
+// [[a.b.c]]) or dotted key (a.b.c = 1), one per inline table and array, and
+// walks and frees that tree recursively: a 50 000-part key overflowed the
+// stack before any check of ours ran. Its TOML_MAX_NESTED_VALUES (256)
+// bounds only the nesting of arrays and inline tables, and each of those may
+// hold a long dotted key again. So before toml++ sees the text, one pass with
+// no recursion refuses a key of more than kMaxConfigKeyParts parts and values
+// nested more than kMaxConfigNesting deep: the tree is then at most
+// 2 * 64 (a header through arrays of tables) + 64 + 32 * 65 levels deep,
+// about 2 300 (toml++ needs less than 1 MiB of stack for 16 500).
+//
+// Strings (the four kinds, with escapes) and comments are skipped. A run of
+// bare-key characters, quoted strings, dots and the blanks between them
+// counts its dots: outside strings, valid TOML has a dot only in keys and in
+// numbers and times (one, as in 1.5 or 07:32:00.25), so a longer run is a
+// key or a syntax error either way. Nesting counts [ and { against ] and },
+// except the brackets of table headers: a [ with nothing open that does not
+// follow = on its line, and a ] with nothing open.
+struct TooDeep {
+  uint32_t line = 0;
+  uint32_t column = 0;
+  std::string reason;
+};
+
+std::optional<TooDeep> find_too_deep(std::string_view text) {
+  size_t i = 0;
+  uint32_t line = 1;
+  uint32_t column = 1;
+  // Columns count code points, as toml++'s do: a UTF-8 continuation byte
+  // does not start a column.
+  const auto advance = [&] {
+    const auto byte = static_cast<unsigned char>(text[i++]);
+    if (byte == '\n') {
+      ++line;
+      column = 1;
+    } else if ((byte & 0xC0) != 0x80) {
+      ++column;
+    }
+  };
+  const auto starts = [&](std::string_view token) {
+    return text.substr(i, token.size()) == token;
+  };
+  // Skips the string at i, whose opening quote is quote.
+  const auto skip_string = [&](char quote) {
+    const bool basic = quote == '"';
+    const std::string_view triple = basic ? "\"\"\"" : "'''";
+    if (starts(triple)) {
+      for (size_t n = 0; n < 3; ++n) advance();
+      while (i < text.size() && !starts(triple)) {
+        if (basic && text[i] == '\\' && i + 1 < text.size()) advance();
+        advance();
+      }
+      // The closing delimiter, and up to two more quotes before it that
+      // belong to the string ('''a''''' is "a''").
+      for (size_t n = 0; n < 5 && i < text.size() && text[i] == quote; ++n) {
+        advance();
+      }
+      return;
+    }
+    advance();
+    while (i < text.size() && text[i] != quote && text[i] != '\n') {
+      if (basic && text[i] == '\\' && i + 1 < text.size() &&
+          text[i + 1] != '\n') {
+        advance();
+      }
+      advance();
+    }
+    if (i < text.size() && text[i] == quote) advance();
+  };
+
+  if (starts("\xEF\xBB\xBF")) i = 3;  // a byte order mark, which toml++ skips
+  bool in_run = false;
+  size_t dots = 0;
+  uint32_t run_line = 0;
+  uint32_t run_column = 0;
+  size_t nesting = 0;         // open arrays and inline tables
+  bool after_equals = false;  // on this line, with nothing open
+  while (i < text.size()) {
+    const char c = text[i];
+    // Bytes above ASCII count as bare-key characters too, in case toml++
+    // is built to accept Unicode bare keys (TOML 1.1).
+    const bool bare = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                      static_cast<unsigned char>(c) >= 0x80;
+    const bool quoted = c == '"' || c == '\'';
+    if (!in_run && (bare || quoted || c == '.')) {
+      in_run = true;
+      dots = 0;
+      run_line = line;
+      run_column = column;
+    }
+    if (quoted) {
+      skip_string(c);
+      continue;
+    }
+    if (c == '.' && ++dots >= kMaxConfigKeyParts) {
+      return TooDeep{run_line, run_column,
+                     "a key of more than " + std::to_string(kMaxConfigKeyParts) +
+                         " dotted parts (a table header or dotted key; "
+                         "devalloc's keys have at most 4)"};
+    }
+    if (!bare && c != '.' && c != ' ' && c != '\t') in_run = false;
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') advance();
+      continue;
+    }
+    if (c == '\n' && nesting == 0) after_equals = false;
+    if (c == '=' && nesting == 0) after_equals = true;
+    if (c == '{' || (c == '[' && (nesting > 0 || after_equals))) {
+      if (++nesting > kMaxConfigNesting) {
+        return TooDeep{line, column,
+                       "arrays and inline tables nested more than " +
+                           std::to_string(kMaxConfigNesting) +
+                           " deep (devalloc's values nest at most 3)"};
+      }
+    }
+    if ((c == ']' || c == '}') && nesting > 0) --nesting;
+    advance();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<RuntimeConfig> parse_config(std::string_view text,
@@ -650,6 +772,11 @@ Result<RuntimeConfig> parse_config(std::string_view text,
   if (ec) base_dir.clear();
 
   return detail::without_exceptions(source_name, "the config", [&]() -> Result<RuntimeConfig> {
+    if (auto deep = find_too_deep(text)) {
+      const SourceLocation where{std::string(source_name), deep->line, deep->column};
+      return Status(StatusCode::invalid_argument,
+                    where.to_string() + ": " + deep->reason);
+    }
     toml::table root;
     try {
       root = toml::parse(text, source_name);

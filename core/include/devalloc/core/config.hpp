@@ -201,6 +201,16 @@ Result<RuntimeConfig> parse_config(std::string_view text,
 // written by hand and are a few KiB.
 inline constexpr uint64_t kMaxConfigBytes = 1ull << 20;
 
+// Most dotted parts a key or table header may have ([a.b.c] and a.b.c = 1
+// have three; devalloc's own keys have at most 4), and how deep arrays and
+// inline tables may nest (fallback = [["cuda", { index = 1 }]] is 3 deep).
+// Deeper text is refused before toml++ reads it: toml++ builds, walks and
+// frees one nested table per part recursively, and 40 000 parts overflowed
+// the stack; its own nesting cap (256) still let each level hold a long
+// dotted key.
+inline constexpr size_t kMaxConfigKeyParts = 64;
+inline constexpr size_t kMaxConfigNesting = 32;
+
 // Reads and parses a config file: a regular file of at most kMaxConfigBytes
 // (a FIFO or /dev/zero is refused at once; devalloc/regular_file.hpp).
 Result<RuntimeConfig> read_config(const std::filesystem::path& path);

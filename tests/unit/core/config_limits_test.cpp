@@ -1,0 +1,155 @@
+// What the config reader bounds against a hostile file (docs/security.md,
+// "Bounded parsing"): key depth, fallback expansion, durations. No timing
+// here: the tests named ParseScaling.* run as their own ctest with a TIMEOUT
+// (tests/unit/CMakeLists.txt), which a quadratic or exponential expansion
+// would blow; the others build small inputs.
+#include <devalloc/core/config.hpp>
+#include <devalloc/core/device_selection.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace devalloc {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr std::string_view kSource = "/cfg/devalloc.toml";
+
+std::string error_of(std::string_view text) {
+  auto result = parse_config(text, kSource);
+  EXPECT_FALSE(result.ok()) << "parsed, but should not:\n"
+                            << text.substr(0, 300);
+  if (result.ok()) return {};
+  EXPECT_EQ(result.status().code(), StatusCode::invalid_argument);
+  return result.status().message();
+}
+
+RuntimeConfig parsed(std::string_view text) {
+  auto result = parse_config(text, kSource);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  return result.ok() ? std::move(result).value() : RuntimeConfig{};
+}
+
+// "a" joined n times by separator.
+std::string parts(size_t n, std::string_view part = "a",
+                  std::string_view separator = ".") {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += separator;
+    out += part;
+  }
+  return out;
+}
+
+std::string deep_key_error(uint32_t line, uint32_t column) {
+  return "/cfg/devalloc.toml:" + std::to_string(line) + ":" +
+         std::to_string(column) +
+         ": a key of more than 64 dotted parts (a table header or dotted "
+         "key; devalloc's keys have at most 4)";
+}
+
+// --- Keys of many dotted parts --------------------------------------------
+
+// 50 000 parts overflowed the stack inside toml++ (SIGSEGV), whose nesting
+// limit covers only inline arrays and tables.
+TEST(ConfigKeyDepth, GivenHeaderOrDottedKeyOf50000Parts_WhenParsing_ThenRefusedWithItsPlace) {
+  EXPECT_EQ(error_of("[" + parts(50000) + "]\n"), deep_key_error(1, 2));
+  EXPECT_EQ(error_of("[[" + parts(50000) + "]]\n"), deep_key_error(1, 3));
+  EXPECT_EQ(error_of("[load]\n" + parts(50000) + " = 1\n"), deep_key_error(2, 1));
+  EXPECT_EQ(error_of("x = { " + parts(50000) + " = 1 }\n"), deep_key_error(1, 7));
+  // Whitespace around the dots and quoted parts are legal TOML.
+  EXPECT_EQ(error_of("[devices]\n  " + parts(50000, "a", " . ") + " = 1\n"),
+            deep_key_error(2, 3));
+  EXPECT_EQ(error_of("[" + parts(50000, "\"x.y\"", ".") + "]\n"),
+            deep_key_error(1, 2));
+  EXPECT_EQ(error_of("['é'." + parts(50000, "'z'", "\t.\t") + "]\n"),
+            deep_key_error(1, 2));
+}
+
+TEST(ConfigKeyDepth, GivenKeysOf64And65Parts_WhenParsing_ThenOnlyThe65PartsOneIsRefused) {
+  // 64 parts pass the depth check and reach the reader, which knows no "a".
+  EXPECT_THAT(error_of("[" + parts(64) + "]\n"),
+              HasSubstr(": unknown key \"a\" at the top level"));
+  EXPECT_THAT(error_of(parts(64) + " = 1\n"),
+              HasSubstr(": unknown key \"a\" at the top level"));
+  EXPECT_EQ(error_of("[" + parts(65) + "]\n"), deep_key_error(1, 2));
+  EXPECT_EQ(error_of(parts(65) + " = 1\n"), deep_key_error(1, 1));
+  // The place of a later key counts lines and code points.
+  EXPECT_EQ(error_of("# é\n[load]\nthreads = 1\n  \"é\"." + parts(64) + " = 1\n"),
+            deep_key_error(4, 3));
+}
+
+// Dots inside strings and comments are not key parts: values, quoted keys
+// and comments full of dots are read as before.
+TEST(ConfigKeyDepth, GivenDotsInStringsAndComments_WhenParsing_ThenTheyAreNotCounted) {
+  const std::string dots = parts(200);
+  const std::string text =
+      "# " + dots + "\n"
+      "[plugins.x.options]  # " + dots + "\n"
+      "\"" + dots + "\" = \"" + dots + "\"\n"
+      "'lit." + dots + "' = '" + dots + "'\n"
+      "escaped = \"\\\"" + dots + "\\\\\"\n"
+      "basic_ml = \"\"\"\n" + dots + "\\\"\"\"\n" + dots + "\"\"\"\n"
+      "literal_ml = '''" + dots + "\n" + dots + "'''''\n"
+      "quotes_ml = \"\"\"" + dots + "\"\"\"\"\"\n"
+      "number = 15\n";
+  const RuntimeConfig config = parsed(text);
+  const PluginConfig plugin = config.plugin("x");
+  ASSERT_EQ(plugin.options.size(), 7u);
+  const auto value = [&](std::string_view key) {
+    for (const auto& [k, v] : plugin.options) {
+      if (k == key) return v;
+    }
+    return std::string("(missing)");
+  };
+  EXPECT_EQ(value(dots), dots);
+  EXPECT_EQ(value("lit." + dots), dots);
+  EXPECT_EQ(value("escaped"), "\"" + dots + "\\");
+  EXPECT_EQ(value("basic_ml"), dots + "\"\"\"\n" + dots);
+  EXPECT_EQ(value("literal_ml"), dots + "\n" + dots + "''");
+  EXPECT_EQ(value("quotes_ml"), dots + "\"\"");
+  EXPECT_EQ(value("number"), "15");
+}
+
+// A string must end where toml++ ends it: an escaped backslash before the
+// closing quotes does not hide the deep key after it, nor does a string left
+// open at the end of its line.
+TEST(ConfigKeyDepth, GivenDeepKeyAfterTrickyStrings_WhenParsing_ThenItIsStillFound) {
+  EXPECT_EQ(error_of("a = \"\"\"x\\\\\"\"\"\n" + parts(65) + " = 1\n"),
+            deep_key_error(2, 1));
+  EXPECT_EQ(error_of("a = 'x\\'\n" + parts(65) + " = 1\n"), deep_key_error(2, 1));
+  EXPECT_EQ(error_of("a = \"x\\\\\"\n" + parts(65) + " = 1\n"), deep_key_error(2, 1));
+  EXPECT_EQ(error_of("a = \"x\n" + parts(65) + " = 1\n"), deep_key_error(2, 1));
+  EXPECT_EQ(error_of("a = '''x'''''\n" + parts(65) + " = 1\n"), deep_key_error(2, 1));
+}
+
+// toml++ caps the nesting of arrays and inline tables at 256 but not the
+// dotted keys inside each level: 255 inline tables each with a 64-part key
+// made a tree 16 000 levels deep. Values may nest 32 deep.
+TEST(ConfigKeyDepth, GivenValuesNestedMoreThan32Deep_WhenParsing_ThenRefusedAtTheBracket) {
+  const std::string key = parts(64);
+  std::string text = "[load]\nthreads = ";
+  for (int i = 0; i < 255; ++i) text += "{ " + key + " = ";  // 132 columns
+  EXPECT_EQ(error_of(text + "1" + parts(255, " }", "") + "\n"),
+            "/cfg/devalloc.toml:2:" + std::to_string(11 + 32 * 132) +
+                ": arrays and inline tables nested more than 32 deep "
+                "(devalloc's values nest at most 3)");
+  EXPECT_EQ(error_of("x = [\n" + parts(33, "[", "\n") + "\n"),
+            "/cfg/devalloc.toml:33:1: arrays and inline tables nested more than "
+            "32 deep (devalloc's values nest at most 3)");
+  // 32 deep passes, and so do headers, arrays of tables and brackets in
+  // strings and comments around values, which do not count.
+  EXPECT_THAT(error_of("[[x]]\n[x.y]\nz = \"[[[\"  # [[[[\n[load]\nthreads = " +
+                       parts(32, "[", "") + parts(32, "]", "") + "\n"),
+              HasSubstr(": unknown key \"x\" at the top level"));
+}
+
+}  // namespace
+}  // namespace devalloc
