@@ -168,10 +168,7 @@ Result<RuntimeConfig> ConfigReader::read(const toml::table& root) {
   if (!errors_.empty()) return failure();
 
   // Cycles only show once every tag and fallback is known to be well formed.
-  for (const auto& [tag, device] : config_.devices) {
-    auto candidates = candidate_bindings(config_, tag);
-    if (!candidates.ok()) return candidates.status();
-  }
+  if (Status status = check_fallbacks(config_); !status.ok()) return status;
   return std::move(config_);
 }
 

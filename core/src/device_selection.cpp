@@ -1,7 +1,9 @@
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/input_text.hpp>
 
-#include <algorithm>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace devalloc {
 
@@ -12,22 +14,60 @@ std::string prefixed(const SourceLocation* where, const std::string& message) {
   return where->to_string() + ": " + message;
 }
 
-class CandidateExpander {
+// Walks the fallbacks of device tags depth first, in the order of
+// candidate_bindings, with an explicit stack (no recursion, so a chain of
+// 30 000 tags is not 30 000 stack frames). Each tag is expanded once per
+// walk: a tag met again after its expansion finished adds nothing (all its
+// bindings are on the list already), so a walk takes time linear in the
+// tags and fallback entries it reaches, where expanding every path took
+// 2^K steps for K levels of diamonds. A tag met again while it is still
+// being expanded closes a fallback cycle.
+class FallbackWalk {
  public:
-  explicit CandidateExpander(const RuntimeConfig& config) : config_(config) {}
+  // collect: keep the candidates (candidate_bindings) or only check
+  // (check_fallbacks).
+  FallbackWalk(const RuntimeConfig& config, bool collect)
+      : config_(config), collect_(collect) {}
+
+  // Expands tag and what it falls back to. Tags expanded by an earlier
+  // call of the same walk are not expanded again.
+  Status expand(std::string_view tag) {
+    if (states_.count(tag) != 0) return Status();
+    Status status = enter(tag, nullptr);
+    while (status.ok() && !stack_.empty()) {
+      Frame& frame = stack_.back();
+      if (frame.next == frame.device->fallbacks.size()) {
+        states_[frame.tag] = State::done;
+        stack_.pop_back();
+        continue;
+      }
+      const DeviceFallback& fallback = frame.device->fallbacks[frame.next++];
+      if (const auto* binding = std::get_if<DeviceBinding>(&fallback.target)) {
+        add(*binding, frame.tag);
+      } else {
+        status = enter(std::get<std::string>(fallback.target), &fallback.where);
+      }
+    }
+    return status;
+  }
+
+  std::vector<DeviceCandidate> take() { return std::move(candidates_); }
+
+ private:
+  enum class State { expanding, done };
+  struct Frame {
+    std::string_view tag;
+    const DeviceTagConfig* device;
+    size_t next = 0;  // the next fallback to look at
+  };
 
   // referenced_at: the fallback entry that names tag; null for the tag asked
   // for.
-  Status expand(const std::string& tag, const SourceLocation* referenced_at) {
-    if (std::find(chain_.begin(), chain_.end(), tag) != chain_.end()) {
-      std::string cycle;
-      for (auto it = std::find(chain_.begin(), chain_.end(), tag);
-           it != chain_.end(); ++it) {
-        cycle += quote(*it) + " -> ";
-      }
+  Status enter(std::string_view tag, const SourceLocation* referenced_at) {
+    if (const auto it = states_.find(tag); it != states_.end()) {
+      if (it->second == State::done) return Status();
       return Status(StatusCode::invalid_argument,
-                    prefixed(referenced_at,
-                             "fallback cycle: " + cycle + quote(tag)));
+                    prefixed(referenced_at, "fallback cycle: " + cycle(tag)));
     }
     const auto parsed = parse_device_tag(tag);
     if (!parsed) {
@@ -39,36 +79,51 @@ class CandidateExpander {
     const auto device = config_.devices.find(tag);
     if (device == config_.devices.end()) {
       add(default_binding(*parsed), tag);
+      states_[tag] = State::done;
       return Status();
     }
-    chain_.push_back(tag);
+    states_[tag] = State::expanding;
     add(device->second.primary, tag);
-    for (const auto& fallback : device->second.fallbacks) {
-      if (const auto* binding = std::get_if<DeviceBinding>(&fallback.target)) {
-        add(*binding, tag);
-        continue;
-      }
-      Status status =
-          expand(std::get<std::string>(fallback.target), &fallback.where);
-      if (!status.ok()) return status;
-    }
-    chain_.pop_back();
+    stack_.push_back(Frame{tag, &device->second});
     return Status();
   }
 
-  std::vector<DeviceCandidate> take() { return std::move(candidates_); }
+  // "a" -> "b" -> "a" for the cycle that closes at tag, which is being
+  // expanded. A long cycle shows its first and last tags only.
+  std::string cycle(std::string_view tag) const {
+    size_t first = 0;
+    while (stack_[first].tag != tag) ++first;
+    const size_t length = stack_.size() - first;
+    constexpr size_t kShown = 8;  // at each end
+    std::string text;
+    for (size_t i = first; i < stack_.size(); ++i) {
+      const size_t position = i - first;
+      if (length > 2 * kShown && position == kShown) {
+        text += "... (" + std::to_string(length - 2 * kShown) + " more) -> ";
+        i = stack_.size() - kShown - 1;
+        continue;
+      }
+      text += quote(stack_[i].tag) + " -> ";
+    }
+    return text + quote(tag);
+  }
 
- private:
-  void add(const DeviceBinding& binding, const std::string& via_tag) {
-    const bool seen = std::any_of(
-        candidates_.begin(), candidates_.end(),
-        [&](const DeviceCandidate& c) { return c.binding == binding; });
-    if (seen) return;
-    candidates_.push_back({binding, via_tag, !candidates_.empty()});
+  void add(const DeviceBinding& binding, std::string_view via_tag) {
+    if (!collect_) return;
+    std::string key = binding.plugin;
+    key += '\0';
+    key += binding.selector.to_string();
+    if (!seen_.insert(std::move(key)).second) return;
+    candidates_.push_back({binding, std::string(via_tag), !candidates_.empty()});
   }
 
   const RuntimeConfig& config_;
-  std::vector<std::string> chain_;
+  const bool collect_;
+  // Keyed by views of the config's strings and of the tag asked for, which
+  // outlive the walk.
+  std::unordered_map<std::string_view, State> states_;
+  std::vector<Frame> stack_;
+  std::unordered_set<std::string> seen_;  // bindings on the list
   std::vector<DeviceCandidate> candidates_;
 };
 
@@ -105,10 +160,19 @@ DeviceBinding default_binding(const DeviceTag& tag) {
 
 Result<std::vector<DeviceCandidate>> candidate_bindings(
     const RuntimeConfig& config, std::string_view tag) {
-  CandidateExpander expander(config);
-  Status status = expander.expand(std::string(tag), nullptr);
+  FallbackWalk walk(config, /*collect=*/true);
+  Status status = walk.expand(tag);
   if (!status.ok()) return status;
-  return expander.take();
+  return walk.take();
+}
+
+Status check_fallbacks(const RuntimeConfig& config) {
+  FallbackWalk walk(config, /*collect=*/false);
+  for (const auto& [tag, device] : config.devices) {
+    Status status = walk.expand(tag);
+    if (!status.ok()) return status;
+  }
+  return Status();
 }
 
 std::string tag_for_memory(const RuntimeConfig& config, uint32_t memory_id,

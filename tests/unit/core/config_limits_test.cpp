@@ -151,5 +151,121 @@ TEST(ConfigKeyDepth, GivenValuesNestedMoreThan32Deep_WhenParsing_ThenRefusedAtTh
               HasSubstr(": unknown key \"x\" at the top level"));
 }
 
+// --- Fallback expansion ----------------------------------------------------
+
+std::vector<std::string> describe_all(const std::vector<DeviceCandidate>& all) {
+  std::vector<std::string> out;
+  for (const auto& c : all) {
+    out.push_back(c.binding.to_string() + " via " + c.via_tag +
+                  (c.is_fallback ? " (fallback)" : ""));
+  }
+  return out;
+}
+
+// K levels of two tags, each falling back to both tags of the next level:
+// 2^K paths: K = 24 took 20 s and K = 40 would take days when every path
+// was expanded.
+std::string ladder(int levels) {
+  std::string text;
+  for (int i = 0; i < levels; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      text += "[devices.l" + std::to_string(i) + "_" + std::to_string(j) +
+              "]\nfallback = [\"l" + std::to_string(i + 1) + "_0\", \"l" +
+              std::to_string(i + 1) + "_1\"]\n";
+    }
+  }
+  text += "[devices.l" + std::to_string(levels) + "_0]\nuse = \"host\"\n";
+  text += "[devices.l" + std::to_string(levels) + "_1]\nuse = \"host\"\n";
+  return text;
+}
+
+TEST(CandidateExpansion, GivenSmallLadder_WhenExpanding_ThenDepthFirstOrderFirstOccurrenceWins) {
+  const RuntimeConfig config = parsed(ladder(2));
+  EXPECT_THAT(describe_all(candidate_bindings(config, "l0_0").value()),
+              ElementsAre("l0_0 index 0 via l0_0", "l1_0 index 0 via l1_0 (fallback)",
+                          "host index 0 via l2_0 (fallback)",
+                          "l1_1 index 0 via l1_1 (fallback)"));
+}
+
+TEST(ParseScaling, GivenLadderOf40DiamondLevels_WhenReadingAndExpanding_ThenEachTagOnce) {
+  const RuntimeConfig config = parsed(ladder(40));
+  ASSERT_EQ(config.devices.size(), 82u);
+  const auto candidates = candidate_bindings(config, "l0_0");
+  ASSERT_TRUE(candidates.ok()) << candidates.status().message();
+  // l0_0, l1_0 .. l39_0, host (via l40_0), then l39_1 .. l1_1 on the way
+  // back: each binding once.
+  ASSERT_EQ(candidates->size(), 80u);
+  EXPECT_EQ(describe_all(*candidates)[40], "host index 0 via l40_0 (fallback)");
+  EXPECT_EQ(describe_all(*candidates)[41], "l39_1 index 0 via l39_1 (fallback)");
+  EXPECT_EQ(describe_all(*candidates)[79], "l1_1 index 0 via l1_1 (fallback)");
+}
+
+// t0 -> t1 -> ... -> tN-1 (hex names), as long as 1 MiB allows: the
+// expansion of every tag at read time was cubic, and its recursion
+// overflowed the stack.
+std::string chain(size_t n) {
+  std::string text;
+  char line[64];
+  for (size_t i = 0; i < n; ++i) {
+    if (i + 1 < n) {
+      std::snprintf(line, sizeof line, "[devices.%zx]\nfallback=[\"%zx\"]\n", i, i + 1);
+    } else {
+      std::snprintf(line, sizeof line, "[devices.%zx]\nuse=\"host\"\n", i);
+    }
+    text += line;
+  }
+  return text;
+}
+
+TEST(ParseScaling, GivenFallbackChainOf1MiB_WhenReadingAndExpanding_ThenEveryTagIsThere) {
+  const size_t n = 30000;
+  const std::string text = chain(n);
+  ASSERT_LE(text.size(), kMaxConfigBytes);
+  const RuntimeConfig config = parsed(text);
+  ASSERT_EQ(config.devices.size(), n);
+  const auto candidates = candidate_bindings(config, "0");
+  ASSERT_TRUE(candidates.ok()) << candidates.status().message();
+  ASSERT_EQ(candidates->size(), n);
+  EXPECT_EQ(describe_all(*candidates)[1], "1 index 0 via 1 (fallback)");
+  EXPECT_EQ(describe_all(*candidates)[n - 1], "host index 0 via 752f (fallback)");
+}
+
+TEST(ParseScaling, GivenFallbackCycleOf30000Tags_WhenReading_ThenTheCycleIsNamedShortly) {
+  // The chain, its last tag falling back to the first.
+  std::string text = chain(30000);
+  text.replace(text.rfind("use=\"host\""), 10, "fallback=[\"0\"]");
+  const std::string message = error_of(text);
+  EXPECT_THAT(message, StartsWith("/cfg/devalloc.toml:60000:11: fallback cycle: "
+                                  "\"0\" -> \"1\" -> \"2\" -> \"3\" -> \"4\" -> "
+                                  "\"5\" -> \"6\" -> \"7\" -> ... (29984 more) -> "
+                                  "\"7528\" -> "));
+  EXPECT_THAT(message, HasSubstr("\"752f\" -> \"0\""));
+  EXPECT_LT(message.size(), 400u);
+}
+
+TEST(CandidateExpansion, GivenCycleOfSixteenTags_WhenReading_ThenEveryTagIsNamed) {
+  std::string text;
+  for (int i = 0; i < 16; ++i) {
+    text += "[devices.t" + std::to_string(i) + "]\nfallback = [\"t" +
+            std::to_string((i + 1) % 16) + "\"]\n";
+  }
+  EXPECT_EQ(error_of(text),
+            "/cfg/devalloc.toml:32:13: fallback cycle: \"t0\" -> \"t1\" -> "
+            "\"t2\" -> \"t3\" -> \"t4\" -> \"t5\" -> \"t6\" -> \"t7\" -> "
+            "\"t8\" -> \"t9\" -> \"t10\" -> \"t11\" -> \"t12\" -> \"t13\" -> "
+            "\"t14\" -> \"t15\" -> \"t0\"");
+}
+
+// Tags are checked in order, each once: a cycle reachable from an earlier
+// tag is reported as that tag's expansion meets it, after a diamond.
+TEST(CandidateExpansion, GivenDiamondThenCycle_WhenReading_ThenTheCycleOfTheFirstTagIsReported) {
+  EXPECT_EQ(error_of("[devices.a]\nfallback = [\"b\", \"c\"]\n"
+                     "[devices.b]\nfallback = [\"d\"]\n"
+                     "[devices.c]\nfallback = [\"d\", \"e\"]\n"
+                     "[devices.d]\nuse = \"host\"\n"
+                     "[devices.e]\nfallback = [\"c\"]\n"),
+            "/cfg/devalloc.toml:10:13: fallback cycle: \"c\" -> \"e\" -> \"c\"");
+}
+
 }  // namespace
 }  // namespace devalloc
