@@ -609,6 +609,11 @@ void ConfigReader::read_load(const toml::table& table) {
         error(timeout->source(), what + ": " + parsed.status().message());
       } else if (parsed->count() == 0) {
         error(timeout->source(), what + " must be at least 1ms");
+      } else if (*parsed > kMaxReleaseTimeout) {
+        error(timeout->source(),
+              what + " must be at most " +
+                  std::to_string(kMaxReleaseTimeout.count() / 60000) +
+                  "min (a day), found " + quote(text->get()));
       } else {
         config_.load.release_timeout = *parsed;
       }

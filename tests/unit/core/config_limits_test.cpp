@@ -267,5 +267,22 @@ TEST(CandidateExpansion, GivenDiamondThenCycle_WhenReading_ThenTheCycleOfTheFirs
             "/cfg/devalloc.toml:10:13: fallback cycle: \"c\" -> \"e\" -> \"c\"");
 }
 
+// --- Durations -------------------------------------------------------------
+
+// "10000000000s" was accepted, and the wait's deadline overflowed: the load
+// failed at once, "not released 10000000000000 ms after synchronize".
+TEST(ConfigDurations, GivenReleaseTimeoutAboveADay_WhenParsing_ThenRefusedWithTheLimit) {
+  EXPECT_EQ(error_of("[load]\nrelease_timeout = \"10000000000s\"\n"),
+            "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load] must be at "
+            "most 1440min (a day), found \"10000000000s\"");
+  EXPECT_EQ(error_of("[load]\nrelease_timeout = \"86400001ms\"\n"),
+            "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load] must be at "
+            "most 1440min (a day), found \"86400001ms\"");
+  EXPECT_EQ(parsed("[load]\nrelease_timeout = \"1440min\"\n").load.release_timeout,
+            std::chrono::hours(24));
+  EXPECT_EQ(parsed("[load]\nrelease_timeout = \"86400000ms\"\n").load.release_timeout,
+            std::chrono::hours(24));
+}
+
 }  // namespace
 }  // namespace devalloc

@@ -161,6 +161,13 @@ struct LoadOptions {
 // "500ms", "5s", "2min" (an integer and a unit). Integers only.
 Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 
+// Longest [load] release_timeout a config may give: a day. A release comes
+// within milliseconds of synchronize; and a wait of more than ~292 years
+// overflows the clock's deadline (nanoseconds in 64 bits), so that the wait
+// ended at once.
+inline constexpr std::chrono::milliseconds kMaxReleaseTimeout =
+    std::chrono::hours(24);
+
 // Most threads [load] threads accepts; more is a typo, not a machine.
 inline constexpr uint32_t kMaxLoadThreads = 1024;
 
