@@ -284,5 +284,18 @@ TEST(ConfigDurations, GivenReleaseTimeoutAboveADay_WhenParsing_ThenRefusedWithTh
             std::chrono::hours(24));
 }
 
+// --- Sizes -----------------------------------------------------------------
+
+// docs/config.md: spaces (not tabs) may stand between the number and the
+// unit, of a size as of a duration.
+TEST(ConfigSizes, GivenSpacesBetweenNumberAndUnit_WhenParsing_ThenAccepted) {
+  EXPECT_EQ(parsed("[load]\nstaging = \"1   MiB\"\n").load.staging_bytes,
+            uint64_t{1} << 20);
+  EXPECT_EQ(parsed("[load]\nrelease_timeout = \"2  s\"\n").load.release_timeout,
+            std::chrono::seconds(2));
+  EXPECT_THAT(error_of("[load]\nstaging = \"1\tMiB\"\n"),
+              HasSubstr("unknown unit"));
+}
+
 }  // namespace
 }  // namespace devalloc

@@ -65,7 +65,8 @@ std::optional<std::string> normalize_uuid(std::string_view text);
 std::optional<std::string> normalize_pci_bus_id(std::string_view text);
 
 // "4096", "4096B", "64KiB", "64 MiB", "1GiB", "2TiB" (powers of 1024) or
-// "64KB", "64MB", "1GB", "2TB" (powers of 1000). Integers only.
+// "64KB", "64MB", "1GB", "2TB" (powers of 1000). Integers only; spaces (not
+// tabs) may stand before the unit.
 Result<uint64_t> parse_byte_size(std::string_view text);
 // For people: "1.5 GiB", "12.0 KiB", "17 B" (powers of 1024, one decimal).
 std::string human_bytes(uint64_t bytes);
@@ -158,7 +159,8 @@ struct LoadOptions {
   bool check_free_memory = true;
 };
 
-// "500ms", "5s", "2min" (an integer and a unit). Integers only.
+// "500ms", "5s", "2min" (an integer and a unit; spaces, not tabs, may stand
+// between them). Integers only.
 Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 // Longest [load] release_timeout a config may give: a day. A release comes
