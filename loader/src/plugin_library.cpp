@@ -5,22 +5,16 @@
 #include "elf_check.hpp"
 #include "guarded_call.hpp"
 
-#include <dlfcn.h>
+#include <boost/dll/shared_library.hpp>
 
 #include <cstring>
+#include <string_view>
 #include <system_error>
 
 namespace devalloc {
 
 struct PluginLibrary::Impl {
-  void* handle = nullptr;  // from dlopen; closed last
-
-  Impl() = default;
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
-  ~Impl() {
-    if (handle != nullptr) dlclose(handle);
-  }
+  boost::dll::shared_library library;  // closed last
 };
 
 PluginLibrary::PluginLibrary(std::unique_ptr<Impl> impl)
@@ -34,6 +28,21 @@ PluginError refuse(PluginOutcome outcome, StatusCode code,
                    const std::filesystem::path& path,
                    const std::string& reason) {
   return {outcome, Status(code, "plugin " + path_for_message(path.string()) + ": " + reason)};
+}
+
+// Boost.DLL's what() wraps dlerror's text: "boost::dll::shared_library::
+// load() failed (dlerror system message: TEXT): Bad file descriptor", the
+// last part a stale errno. TEXT alone, or all of what() if it reads
+// otherwise.
+std::string_view dlerror_text(std::string_view what) {
+  constexpr std::string_view kOpen = "(dlerror system message: ";
+  const size_t start = what.find(kOpen);
+  const size_t end = what.rfind("): ");
+  if (start == std::string_view::npos || end == std::string_view::npos ||
+      end < start + kOpen.size()) {
+    return what;
+  }
+  return what.substr(start + kOpen.size(), end - start - kOpen.size());
 }
 
 std::string message_of(const devalloc_error& error) {
@@ -87,22 +96,20 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
   }
 
   auto impl = std::make_unique<Impl>();
-  // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
-  // RTLD_NOW reports a missing symbol here instead of at first call.
-  impl->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (impl->handle == nullptr) {
+  try {
+    // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
+    // RTLD_NOW reports a missing symbol here instead of at first call.
+    impl->library.load(path, boost::dll::load_mode::rtld_now |
+                                 boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
     // dlerror's own words (they name a missing dependency), escaped: they
     // repeat the file name.
-    const char* why = dlerror();
     return {nullptr, refuse(PluginOutcome::open_failed,
                             StatusCode::runtime_unavailable, path,
-                            "cannot be opened: " +
-                                (why != nullptr ? escaped(why, 8192)
-                                                : std::string("dlopen failed")))};
+                            "cannot be opened: " + escaped(dlerror_text(e.what()), 8192))};
   }
 
-  void* entry = dlsym(impl->handle, DEVALLOC_PLUGIN_ENTRY_POINT_NAME);
-  if (entry == nullptr) {
+  if (!impl->library.has(DEVALLOC_PLUGIN_ENTRY_POINT_NAME)) {
     return {nullptr,
             refuse(PluginOutcome::no_entry_point, StatusCode::unsupported,
                    path,
@@ -110,7 +117,8 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                    " (not a devalloc plugin, or built without "
                    "DEVALLOC_PLUGIN_EXPORT)")};
   }
-  const auto negotiate = reinterpret_cast<devalloc_plugin_negotiate_fn>(entry);
+  auto& negotiate = impl->library.get<std::remove_pointer_t<
+      devalloc_plugin_negotiate_fn>>(DEVALLOC_PLUGIN_ENTRY_POINT_NAME);
 
   devalloc_negotiation n{};
   n.struct_size = sizeof n;
