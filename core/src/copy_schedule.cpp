@@ -719,7 +719,11 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
                                uint64_t up_to_id) {
   Ledger& ledger = *ledger_;
   auto& pending = ledger.unreleased[qi];
-  const bool done = ledger.changed.wait_for(lock, options_.release_timeout, [&] {
+  // Set through the C++ API it may be anything; a deadline past the clock's
+  // range would overflow (the config refuses more than a day).
+  const std::chrono::milliseconds timeout =
+      std::clamp(options_.release_timeout, std::chrono::milliseconds(0), kMaxReleaseTimeout);
+  const bool done = ledger.changed.wait_for(lock, timeout, [&] {
     return ledger.breach || pending.empty() || *pending.begin() > up_to_id;
   });
   if (done) return Status();
@@ -732,7 +736,7 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
                 "plugin " + ledger.plugin_of(t) + " broke " + rule +
                     " (PLUGIN-21 release accounting): " + ledger.copy_of(t) +
                     (t.copy_failed ? " failed and" : "") + " was not released " +
-                    std::to_string(options_.release_timeout.count()) +
+                    std::to_string(timeout.count()) +
                     " ms after synchronize returned ([load] release_timeout); "
                     "its staging memory is kept, never freed");
 }

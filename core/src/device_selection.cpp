@@ -145,7 +145,7 @@ std::string device_list(const std::vector<DeviceInfo>& devices,
       case SelectorKind::pci_bus_id:
         out += "#" + std::to_string(device.index) + " " +
                (device.pci_bus_id.empty() ? "no PCI bus id"
-                                          : device.pci_bus_id);
+                                          : escaped(device.pci_bus_id));  // the plugin's words
         break;
     }
   }

@@ -245,6 +245,12 @@ TEST(NoMatchReason, GivenEachKind_WhenNothingMatched_ThenWhatThePluginHasIsListe
             "11223344-5566-7788-99aa-bbccddeeff00, #1 no uuid)");
   EXPECT_EQ(no_match_reason(DeviceSelector::by_index(0), {}),
             "no device with index 0 (the plugin reports no devices)");
+  // A plugin's PCI bus id is its own text: shown escaped.
+  auto hostile = devices;
+  hostile[0].pci_bus_id = "0000:\x1b[2J:00.0";
+  EXPECT_EQ(no_match_reason(*DeviceSelector::by_pci_bus_id("3b:00.1"), hostile),
+            "no device with PCI bus id 0000:3b:00.1 (devices: #2 "
+            "0000:\\x1b[2J:00.0, #0 0000:3b:00.0, #1 no PCI bus id)");
 }
 
 TEST(NoDeviceError, GivenEveryCandidateFailed_WhenFormatting_ThenEachAttemptAndReasonIsListed) {
