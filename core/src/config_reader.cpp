@@ -765,6 +765,20 @@ std::optional<TooDeep> find_too_deep(std::string_view text) {
   return std::nullopt;
 }
 
+// toml++'s reason, less the key it repeats for a redefinition: toml++ 3.3
+// garbles a quoted one ('devices."cucuda:0"' for [devices."cuda:0"]); the
+// line and column point at it.
+std::string toml_reason(std::string_view description) {
+  constexpr std::string_view kRedefine = "cannot redefine existing ";
+  const size_t at = description.find(kRedefine);
+  if (at == std::string_view::npos) return std::string(description);
+  const size_t quote = description.find(" '", at + kRedefine.size());
+  if (quote == std::string_view::npos || description.back() != '\'') {
+    return std::string(description);
+  }
+  return std::string(description.substr(0, quote)) + " (the key on this line is defined above)";
+}
+
 }  // namespace
 
 Result<RuntimeConfig> parse_config(std::string_view text,
@@ -786,7 +800,7 @@ Result<RuntimeConfig> parse_config(std::string_view text,
       const SourceLocation where{std::string(source_name), e.source().begin.line,
                                  e.source().begin.column};
       return Status(StatusCode::invalid_argument,
-                    where.to_string() + ": " + escaped(e.description()));
+                    where.to_string() + ": " + escaped(toml_reason(e.description())));
     }
     return ConfigReader(source_name, std::move(base_dir)).read(root);
   });
