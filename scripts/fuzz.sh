@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh [SECONDS]    seconds per target (default 60)
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_JOBS (build jobs,
-# default 2), FUZZ_TARGETS (default: all four).
+# default 2), FUZZ_TARGETS (default: all five).
 # Only the fuzz targets and the libraries they need are built. New inputs
 # go to $FUZZ_BUILD_DIR/corpus/<target> (the committed seeds in
 # tests/fuzz/corpus stay as they are); a crash, leak, timeout (10 s) or
@@ -15,7 +15,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 build="${FUZZ_BUILD_DIR:-$here/build-fuzz}"
-targets=(${FUZZ_TARGETS:-fuzz_safetensors fuzz_plan fuzz_config fuzz_plugin_answers})
+targets=(${FUZZ_TARGETS:-fuzz_safetensors fuzz_plan fuzz_config fuzz_plugin_elf fuzz_plugin_answers})
 
 if ! command -v clang++-14 >/dev/null; then
   echo "fuzz.sh: clang++-14 is missing (scripts/setup.sh installs clang-14 and libclang-rt-14-dev)" >&2
