@@ -3,6 +3,8 @@
 // here: the tests named ParseScaling.* run as their own ctest with a TIMEOUT
 // (tests/unit/CMakeLists.txt), which a quadratic or exponential expansion
 // would blow; the others build small inputs.
+#include "core_test_support.hpp"
+
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/device_selection.hpp>
 
@@ -20,22 +22,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-constexpr std::string_view kSource = "/cfg/devalloc.toml";
-
-std::string error_of(std::string_view text) {
-  auto result = parse_config(text, kSource);
-  EXPECT_FALSE(result.ok()) << "parsed, but should not:\n"
-                            << text.substr(0, 300);
-  if (result.ok()) return {};
-  EXPECT_EQ(result.status().code(), StatusCode::invalid_argument);
-  return result.status().message();
-}
-
-RuntimeConfig parsed(std::string_view text) {
-  auto result = parse_config(text, kSource);
-  EXPECT_TRUE(result.ok()) << result.status().message();
-  return result.ok() ? std::move(result).value() : RuntimeConfig{};
-}
+const auto error_of = test::config_error_of;
+const auto parsed = test::parsed_config;
 
 // "a" joined n times by separator.
 std::string parts(size_t n, std::string_view part = "a",

@@ -1,3 +1,5 @@
+#include "core_test_support.hpp"
+
 #include <devalloc/core/config.hpp>
 
 #include <gmock/gmock.h>
@@ -17,22 +19,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
-constexpr std::string_view kSource = "/cfg/devalloc.toml";
-
-// The error message parse_config gives for text, which must not parse.
-std::string error_of(std::string_view text) {
-  auto result = parse_config(text, kSource);
-  EXPECT_FALSE(result.ok()) << "parsed, but should not:\n" << text;
-  if (result.ok()) return {};
-  EXPECT_EQ(result.status().code(), StatusCode::invalid_argument);
-  return result.status().message();
-}
-
-RuntimeConfig parsed(std::string_view text) {
-  auto result = parse_config(text, kSource);
-  EXPECT_TRUE(result.ok()) << result.status().message();
-  return result.ok() ? std::move(result).value() : RuntimeConfig{};
-}
+const auto error_of = test::config_error_of;
+const auto parsed = test::parsed_config;
 
 constexpr std::string_view kFullExample = R"(plugin_path = ["plugins", "/opt/vendor/plugins"]
 

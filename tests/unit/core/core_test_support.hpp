@@ -1,5 +1,8 @@
-// Helpers shared by the core unit tests: scratch folders and raw files.
+// Helpers shared by the core unit tests: scratch folders, raw files, and
+// config texts that must or must not parse.
 #pragma once
+
+#include <devalloc/core/config.hpp>
 
 #include <gtest/gtest.h>
 
@@ -80,6 +83,25 @@ inline int run_reference_script(const std::string& arguments) {
                               "/tests/unit/core/write_reference.py' " + arguments;
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The name config texts are parsed under in the tests: errors start with it.
+inline constexpr std::string_view kConfigSource = "/cfg/devalloc.toml";
+
+// The error message parse_config gives for text, which must not parse.
+inline std::string config_error_of(std::string_view text) {
+  auto result = parse_config(text, kConfigSource);
+  EXPECT_FALSE(result.ok()) << "parsed, but should not:\n" << text.substr(0, 300);
+  if (result.ok()) return {};
+  EXPECT_EQ(result.status().code(), StatusCode::invalid_argument);
+  return result.status().message();
+}
+
+// The config text must parse; the defaults when it does not.
+inline RuntimeConfig parsed_config(std::string_view text) {
+  auto result = parse_config(text, kConfigSource);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  return result.ok() ? std::move(result).value() : RuntimeConfig{};
 }
 
 }  // namespace devalloc::test
