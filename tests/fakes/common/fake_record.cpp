@@ -66,12 +66,6 @@ void FakeRecord::gone(const char* kind, uint64_t n) {
   live = n > live ? 0 : live - n;
 }
 
-uint64_t FakeRecord::live(const char* kind) const {
-  std::lock_guard lock(mutex_);
-  auto it = live_.find(kind);
-  return it == live_.end() ? 0 : it->second;
-}
-
 int FakeRecord::live_objects(char* buf, size_t cap) const {
   std::lock_guard lock(mutex_);
   std::string text;

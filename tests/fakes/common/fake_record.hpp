@@ -37,7 +37,6 @@ class FakeRecord {
   // are the runtime's state, not the test's record.
   void created(const char* kind);
   void gone(const char* kind, uint64_t n = 1);
-  uint64_t live(const char* kind) const;
   // Writes "<n> <kind>(s)" for every kind with live objects, one a line, into
   // buf (as violations()) and returns how many kinds have live objects.
   int live_objects(char* buf, size_t cap) const;
