@@ -817,6 +817,9 @@ void Pipeline::work() {
     }
   };
   for (size_t c = next_++; c + 1 < claims_.size() && !stop_; c = next_++) {
+    // Progress is counted once per claim: a shared counter touched for
+    // every 64-byte piece costs more than the piece's copy.
+    uint64_t claim_bytes = 0;
     for (size_t i = claims_[c]; i < claims_[c + 1] && !stop_; ++i) {
       const Piece& p = pieces_[i];
       std::call_once(start_once_[p.queue],
@@ -824,12 +827,7 @@ void Pipeline::work() {
       Status s = contexts_[p.queue].direct ? direct_piece(p) : staged_piece(p);
       ++issued[p.queue];
       if (s.ok()) {
-        if (Status reported = report_progress(p.nbytes); !reported.ok()) {
-          std::lock_guard lock(ledger_->mutex);
-          ledger_->fail(std::move(reported));
-          stop_ = true;
-          ledger_->changed.notify_all();
-        }
+        claim_bytes += p.nbytes;
         continue;
       }
       if (s.code() == StatusCode::internal && s.message() == "stopped") {
@@ -842,6 +840,13 @@ void Pipeline::work() {
                                    range_text(piece) + ") from " +
                                    path_for_message(piece.file->path().string()) + " to " +
                                    queues_[p.queue].device.describe()));
+      stop_ = true;
+      ledger_->changed.notify_all();
+    }
+    if (claim_bytes == 0 || stop_) continue;
+    if (Status reported = report_progress(claim_bytes); !reported.ok()) {
+      std::lock_guard lock(ledger_->mutex);
+      ledger_->fail(std::move(reported));
       stop_ = true;
       ledger_->changed.notify_all();
     }

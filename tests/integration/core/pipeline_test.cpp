@@ -370,7 +370,8 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoading_ThenTheLoadFai
 // Thousands of tiny tensors, each at its own aligned place in the buffer:
 // each is a piece of its own, and threads claim them in runs. Every byte
 // must arrive, each piece must be counted once, and the staged path must
-// stay within its ring while runs of pieces wait for slots.
+// stay within its ring while runs of pieces wait for slots. Progress is
+// reported once per run, not once per tensor.
 TEST_F(PipelineLoad, GivenThousandsOfTinyTensors_WhenLoadedByFourThreads_ThenEveryPieceArrivesAndIsCountedOnce) {
   constexpr uint64_t kTiny = 3000;
   std::vector<std::vector<std::byte>> tiny(kTiny);
@@ -393,11 +394,16 @@ TEST_F(PipelineLoad, GivenThousandsOfTinyTensors_WhenLoadedByFourThreads_ThenEve
 
   for (const bool direct : {false, true}) {
     LoadReport report;
-    auto program =
+    auto runtime =
         Runtime::create(config_for("host", std::string("staging = 16384\nthreads = 4\n") +
-                                               "direct = " + (direct ? "true" : "false") + "\n"))
-            ->load(plan, {}, &report);
+                                               "direct = " + (direct ? "true" : "false") + "\n"));
+    std::vector<uint64_t> progress;
+    runtime->set_progress([&](uint64_t done, uint64_t) { progress.push_back(done); });
+    auto program = runtime->load(plan, {}, &report);
     ASSERT_TRUE(program.ok()) << program.status().message();
+    ASSERT_FALSE(progress.empty());
+    EXPECT_LE(progress.size(), 3u) << direct;  // one call per claim at most
+    EXPECT_EQ(progress.back(), kTiny * 48) << direct;
     EXPECT_EQ(direct ? report.direct_reads : report.copies, kTiny) << direct;
     EXPECT_EQ(direct ? report.copies : report.direct_reads, 0u) << direct;
     EXPECT_EQ(report.constants, kTiny);

@@ -114,8 +114,10 @@ struct PipelineOptions {
 
 // Called from the loading threads with the bytes issued so far, of `total`:
 // one call at a time, `done` rising from call to call, the last call of a
-// load that issued everything with done == total. An exception out of it
-// stops the load, which fails with a status that says so (internal).
+// load that issued everything with done == total; after each large piece
+// or run of small pieces a thread issued, not after every tensor. An
+// exception out of it stops the load, which fails with a status that says
+// so (internal).
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 class CopySchedule {
