@@ -13,9 +13,10 @@
 // folder and deleted afterwards. It asserts nothing about speed.
 //
 // The model of many small tensors (--tensors N of 64 bytes) is timed
-// through build_plan and the load against the same copies in a bare loop,
-// and against one bare pass over its header (scan_header): the least any
-// loader of the format reads before it copies.
+// through build_plan and the load, apart and together with one
+// SafetensorsCache (the header read once), against the same copies in a
+// bare loop, and against one bare pass over its header (scan_header): the
+// least any loader of the format reads before it copies.
 //
 // Destination memory is kept warm: the host plugin pools freed buffers
 // (option pool), so a load writes into the pages the previous load of the
@@ -559,7 +560,7 @@ int main(int argc, char** argv) {
     Model m = small_model(dir, o.small_tensors);
     auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
     devalloc_load(m, *runtime);  // opens the plugin
-    Figure plan_fig, load_fig, bare, scan_fig, write_fig, read_fig;
+    Figure plan_fig, load_fig, together_fig, bare, scan_fig, write_fig, read_fig;
     NameIndex scanned_names;
     std::vector<std::pair<uint64_t, uint64_t>> scanned_offsets;
     auto file = MappedFile::open(m.file);
@@ -572,6 +573,19 @@ int main(int argc, char** argv) {
         if (!plan.ok()) die(plan.status().message());
       });
       measure(load_fig, [&] { devalloc_load(m, *runtime); });
+      // What a runtime that plans in the same process does: one
+      // SafetensorsCache from build_plan to the load, so the header is read
+      // once.
+      measure(together_fig, [&] {
+        SafetensorsCache cache;
+        PlanBuildOptions options;
+        options.cache = &cache;
+        const std::vector<fs::path> files = {m.file};
+        auto plan = build_plan(files, dir / "plan.json", options);
+        if (!plan.ok()) die(plan.status().message());
+        auto program = runtime->load(std::move(*plan), {}, nullptr, &cache);
+        if (!program.ok()) die(program.status().message());
+      });
       // The plan file as `devalloc plan` writes it and `devalloc load`
       // reads and checks it (its sources included) before loading.
       measure(write_fig, [&] {
@@ -598,6 +612,7 @@ int main(int argc, char** argv) {
     std::printf("\n%llu tensors of 64 bytes\n", static_cast<unsigned long long>(m.tensors.size()));
     row("plan (build_plan from the file)", plan_fig, m.bytes);
     row("load", load_fig, m.bytes);
+    row("build_plan + load, one cache", together_fig, m.bytes);
     row("bare loop: the same copies", bare, m.bytes);
     row("header: one bare pass", scan_fig, m.bytes);
     row("plan file: write_plan", write_fig, m.bytes);
@@ -608,8 +623,15 @@ int main(int argc, char** argv) {
     std::printf("  floor: two header passes + the copies = %.4f s, %.1fx the bare loop\n",
                 2 * scan_fig.median() + bare.median(),
                 (2 * scan_fig.median() + bare.median()) / bare.median());
+    std::printf("  build_plan + load, one cache = %.4f s, %.1fx the bare loop\n",
+                together_fig.median(), together_fig.median() / bare.median());
+    std::printf("  floor: one header pass + the copies = %.4f s, %.1fx the bare loop\n",
+                scan_fig.median() + bare.median(),
+                (scan_fig.median() + bare.median()) / bare.median());
     json << "],\"small\":{\"tensors\":" << m.tensors.size() << ",\"plan\":" << json_figure(plan_fig)
-         << ",\"load\":" << json_figure(load_fig) << ",\"bare\":" << json_figure(bare)
+         << ",\"load\":" << json_figure(load_fig)
+         << ",\"plan_and_load_one_cache\":" << json_figure(together_fig)
+         << ",\"bare\":" << json_figure(bare)
          << ",\"header_pass\":" << json_figure(scan_fig)
          << ",\"write_plan\":" << json_figure(write_fig)
          << ",\"read_plan\":" << json_figure(read_fig) << "}}";

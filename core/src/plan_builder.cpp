@@ -103,7 +103,9 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
       return invalid(files[f].string() + ": given twice (also as " +
                      files[it->second].string() + ")");
     }
-    Result<std::shared_ptr<const SafetensorsFile>> file = SafetensorsFile::open(files[f]);
+    Result<std::shared_ptr<const SafetensorsFile>> file =
+        options.cache != nullptr ? options.cache->open(*absolute)
+                                 : SafetensorsFile::open(files[f]);
     if (!file.ok()) return file.status();
     opened.push_back(*file);
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 int main(int argc, char** argv) {
@@ -27,7 +28,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::filesystem::path> files = {dir / "model.safetensors"};
-  auto plan = devalloc::build_plan(files, dir / "plan.json");
+  // One cache for the plan and the load: each header is read once.
+  devalloc::SafetensorsCache cache;
+  devalloc::PlanBuildOptions options;
+  options.cache = &cache;
+  auto plan = devalloc::build_plan(files, dir / "plan.json", options);
   if (!plan.ok()) {
     std::fprintf(stderr, "%s\n", plan.status().message().c_str());
     return 1;
@@ -36,7 +41,7 @@ int main(int argc, char** argv) {
   config.plugin_path.push_back(EXAMPLE_PLUGIN_DIR);
   auto runtime = devalloc::Runtime::create(config);
   devalloc::LoadReport report;
-  auto program = runtime->load(*plan, {}, &report);
+  auto program = runtime->load(std::move(*plan), {}, &report, &cache);
   if (!program.ok()) {
     std::fprintf(stderr, "%s\n", program.status().message().c_str());
     return 1;

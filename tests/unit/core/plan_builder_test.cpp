@@ -219,6 +219,42 @@ TEST_F(PlanBuilder, GivenUnreadableFile_ThenItsError) {
               HasSubstr("missing.safetensors: cannot open: No such file or directory"));
 }
 
+TEST_F(PlanBuilder, GivenCache_ThenALoadOfThePlanFindsTheFilesItOpened) {
+  // The files spelled with a detour: the cache must hold them under the
+  // resolved path that the plan's sources resolve to, or a load would read
+  // every header a second time.
+  fs::create_directories(dir_ / "sub");
+  const std::vector<fs::path> files = {dir_ / "sub" / ".." / "a.safetensors",
+                                       dir_ / "b.safetensors"};
+  SafetensorsCache cache;
+  PlanBuildOptions options;
+  options.cache = &cache;
+  Result<Plan> plan = build_plan(files, dir_ / "plan.json", options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Result<Plan> uncached = build_plan(files, dir_ / "plan.json");
+  ASSERT_TRUE(uncached.ok()) << uncached.status().message();
+  fs::remove(dir_ / "a.safetensors");
+  fs::remove(dir_ / "b.safetensors");
+
+  // With the files gone, only what the cache holds can check the sources.
+  PlanValidationOptions validation;
+  validation.cache = &cache;
+  const Status cached = validate_plan(*plan, validation);
+  EXPECT_TRUE(cached.ok()) << cached.message();
+  SafetensorsCache empty;
+  validation.cache = &empty;
+  EXPECT_THAT(validate_plan(*uncached, validation).message(), HasSubstr("cannot open"));
+}
+
+TEST_F(PlanBuilder, GivenCacheAndUnreadableFile_ThenItsErrorNamesTheFile) {
+  const std::vector<fs::path> files = {dir_ / "missing.safetensors"};
+  SafetensorsCache cache;
+  PlanBuildOptions options;
+  options.cache = &cache;
+  EXPECT_THAT(error(build_plan(files, dir_ / "plan.json", options)),
+              HasSubstr("missing.safetensors: cannot open: No such file or directory"));
+}
+
 TEST_F(PlanBuilder, GivenReferenceFile_WhenPlannedAndValidated_ThenSourcesResolveToItsBytes) {
   ASSERT_EQ(test::run_reference_script("write '" + dir_.path().string() + "'"), 0);
   const std::vector<fs::path> files = {dir_ / "numpy.safetensors", dir_ / "raw.safetensors"};

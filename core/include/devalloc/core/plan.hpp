@@ -163,6 +163,11 @@ struct PlanBuildOptions {
   std::string default_device = "host";    // for tensors no rule matches
   uint64_t alignment = 256;               // of each tensor's offset; power of two
   std::vector<std::string> methods = {"main"};  // each uses every tensor
+  // Where the files are opened, by their resolved path (the path a load of
+  // the plan opens them by): a caller that loads the plan in the same
+  // process passes the cache it will load with, and each header is read
+  // once. When null, build_plan opens the files itself.
+  SafetensorsCache* cache = nullptr;
 };
 
 // A plan for every tensor of `files`: one buffer per device tag (memory ids
