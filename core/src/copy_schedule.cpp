@@ -159,6 +159,11 @@ struct Ticket {
   uint64_t offset = 0;             // of the piece in the step
   bool released = false;           // under the ledger's mutex
   bool copy_failed = false;        // its copy call returned an error
+  bool released_twice = false;     // said once
+  bool in_call = true;             // its copy call has not returned yet
+  // A breach of this copy during its call: said after the call's own error
+  // when the call fails (PLUGIN-21), else as soon as the call returns.
+  std::string breach_in_call;
 };
 
 // The release accounting of one execute(): slots, tickets, and the first
@@ -184,6 +189,11 @@ struct Ledger {
   uint64_t forced_synchronizes = 0;
   Status failure;  // the first one; stops every thread
   bool breach = false;  // a release rule was broken: never free the ledger
+  // A release did not come within release_timeout: the other queues' waits
+  // end at once instead of each taking the timeout again. Other breaches
+  // (a release twice, a stray one) do not end the waits: the copies still
+  // in flight are waited for, so their buffers are not freed before.
+  bool gave_up = false;
 
   void fail(Status s) {
     if (failure.ok()) failure = std::move(s);
@@ -213,10 +223,13 @@ struct Ledger {
   std::string plugin_of(const Ticket& t) const {
     return devices[t.queue]->plugin->name();
   }
-  // "plugin a" or "plugins a, b": those this load copies through.
+  // "plugin a" or "plugins a, b": those this load hands until-released
+  // copies to (the staged queues; a direct read gets no release).
   std::string plugins() const {
     std::set<std::string> names;
-    for (const ResolvedDevice* d : devices) names.insert(d->plugin->name());
+    for (const Ring& r : rings) {
+      for (size_t qi : r.queues) names.insert(devices[qi]->plugin->name());
+    }
     std::string text;
     for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
     return (names.size() == 1 ? "plugin " : "plugins ") + text;
@@ -436,10 +449,12 @@ void stray_release(const void* user_data) {
     std::snprintf(address, sizeof address, "%p", user_data);
     // The callback went only to plugins of loads: this one's, or an
     // earlier one's that releases after its load ended.
+    const std::string who = running->rings.empty()
+                                ? std::string("a plugin of an earlier load")
+                                : running->plugins() + " (or a plugin of an earlier load)";
     running->fail(Status(StatusCode::device_error,
-                         running->plugins() +
-                             " (or a plugin of an earlier load) broke PLUGIN-14 (PLUGIN-21 "
-                             "release accounting): on_release came with user_data " +
+                         who + " broke PLUGIN-14 (PLUGIN-21 release accounting): on_release "
+                               "came with user_data " +
                              address + ", which no copy of this load was given"));
   }
   running->changed.notify_all();
@@ -483,10 +498,18 @@ extern "C" void on_piece_released(void* user_data) {
       // The first release gave the slot back already; giving it again would
       // corrupt the ring. The load ends instead.
       ledger.breach = true;
-      if (ledger.running && ledger.failure.ok()) ledger.fail(Status(StatusCode::device_error,
-                         "plugin " + ledger.plugin_of(*t) +
+      // After the copy's own error when it failed (PLUGIN-21), once.
+      if (ledger.running && !t->released_twice) {
+        std::string breach = "plugin " + ledger.plugin_of(*t) +
                              " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
-                             ledger.copy_of(*t) + " was released twice"));
+                             ledger.copy_of(*t) + " was released twice";
+        if (t->in_call) {
+          t->breach_in_call = std::move(breach);
+        } else {
+          ledger.fail_also(Status(StatusCode::device_error, breach));
+        }
+      }
+      t->released_twice = true;
     } else {
       t->released = true;
       ledger.unreleased[t->queue].erase(t->id);
@@ -724,10 +747,11 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
   const std::chrono::milliseconds timeout =
       std::clamp(options_.release_timeout, std::chrono::milliseconds(0), kMaxReleaseTimeout);
   const bool done = ledger.changed.wait_for(lock, timeout, [&] {
-    return ledger.breach || pending.empty() || *pending.begin() > up_to_id;
+    return ledger.gave_up || pending.empty() || *pending.begin() > up_to_id;
   });
   if (done) return Status();
   ledger.breach = true;
+  ledger.gave_up = true;
   const Ticket& t = ledger.tickets[*pending.begin()];
   // A failed copy is released too (PLUGIN-14); a copy that went through
   // is released by the synchronize that covers it at the latest (PLUGIN-20).
@@ -781,8 +805,15 @@ Status Pipeline::staged_piece(const Piece& p) {
     if (!read.ok()) {
       ledger.rings[c.ring].free.push_back(*taken);
     } else {
-      ledger.tickets.push_back(Ticket{ledger.tickets.size(), p.queue, c.ring,
-                                      *taken, p.nbytes, &s, p.offset, false});
+      Ticket fresh;
+      fresh.id = ledger.tickets.size();
+      fresh.queue = p.queue;
+      fresh.ring = c.ring;
+      fresh.slot = *taken;
+      fresh.nbytes = p.nbytes;
+      fresh.step = &s;
+      fresh.offset = p.offset;
+      ledger.tickets.push_back(std::move(fresh));
       ticket = &ledger.tickets.back();
       ledger.unreleased[p.queue].insert(ticket->id);
       ledger.in_flight += p.nbytes;
@@ -799,10 +830,19 @@ Status Pipeline::staged_piece(const Piece& p) {
   Status copied = device.plugin->copy_to_device_until_released(
       device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
       p.nbytes, on_piece_released, ticket);
-  if (!copied.ok()) {
+  {
     std::lock_guard lock(ledger.mutex);
-    ticket->copy_failed = true;
+    ticket->in_call = false;
+    if (!copied.ok()) {
+      ticket->copy_failed = true;
+      if (!ticket->breach_in_call.empty()) {
+        copied = Status(copied.code(), copied.message() + "; then " + ticket->breach_in_call);
+      }
+    } else if (!ticket->breach_in_call.empty()) {
+      ledger.fail_also(Status(StatusCode::device_error, ticket->breach_in_call));
+    }
   }
+  ledger.changed.notify_all();
   return copied;
 }
 

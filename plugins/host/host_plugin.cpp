@@ -75,7 +75,12 @@ class HostInstance final : public plugin::Instance {
 
   void copy_until_released(uint32_t, uint64_t dst, const void* src, uint64_t nbytes,
                            plugin::Release release) override {
-    if (copy_corrupted(dst, src, nbytes)) return;
+    try {
+      if (copy_corrupted(dst, src, nbytes)) return;
+    } catch (...) {
+      if (faults_.release_failed_copy_twice()) release.fire_twice_on_purpose();
+      throw;
+    }
     if constexpr (releases_on_sync) {
       // The range is checked now (PLUGIN-15); on failure `release` fires as
       // it unwinds (PLUGIN-14), only the copy itself waits for synchronize.

@@ -42,7 +42,8 @@ namespace devalloc::host {
 #if defined(DEVALLOC_HOST_FAULT_INJECTION)
 inline constexpr const char* plugin_name = "host_faulty";
 inline constexpr const char* accepted_options =
-    "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy, memory_limit, pool";
+    "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy, memory_limit, pool, "
+    "release_failed_copy_twice";
 #elif defined(DEVALLOC_HOST_BREAK_DURING_CALL)
 inline constexpr const char* plugin_name = "host_late_read";
 inline constexpr const char* accepted_options = "memory_limit, pool";
@@ -98,7 +99,10 @@ inline constexpr uint64_t abi_1_1_capabilities = DEVALLOC_CAPABILITY_HOST_ADDRES
 //   flip_byte_at_copy=N  the N-th copy succeeds but lands its first byte
 //                        inverted: silent corruption for verify tests;
 //   fail_synchronize=true  every synchronize() fails with DEVICE_ERROR after
-//                        waiting for the copies as usual.
+//                        waiting for the copies as usual;
+//   release_failed_copy_twice=true  the copy that fail_copy_at fails, if
+//                        until-released, releases its source twice (a
+//                        PLUGIN-14 breach after the copy's own error).
 // Copies are counted over copy_host_to_device() calls on device 0 with a
 // known src_lifetime, a non-zero size and a source.
 class FaultPlan {
@@ -108,6 +112,7 @@ class FaultPlan {
     uint64_t fail_copy_at = 0;
     uint64_t flip_byte_at_copy = 0;
     bool fail_synchronize = false;
+    bool release_failed_copy_twice = false;
   };
 
   static Settings take_settings(plugin::Options& options) {
@@ -116,6 +121,7 @@ class FaultPlan {
     s.fail_copy_at = options.take_u64("fail_copy_at", 0);
     s.flip_byte_at_copy = options.take_u64("flip_byte_at_copy", 0);
     s.fail_synchronize = options.take_bool("fail_synchronize", false);
+    s.release_failed_copy_twice = options.take_bool("release_failed_copy_twice", false);
     return s;
   }
 
@@ -140,6 +146,8 @@ class FaultPlan {
     return n == settings_.flip_byte_at_copy;
   }
 
+  bool release_failed_copy_twice() const { return settings_.release_failed_copy_twice; }
+
   void after_synchronize() const {
     if (settings_.fail_synchronize) {
       throw plugin::Failure{DEVALLOC_STATUS_DEVICE_ERROR,
@@ -161,6 +169,7 @@ class FaultPlan {
   explicit FaultPlan(const Settings&) {}
   void before_allocate() {}
   bool before_copy() { return false; }
+  bool release_failed_copy_twice() const { return false; }
   void after_synchronize() const {}
 };
 #endif

@@ -317,6 +317,30 @@ TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPie
                     HasSubstr("injected by fail_copy_at = 5")));
 }
 
+// PLUGIN-21: a failed copy released twice is a breach said after the copy's
+// own error, not lost behind it.
+TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwice_WhenLoading_ThenTheBreachFollowsTheCopysError) {
+  const uint64_t before = DeviceBuffer::live_count();
+  const std::string text = "[plugins.p]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_host_faulty.so").string() +
+                           "\"\noptions = { fail_copy_at = \"5\", "
+                           "release_failed_copy_twice = true, async = true }\n"
+                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
+                           "[load]\nstaging = 16384\ndirect = false\nthreads = 1\n";
+  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto program = Runtime::create(*config)->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::device_error);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("copying tensor \"t1004\""),
+                    HasSubstr("injected by fail_copy_at = 5"),
+                    HasSubstr("; then plugin host_faulty broke PLUGIN-14 (PLUGIN-21 release "
+                              "accounting): copy of tensor \"t1004\""),
+                    HasSubstr("was released twice")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 // Four threads add their bytes in one order and would report them in
 // another: the callback sees one call at a time, `done` rising, and the
 // last call says everything was issued.
