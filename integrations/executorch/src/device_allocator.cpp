@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdio>
 #include <optional>
+#include <string_view>
+#include <vector>
 #include <utility>
 
 namespace devalloc::executorch {
@@ -33,6 +35,25 @@ std::string hex(uint64_t address) {
 }
 
 }  // namespace
+
+std::vector<std::string_view> log_parts(std::string_view message) {
+  std::vector<std::string_view> parts;
+  while (message.size() > kLogPartBytes) {
+    // After a space in the part's second half, so that words stay whole;
+    // else before the first byte of a UTF-8 sequence (continuation bytes
+    // are 10xxxxxx); else anywhere (not UTF-8).
+    size_t cut = message.rfind(' ', kLogPartBytes - 1) + 1;  // 0 when none
+    if (cut <= kLogPartBytes / 2) {
+      cut = kLogPartBytes;
+      while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+      if (cut == 0) cut = kLogPartBytes;
+    }
+    parts.push_back(message.substr(0, cut));
+    message.remove_prefix(cut);
+  }
+  parts.push_back(message);
+  return parts;
+}
 
 et::Error to_executorch_error(StatusCode code) {
   switch (code) {
@@ -68,8 +89,19 @@ std::string DevallocDeviceAllocator::tag(DeviceIndex index) const {
 }
 
 et::Error DevallocDeviceAllocator::fail(const char* call, const Status& status) const {
-  ET_LOG(Error, "devalloc %s allocator: %s: %s", type_name(type_), call,
-         status.message().c_str());
+  // ExecuTorch's log keeps 255 bytes of a message and drops the rest, and
+  // the reason is at the end of devalloc's messages: a long one is logged in
+  // parts, each cut before a UTF-8 sequence starts.
+  const std::vector<std::string_view> parts = log_parts(status.message());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts.size() == 1) {
+      ET_LOG(Error, "devalloc %s allocator: %s: %.*s", type_name(type_), call,
+             static_cast<int>(parts[i].size()), parts[i].data());
+    } else {
+      ET_LOG(Error, "devalloc %s allocator: %s (%zu/%zu): %.*s", type_name(type_), call,
+             i + 1, parts.size(), static_cast<int>(parts[i].size()), parts[i].data());
+    }
+  }
   return to_executorch_error(status.code());
 }
 

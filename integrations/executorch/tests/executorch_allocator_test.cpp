@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -154,9 +155,19 @@ TEST_F(ExecuTorchAllocator, GivenRequestPastDeviceMemory_WhenCreating_ThenExecuT
   ASSERT_FALSE(buffer.ok());
   EXPECT_EQ(buffer.error(), et::Error::MemoryAllocationFailed);
   const std::string log = take_log();
-  EXPECT_NE(log.find("devalloc CUDA allocator: allocate: allocating " +
-                     std::to_string(too_big) + " bytes"), std::string::npos) << log;
-  EXPECT_NE(log.find(on_fake_cuda() ? "plugin cuda" : "plugin host"), std::string::npos) << log;
+  // The message is longer than ExecuTorch logs: in parts, none cut off, the
+  // reason at its end included.
+  EXPECT_NE(log.find("devalloc CUDA allocator: allocate (1/"), std::string::npos) << log;
+  std::string message;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LT(line.size(), 255u) << line;
+    message += line.substr(line.find("): ") + 3);
+  }
+  EXPECT_EQ(message.find("allocating " + std::to_string(too_big) + " bytes"), 0u) << message;
+  EXPECT_NE(message.find(on_fake_cuda() ? "plugin cuda" : "plugin host"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("out of device memory"), std::string::npos) << message;
   EXPECT_EQ(adapter()->live_allocations(), 0u);
   if (on_fake_cuda()) {
     EXPECT_EQ(fake_live_allocations(1), 0u);
@@ -248,6 +259,22 @@ TEST_F(ExecuTorchAllocator, GivenZeroByteAllocations_ThenNullNothingTrackedAndFr
     ASSERT_TRUE(buffer.ok()) << take_log();
   }
   EXPECT_EQ(adapter()->live_allocations(), before);
+}
+
+TEST(ExecuTorchLogParts, GivenLongUtf8Message_ThenPartsAreShortStartOnASequenceAndJoinToIt) {
+  std::string message;
+  for (int i = 0; i < 100; ++i) message += "tensor \xc3\xa9\xe2\x82\xac ";  // 2- and 3-byte sequences
+  const std::vector<std::string_view> parts = devalloc::executorch::log_parts(message);
+  ASSERT_GT(parts.size(), 1u);
+  std::string joined;
+  for (std::string_view part : parts) {
+    EXPECT_LE(part.size(), devalloc::executorch::kLogPartBytes);
+    EXPECT_NE(static_cast<unsigned char>(part.front()) & 0xC0, 0x80) << "starts mid-sequence";
+    joined += part;
+  }
+  EXPECT_EQ(joined, message);
+  EXPECT_EQ(devalloc::executorch::log_parts("short").size(), 1u);
+  EXPECT_EQ(devalloc::executorch::log_parts("").size(), 1u);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace devalloc::executorch {
 
@@ -36,6 +38,12 @@ using ::executorch::runtime::etensor::DeviceType;
 
 // The ExecuTorch error code for a devalloc status code.
 et::Error to_executorch_error(StatusCode code);
+
+// ExecuTorch's log drops what follows the 255th byte of a message: a
+// devalloc message is logged in parts of at most kLogPartBytes, each cut
+// before a UTF-8 sequence starts ("... allocate (1/2): ...").
+inline constexpr size_t kLogPartBytes = 192;
+std::vector<std::string_view> log_parts(std::string_view message);
 
 class DevallocDeviceAllocator final : public et::DeviceAllocator {
  public:
