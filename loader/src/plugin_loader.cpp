@@ -116,7 +116,19 @@ PluginLoader::PluginLoader(PluginSearchOptions options)
     trusted_paths_.clear();
   }
   if (fs::path installed = installed_plugin_dir(); !installed.empty()) {
-    add(installed, PluginPathSource::installed);
+    std::error_code ec;
+    if (fs::is_directory(installed, ec)) {
+      add(installed, PluginPathSource::installed);
+    } else {
+      // A program of its own that links devalloc's libraries, or the Python
+      // module: nothing of devalloc's is next to it. Said wherever a plugin
+      // is not found, with what to do.
+      notes_.push_back("there is no installed plugin folder " +
+                       path_for_message(installed.string()) +
+                       " next to this program; a program outside devalloc's install "
+                       "prefix finds its plugins through the config's plugin_path or "
+                       "DEVALLOC_PLUGIN_PATH (PREFIX/" DEVALLOC_PLUGIN_DIR_IN_PREFIX ")");
+    }
   }
   for (const auto& d : search_dirs_) search_path_.push_back(d.dir);
 }

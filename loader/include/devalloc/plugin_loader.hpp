@@ -7,7 +7,9 @@
 //   4. a program's own plugin folders (fallback_dirs: the Python package's),
 //      so that the user's folders above can replace what it bundles,
 //   5. the installed plugin folder, ../lib/devalloc/plugins relative to the
-//      binary that contains the loader (installed_plugin_dir()).
+//      binary that contains the loader (installed_plugin_dir()), when it
+//      exists; otherwise notes() says there is none and what to do (a
+//      program that links the loader from outside devalloc's prefix).
 // The current directory is never searched implicitly. While the process
 // runs with elevated privileges (effective ids differ from the real ones, or
 // AT_SECURE), 1-4 are ignored and an explicit path outside the installed

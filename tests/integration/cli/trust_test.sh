@@ -61,6 +61,24 @@ installed_folder_is_found_from_the_program_not_argv0)
   (exec -a /nonexistent/bin/devalloc "$devalloc" plugins) > out.txt; check_installed "with exec -a"
   (exec -a "$PWD/open/devalloc" "$devalloc" plugins) > out.txt; check_installed "with argv[0] in another folder"
   ;;
+a_program_outside_the_prefix_is_told_where_plugins_come_from)
+  # A copy of the program with no lib/devalloc/plugins next to it, as a
+  # program of one's own that links devalloc's libraries: that folder is
+  # not searched, and a plugin not found says what to do.
+  mkdir -p away/bin && cp "$devalloc" away/bin/devalloc
+  away/bin/devalloc plugins > out.txt
+  cat out.txt
+  ! grep -q '(installed)' out.txt || fail "a folder that does not exist is listed as installed"
+  grep -qF "note: there is no installed plugin folder $PWD/away/lib/devalloc/plugins next to this program; a program outside devalloc's install prefix finds its plugins through the config's plugin_path or DEVALLOC_PLUGIN_PATH (PREFIX/lib/devalloc/plugins)" out.txt ||
+    fail "no note saying where plugins come from"
+  printf '{"format": "devalloc-plan", "version": 1, "buffers": [{"memory_id": 0, "device": "host", "size": 64, "alignment": 64}], "tensors": [], "methods": [{"name": "forward", "memory_ids": [0], "tensors": []}]}' > plan.json
+  set +e; away/bin/devalloc load plan.json > out.txt 2> err.txt; rc=$?; set -e
+  cat err.txt
+  [ "$rc" -eq 1 ] || fail "exit code $rc, expected 1"
+  grep -qF "no libdevalloc_host.so in (empty search path); there is no installed plugin folder $PWD/away/lib/devalloc/plugins" err.txt ||
+    fail "the load's error does not say where plugins come from"
+  DEVALLOC_PLUGIN_PATH="$(dirname "$host_plugin")" away/bin/devalloc load plan.json
+  ;;
 broken_plugin_files_are_refused_unopened)
   # A truncated copy (an interrupted cp) made dlopen die of SIGBUS, taking
   # the whole listing with it; another machine's ELF file and a text file
