@@ -109,6 +109,14 @@ int run_load(const LoadCommandOptions& o) {
     for (const auto& b : (*program)->buffers()) n += b->device().same_device(d) ? 1 : 0;
     return n;
   };
+  // True when the device serves a buffer as a fallback, whichever of the
+  // tags that lead to it came first.
+  auto fallback_on = [&](const ResolvedDevice& d) {
+    for (const auto& b : (*program)->buffers()) {
+      if (b->device().same_device(d) && b->device().is_fallback) return true;
+    }
+    return false;
+  };
 
   if (o.json) {
     nlohmann::json out = {{"plan", o.plan},
@@ -134,7 +142,7 @@ int run_load(const LoadCommandOptions& o) {
       out["devices"].push_back({{"plugin", d.device.plugin_name},
                                 {"device", d.device.device},
                                 {"device_name", d.device.info().name},
-                                {"fallback", d.device.is_fallback},
+                                {"fallback", fallback_on(d.device)},
                                 {"buffers", buffers_on(d.device)},
                                 {"tensors", d.tensors},
                                 {"bytes", d.bytes},
@@ -162,7 +170,7 @@ int run_load(const LoadCommandOptions& o) {
               "seconds", "GB/s");
   for (const auto& d : report.devices) {
     std::printf("  %-46s %7llu %7llu %10s %8.3f %8.2f\n",
-                (d.device.device_label() + (d.device.is_fallback ? " [fallback]" : "")).c_str(),
+                (d.device.device_label() + (fallback_on(d.device) ? " [fallback]" : "")).c_str(),
                 static_cast<unsigned long long>(buffers_on(d.device)),
                 static_cast<unsigned long long>(d.tensors), human_bytes(d.bytes).c_str(),
                 d.seconds, gb_per_s(d.bytes, d.seconds));

@@ -157,6 +157,23 @@ inspect_shows_resolved_devices)
     || fail "buffer 0 not shown on its fallback"
   grep -q 'kv_cache .*(scratch)' out.txt || fail "scratch tensor not listed"
   ;;
+load_marks_a_device_serving_a_fallback_whichever_buffer_comes_first)
+  # One device serves a buffer planned for it and one that fell back to it:
+  # its row is a fallback row whatever the order of the two buffers.
+  "$python" -c "
+import numpy as np; from safetensors.numpy import save_file
+save_file({'a': np.ones(4, np.float32), 'lm_head.w': np.ones(4, np.float32)}, 'm.safetensors')"
+  printf '[devices."nosuchvendor:0"]\nfallback = ["host"]\n' > c.toml
+  "$devalloc" plan m.safetensors --place 'lm_head.*=nosuchvendor:0' -o host-first.json
+  "$devalloc" plan m.safetensors --place 'a=nosuchvendor:0' -o fallback-first.json
+  for p in host-first fallback-first; do
+    "$devalloc" load $p.json --config c.toml | tee out.txt
+    grep -qE '^  host device 0 "host memory" \[fallback\] ' out.txt || fail "$p: the row is not marked [fallback]"
+    "$devalloc" load $p.json --config c.toml --json > out.json
+    "$python" -c "import json,sys; d=json.load(open('out.json'))['devices']; sys.exit(0 if len(d) == 1 and d[0]['fallback'] else 1)" ||
+      fail "$p: the JSON row is not a fallback"
+  done
+  ;;
 inspect_and_load_check_free_memory)
   # Issue 7: a device that reports less free memory than the plan needs is
   # shown by inspect and refused by load before anything is allocated.
