@@ -12,7 +12,7 @@ import os as _os
 from . import _native
 from ._errors import Error
 
-__all__ = ["Error", "Program", "Runtime", "Tensor", "plan", "plugin_dir", "plugins"]
+__all__ = ["Error", "Program", "Runtime", "Tensor", "plan", "plugin_dir", "plugins", "to_numpy"]
 
 Program = _native.Program
 Tensor = _native.Tensor
@@ -74,6 +74,10 @@ class Runtime:
             if not methods:
                 # An empty list loading everything would surprise; None says all.
                 raise ValueError("methods: an empty list names no method; pass None to load all")
+        if progress is not None and not callable(progress):
+            # Said now, not from a loading thread at the first call.
+            raise TypeError("progress: a callable progress(done, total) or None, not %r"
+                            % type(progress).__name__)
         return self._native.load(_os.fspath(plan), methods, verify, progress)
 
 

@@ -119,6 +119,20 @@ def test_methods_none_loads_all_and_an_empty_list_or_name_is_an_error(example):
         runtime.load(example / "plan.json", methods=["prefill", ""])
 
 
+def test_a_progress_that_is_not_callable_is_refused_before_loading(example):
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    with pytest.raises(TypeError, match="progress: a callable"):
+        runtime.load(example / "plan.json", progress=5)
+
+
+def test_star_import_brings_what_the_docs_name():
+    names = {}
+    exec("from devalloc import *", names)
+    for name in ("Runtime", "Program", "Tensor", "Error", "plan", "plugins", "plugin_dir",
+                 "to_numpy"):
+        assert name in names, name
+
+
 def test_bf16_is_refused_for_numpy_with_the_dtype_named(example):
     program = devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json")
     tensor = program["model.embed_tokens.weight"]
