@@ -154,6 +154,10 @@ struct PluginLayer::Ticket {
   // must a later synchronize cover the copy. One in flight on another
   // thread when synchronize starts is concurrent with it, not before it.
   bool issued = false;
+  // Set (under the mutex) when a synchronize reported this copy's release
+  // missing (PLUGIN-20): a later synchronize still fails for it, but does
+  // not print or log the same breach again.
+  bool missing_reported = false;
 };
 
 struct PluginLayer::Call {
@@ -704,15 +708,22 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   layer.finish(call);
 
   std::string owed;
-  std::string missing;
+  std::string missing;       // the first copy still unreleased
+  std::string newly_missing; // the first one no synchronize reported before
   size_t missing_count = 0;
+  size_t newly_missing_count = 0;
   bool failed_async = false;
   {
     std::lock_guard lock(layer.mutex_);
     for (uint64_t id : before) {
       auto it = layer.pending_.find(id);
       if (it == layer.pending_.end()) continue;
-      if (missing_count++ == 0) missing = it->second->call;
+      Ticket& ticket = *it->second;
+      if (missing_count++ == 0) missing = ticket.call;
+      if (!ticket.missing_reported) {
+        if (newly_missing_count++ == 0) newly_missing = ticket.call;
+        ticket.missing_reported = true;
+      }
     }
     layer.take_owed(device, &owed);
     failed_async = layer.failed_devices_.erase(device) != 0;
@@ -722,11 +733,26 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     return layer.fail_breach(call, "PLUGIN-10",
                              "succeeded for a device index at or above the count");
   }
+  // Each copy's missing release is one breach, printed and logged by the
+  // first synchronize that finds it; every synchronize that returns without
+  // the release still fails.
+  if (newly_missing_count != 0 && layer.settings_.validate) {
+    const size_t earlier = missing_count - newly_missing_count;
+    return layer.fail_breach(
+        call, "PLUGIN-20",
+        "returned while " + std::to_string(newly_missing_count) +
+            " copies issued before it were not released (first: " + newly_missing + ")" +
+            (earlier == 0 ? std::string()
+                          : "; " + std::to_string(earlier) +
+                                " more were reported by an earlier synchronize"));
+  }
   if (missing_count != 0 && layer.settings_.validate) {
-    return layer.fail_breach(call, "PLUGIN-20",
-                             "returned while " + std::to_string(missing_count) +
-                                 " copies issued before it were not released (first: " +
-                                 missing + ")");
+    return layer.fail(call, DEVALLOC_STATUS_INTERNAL,
+                      "validation: PLUGIN-20: " + call.text + ": returned while " +
+                          std::to_string(missing_count) +
+                          " copies issued before it were not released, as an earlier "
+                          "synchronize reported (first: " +
+                          missing + ")");
   }
   if (!owed.empty() && layer.settings_.validate) {
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL, "validation: " + owed);

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,36 @@ TEST_F(ValidationLayer, GivenPluginThatNeverReleasesBeforeDestroy_WhenSynchroniz
   EXPECT_EQ(plugin->layer_counters()->pending_releases, 1u);
   plugin.reset();  // destroy releases it after all
   EXPECT_EQ(releases, 1);
+}
+
+// docs/reliability.md: each breach is printed (and logged) once. A copy whose
+// release is still missing fails every synchronize, but is one breach.
+TEST_F(ValidationLayer, GivenACopyNeverReleased_WhenSynchronizingAgainAndAgain_ThenItsBreachIsLoggedOnce) {
+  auto plugin = open("never_releases");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 128, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(128, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  for (int i = 0; i < 3; ++i) {
+    Status s = plugin->synchronize(0);
+    EXPECT_EQ(s.code(), StatusCode::internal) << "synchronize " << i;
+    EXPECT_THAT(s.message(), HasSubstr("PLUGIN-20")) << "synchronize " << i;
+  }
+  EXPECT_THAT(rules(), ::testing::ElementsAre("PLUGIN-20"));
+  // A second copy is a breach of its own: logged once more, naming it alone.
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base + 64, bytes.data(), 64, count, &releases).ok());
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(plugin->synchronize(0).ok());
+  const std::vector<ValidationBreach> breaches = validation_breaches();
+  ASSERT_EQ(breaches.size(), 2u);
+  EXPECT_EQ(breaches[1].rule, "PLUGIN-20");
+  std::ostringstream second_dst;
+  second_dst << "dst 0x" << std::hex << *base + 64 << ",";
+  EXPECT_THAT(breaches[1].detail, AllOf(HasSubstr("1 copies issued before it"),
+                                        HasSubstr(second_dst.str()), HasSubstr("1 more were reported")));
+  plugin.reset();
+  EXPECT_EQ(releases, 2);
 }
 
 TEST_F(ValidationLayer, GivenPluginReleasingWithAMadeUpUserData_ThenPlugin14AndTheReleaseIsNotFollowed) {
