@@ -90,6 +90,9 @@ class HostInstance final : public plugin::Instance {
     } else if constexpr (releases_twice) {
       device_.copy_now(dst, src, nbytes);
       release.fire_twice_on_purpose();
+    } else if constexpr (releases_stray) {
+      device_.copy_now(dst, src, nbytes);
+      release.fire_then_stray_on_purpose();
     } else {
       device_.copy_later(dst, src, nbytes, std::move(release));
     }

@@ -16,6 +16,12 @@
 //                                   until-released copy twice (breaks
 //                                   PLUGIN-14; the host must fail the load,
 //                                   PLUGIN-21);
+//   DEVALLOC_HOST_STRAY_RELEASE     "host_stray_release": releases every
+//                                   until-released copy once, then calls
+//                                   on_release again with user_data + 1, a
+//                                   value it was never given (breaks
+//                                   PLUGIN-14; the conformance suite must
+//                                   report it, not follow it);
 //   DEVALLOC_HOST_ABI_1_0           "host_abi_1_0": hands out a function
 //                                   table of ABI 1.0's size and no 1.1
 //                                   capability, as a plugin built against
@@ -33,7 +39,7 @@
 
 #if defined(DEVALLOC_HOST_FAULT_INJECTION) + defined(DEVALLOC_HOST_BREAK_DURING_CALL) + \
         defined(DEVALLOC_HOST_RELEASE_ON_SYNC) + defined(DEVALLOC_HOST_DOUBLE_RELEASE) + \
-        defined(DEVALLOC_HOST_ABI_1_0) > 1
+        defined(DEVALLOC_HOST_STRAY_RELEASE) + defined(DEVALLOC_HOST_ABI_1_0) > 1
 #error "build one host plugin variant at a time"
 #endif
 
@@ -52,6 +58,9 @@ inline constexpr const char* plugin_name = "host_release_on_sync";
 inline constexpr const char* accepted_options = "memory_limit, pool";
 #elif defined(DEVALLOC_HOST_DOUBLE_RELEASE)
 inline constexpr const char* plugin_name = "host_double_release";
+inline constexpr const char* accepted_options = "async, memory_limit, pool";
+#elif defined(DEVALLOC_HOST_STRAY_RELEASE)
+inline constexpr const char* plugin_name = "host_stray_release";
 inline constexpr const char* accepted_options = "async, memory_limit, pool";
 #elif defined(DEVALLOC_HOST_ABI_1_0)
 inline constexpr const char* plugin_name = "host_abi_1_0";
@@ -80,6 +89,11 @@ inline constexpr bool releases_on_sync = false;
 inline constexpr bool releases_twice = true;
 #else
 inline constexpr bool releases_twice = false;
+#endif
+#if defined(DEVALLOC_HOST_STRAY_RELEASE)
+inline constexpr bool releases_stray = true;
+#else
+inline constexpr bool releases_stray = false;
 #endif
 #if defined(DEVALLOC_HOST_ABI_1_0)
 inline constexpr size_t api_struct_size = DEVALLOC_PLUGIN_API_V1_MIN_SIZE;

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
+#include <unordered_set>
 
 namespace devalloc::conformance {
 namespace {
@@ -24,7 +27,63 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The user_data values the suite can hand to a plugin: its live probes.
+// Shared while a release is handled, exclusive while a probe comes or goes.
+struct ProbeRegistry {
+  std::shared_mutex mutex;
+  std::unordered_set<const void*> live;
+};
+
+ProbeRegistry& probe_registry() {
+  // Never destroyed: a plugin thread may still release during exit.
+  static auto* registry = new ProbeRegistry;
+  return *registry;
+}
+
+constexpr size_t kStraysKept = 4;
+
+struct StrayLog {
+  std::mutex mutex;
+  StrayReleases strays;
+};
+
+StrayLog& stray_log() {
+  static auto* log = new StrayLog;
+  return *log;
+}
+
+void record_stray(const void* user_data) {
+  StrayLog& log = stray_log();
+  std::lock_guard lock(log.mutex);
+  if (log.strays.first.size() < kStraysKept) {
+    log.strays.first.push_back(reinterpret_cast<uintptr_t>(user_data));
+  }
+  ++log.strays.count;
+}
+
+// One failure for the stray releases in `strays`, which came `when`.
+void report_strays(const StrayReleases& strays, const char* when) {
+  if (strays.count == 0) return;
+  ::testing::Message message;
+  message << "on_release came " << strays.count << " time(s) " << when
+          << " with a user_data that the suite gave to no copy (";
+  for (size_t i = 0; i < strays.first.size(); ++i) {
+    message << (i == 0 ? "" : ", ") << "0x" << std::hex << strays.first[i] << std::dec;
+  }
+  if (strays.count > strays.first.size()) message << ", ...";
+  message << "): a stray release; each copy's on_release must come exactly once, with "
+             "the user_data of that copy, which breaks PLUGIN-14 (a host ends its load "
+             "on it, PLUGIN-21). The suite looked the value up and did not follow it.";
+  ADD_FAILURE() << message;
+}
+
 }  // namespace
+
+StrayReleases take_stray_releases() {
+  StrayLog& log = stray_log();
+  std::lock_guard lock(log.mutex);
+  return std::exchange(log.strays, StrayReleases{});
+}
 
 void set_target(const Target& target) { target_storage() = target; }
 
@@ -141,7 +200,26 @@ void ReleaseProbe::arm(std::span<uint8_t> src, bool reuse_after_release) {
   reuse = reuse_after_release;
 }
 
+ReleaseProbe::ReleaseProbe() {
+  ProbeRegistry& registry = probe_registry();
+  std::unique_lock lock(registry.mutex);
+  registry.live.insert(this);
+}
+
+ReleaseProbe::~ReleaseProbe() {
+  ProbeRegistry& registry = probe_registry();
+  std::unique_lock lock(registry.mutex);
+  registry.live.erase(this);
+}
+
 void ReleaseProbe::on_release(void* probe) {
+  // The plugin hands back whatever it holds: only a live probe is followed.
+  ProbeRegistry& registry = probe_registry();
+  std::shared_lock lock(registry.mutex);
+  if (registry.live.count(probe) == 0) {
+    record_stray(probe);
+    return;
+  }
   auto& self = *static_cast<ReleaseProbe*>(probe);
   if (digest(self.source) != self.source_digest) self.source_intact = false;
   if (self.reuse) std::memset(self.source.data(), 0xa5, self.source.size());
@@ -163,12 +241,19 @@ void ReleaseProbe::on_release(void* probe) {
 }
 
 void PluginTest::SetUp() {
+  report_strays(take_stray_releases(),
+                "between tests, after the previous test destroyed its instance");
   PluginLoader loader;
   auto [plugin, error] = loader.load(target().plugin, target().options);
   ASSERT_TRUE(plugin) << "cannot load " << target().plugin << " ("
                       << to_string(error.outcome)
                       << "): " << error.status.message();
   plugin_ = std::move(plugin);
+}
+
+void PluginTest::TearDown() {
+  plugin_.reset();
+  report_strays(take_stray_releases(), "during this test");
 }
 
 Result<std::vector<uint8_t>> PluginTest::read_device(uint32_t device,

@@ -79,8 +79,17 @@ struct RawError {
 
 // Stands for the caller of one until-released copy: counts the releases and
 // checks that src still held the bytes the copy was issued with when its
-// release came.
+// release came. Every probe is registered while it lives, and on_release is
+// the only release function the suite hands to a plugin: a user_data that is
+// no live probe (made up, off by some bytes, or of a probe already gone) is
+// looked up, never followed, and recorded as a stray release (PLUGIN-14),
+// which fails the test that is running (PluginTest::TearDown).
 struct ReleaseProbe {
+  ReleaseProbe();
+  ~ReleaseProbe();
+  ReleaseProbe(const ReleaseProbe&) = delete;
+  ReleaseProbe& operator=(const ReleaseProbe&) = delete;
+
   // Records src as it is now. With reuse_after_release the release callback
   // overwrites src, as a caller that refills its staging buffer at once does.
   void arm(std::span<uint8_t> src, bool reuse_after_release = false);
@@ -103,6 +112,15 @@ inline constexpr const char* kByDestroy = "when destroy returned (PLUGIN-9)";
 ::testing::AssertionResult ReleasedExactlyOnce(const ReleaseProbe& probe,
                                                std::string_view when);
 
+// The stray releases (user_data values that were no live probe) recorded
+// since the last call, oldest first; at most a few values are kept, all are
+// counted.
+struct StrayReleases {
+  uint64_t count = 0;
+  std::vector<uintptr_t> first;
+};
+StrayReleases take_stray_releases();
+
 // The PLUGIN rules a test group checks, declared once per group next to its
 // fixture: a failure that names no rule of its own is shown with them.
 bool declare_rules(const char* group, const char* rules);
@@ -119,6 +137,9 @@ void install_printer();
 class PluginTest : public ::testing::Test {
  protected:
   void SetUp() override;
+  // Destroys the instance (its pending releases come), then fails the test
+  // for every stray release that came while it ran.
+  void TearDown() override;
 
   Plugin& plugin() { return *plugin_; }
   const devalloc_plugin_api_v1& api() const { return plugin_->api(); }

@@ -43,6 +43,16 @@ class Release {
     }
   }
 
+  // Fires, then calls the function with a user_data one byte past the
+  // copy's: a release with a made-up user_data, only for the
+  // host_stray_release test variant (PLUGIN-14, PLUGIN-21).
+  void fire_then_stray_on_purpose() noexcept {
+    if (auto fn = std::exchange(fn_, nullptr)) {
+      fn(user_data_);
+      fn(static_cast<char*>(user_data_) + 1);
+    }
+  }
+
  private:
   devalloc_release_fn fn_ = nullptr;
   void* user_data_ = nullptr;
