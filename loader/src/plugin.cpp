@@ -68,7 +68,15 @@ Status Plugin::check(devalloc_status status, const devalloc_error& error,
                      const char* call) const {
   if (status == DEVALLOC_STATUS_OK) return Status();
   std::string message = message_text(error);
-  if (message.empty()) {
+  const bool known = status >= DEVALLOC_STATUS_OK && status <= DEVALLOC_STATUS_INTERNAL;
+  if (!known) {
+    // PLUGIN-5: a status the header does not define becomes internal; the
+    // caller learns which call gave it and what it was.
+    message = std::string(call) + " returned status " + std::to_string(status) +
+              ", which the ABI does not define (PLUGIN-5), taken as internal" +
+              (message.empty() ? std::string(", and gave no message")
+                               : ": " + message);
+  } else if (message.empty()) {
     // PLUGIN rule: every failure carries a message. Say who broke it.
     message = std::string(call) + " failed with " +
               to_string(status_code_from_abi(status)) +

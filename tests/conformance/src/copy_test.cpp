@@ -29,7 +29,7 @@ TEST_F(RoundTrip, AcrossSizes_DeviceGivesBackWhatTheHostWrote) {
     Result<std::vector<uint8_t>> read = read_device(kDevice, *base, nbytes);
     ASSERT_OK(read);
     EXPECT_TRUE(BytesEqual(written, *read));
-    EXPECT_OK(release(kDevice, *base));
+    EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
   }
 }
 
@@ -80,7 +80,7 @@ TEST_F(RoundTrip, AtUnalignedOffsets_CopyWritesExactlyItsRange) {
     ASSERT_OK(read);
     EXPECT_TRUE(BytesEqual(expected, *read));
   }
-  EXPECT_OK(release(kDevice, *base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
 }
 
 TEST_F(RoundTrip, ReadFromAnUnalignedOffsetIntoAnUnalignedHostPointer_GetsThoseBytes) {
@@ -101,7 +101,7 @@ TEST_F(RoundTrip, ReadFromAnUnalignedOffsetIntoAnUnalignedHostPointer_GetsThoseB
         std::span<const uint8_t>(written).subspan(offset, kLength),
         std::span<const uint8_t>(host).subspan(1, kLength)));
   }
-  EXPECT_OK(release(kDevice, *base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
 }
 
 TEST_F(RoundTrip, EveryDevice_KeepsItsOwnBytes) {
@@ -151,7 +151,7 @@ TEST_F(Copy, ReadBackWithoutSynchronize_SeesEveryEarlierCopyOfTheSameThread) {
     ASSERT_OK(read);
     EXPECT_TRUE(BytesEqual(sources[i], *read)) << "copy " << i;
   }
-  EXPECT_OK(release(kDevice, *base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
 }
 
 TEST_F(Copy, ZeroBytes_IsANoOpWhateverTheAddresses) {
@@ -175,7 +175,7 @@ TEST_F(Copy, RangeReachingPastTheEndOfAnAllocation_IsAnInvalidArgument) {
                                         nbytes),
                   StatusCode::invalid_argument);
   }
-  EXPECT_OK(release(kDevice, *base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
 }
 
 TEST_F(Copy, AddressOutsideEveryLiveAllocation_IsAnInvalidArgument) {
@@ -199,7 +199,7 @@ TEST_F(Copy, NullHostPointerWithBytes_IsAnInvalidArgument) {
                 StatusCode::invalid_argument);
   EXPECT_STATUS(plugin().copy_to_host(kDevice, nullptr, *base, 16),
                 StatusCode::invalid_argument);
-  EXPECT_OK(release(kDevice, *base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
 }
 
 TEST_F(Copy, DeviceIndexAtTheCount_IsNoSuchDevice) {
@@ -210,7 +210,7 @@ TEST_F(Copy, DeviceIndexAtTheCount_IsNoSuchDevice) {
                 StatusCode::no_such_device);
   EXPECT_STATUS(plugin().copy_to_host(device_count(), host.data(), *base, 16),
                 StatusCode::no_such_device);
-  EXPECT_OK(release(kDevice, *base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ TEST_F(Lifecycle, TwoInstancesAtOnce_KeepTheirOwnMemory) {
   Result<std::vector<uint8_t>> first_read = read_device(kDevice, *first_base, kSize);
   ASSERT_OK(first_read) << "after the other instance was destroyed";
   EXPECT_TRUE(BytesEqual(first_bytes, *first_read));
-  EXPECT_OK(release(kDevice, *first_base));
+  EXPECT_OK(synchronize_and_deallocate(kDevice, *first_base));
 }
 
 TEST_F(Lifecycle, DestroyWithLiveAllocations_ReturnsAndANewInstanceWorks) {

@@ -3,6 +3,7 @@
 #include <devalloc/plugin_loader.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,18 @@ void report_strays(const StrayReleases& strays, const char* when) {
              "the user_data of that copy, which breaks PLUGIN-14 (a host ends its load "
              "on it, PLUGIN-21). The suite looked the value up and did not follow it.";
   ADD_FAILURE() << message;
+}
+
+// The ABI call a helper made, as the suite's messages name it:
+// "deallocate(device 0, address 0x7f...)", with ", nbytes N" when given.
+std::string call_text(const char* call, uint32_t device, const char* address_name,
+                      uint64_t address, std::optional<uint64_t> nbytes = std::nullopt) {
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(address));
+  std::string text = std::string(call) + "(device " + std::to_string(device) + ", " +
+                     address_name + " " + hex;
+  if (nbytes) text += ", nbytes " + std::to_string(*nbytes);
+  return text + ")";
 }
 
 }  // namespace
@@ -261,14 +274,19 @@ Result<std::vector<uint8_t>> PluginTest::read_device(uint32_t device,
                                                      uint64_t nbytes) {
   std::vector<uint8_t> bytes(nbytes);
   Status status = plugin_->copy_to_host(device, bytes.data(), address, nbytes);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status.with_context(call_text("copy_device_to_host", device, "src", address, nbytes));
+  }
   return bytes;
 }
 
-Status PluginTest::release(uint32_t device, uint64_t address) {
+Status PluginTest::synchronize_and_deallocate(uint32_t device, uint64_t address) {
   Status status = plugin_->synchronize(device);
-  if (!status.ok()) return status;
-  return plugin_->deallocate(device, address);
+  if (!status.ok()) {
+    return status.with_context("synchronize(device " + std::to_string(device) + ")");
+  }
+  return plugin_->deallocate(device, address)
+      .with_context(call_text("deallocate", device, "address", address));
 }
 
 void DeviceTest::SetUp() {

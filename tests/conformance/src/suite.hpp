@@ -150,11 +150,13 @@ class PluginTest : public ::testing::Test {
   // destroy(): what the loader does when the last handle goes.
   void destroy_plugin() { plugin_.reset(); }
 
-  // Reads nbytes at a device address back into fresh host memory.
+  // Reads nbytes at a device address back into fresh host memory
+  // (copy_device_to_host); a failure names that call.
   Result<std::vector<uint8_t>> read_device(uint32_t device, uint64_t address,
                                            uint64_t nbytes);
-  // What a caller does before freeing: synchronize, then deallocate.
-  Status release(uint32_t device, uint64_t address);
+  // What a caller does before freeing: synchronize, then deallocate; a
+  // failure names the one of the two that failed.
+  Status synchronize_and_deallocate(uint32_t device, uint64_t address);
 
   // An object that outlives the plugin instance, also when an assertion ends
   // the test early: copy sources and release probes, so that a plugin that

@@ -53,6 +53,18 @@ TEST(PluginZoo, GivenPluginThatThrowsThroughTheCAbi_WhenCalled_ThenEachThrowIsTh
   SUCCEED();
 }
 
+// PLUGIN-5 broken: a status the header does not define becomes internal, and
+// the message says which call returned which value, and the rule.
+TEST(PluginZoo, GivenPluginReturningAnUnknownStatus_WhenCalled_ThenInternalNamingTheCallTheValueAndPlugin5) {
+  auto [plugin, error] = PluginLoader().load(zoo("unknown_status").string(), {}, {});
+  ASSERT_TRUE(plugin) << error.status.message();
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_EQ(s.message(),
+            "plugin zoo: synchronize returned status 42, which the ABI does not define "
+            "(PLUGIN-5), taken as internal, and gave no message");
+}
+
 TEST(PluginZoo, GivenFileWithoutEntryPoint_WhenOpening_ThenRefusedAsNoEntryPoint) {
   PluginError e = open_error("no_entry");
   EXPECT_EQ(e.outcome, PluginOutcome::no_entry_point);
