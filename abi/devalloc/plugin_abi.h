@@ -256,7 +256,8 @@ typedef struct devalloc_copy_to_host_args {
 typedef struct devalloc_plugin_api_v1 {
   size_t struct_size;       /* sizeof as the plugin was compiled */
   uint32_t abi_major;       /* 1 */
-  uint32_t abi_minor;       /* minor the plugin implements */
+  uint32_t abi_minor;       /* minor the plugin implements: the
+                               plugin_minor that negotiation answered */
   /* Static strings, valid while the library is loaded. */
   const char* plugin_name;    /* e.g. "cuda" */
   const char* plugin_version; /* free form, e.g. "1.2.0" */

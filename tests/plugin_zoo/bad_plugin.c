@@ -32,6 +32,8 @@
  *   DEVALLOC_ZOO_STRAY_RELEASE      PLUGIN-14: releases each until-released copy
  *                                   with a user_data it was never given, and never
  *                                   with its own (destroy does not either)
+ *   DEVALLOC_ZOO_MINOR_MISMATCH     PLUGIN-3: the table's abi_minor is 99, the
+ *                                   negotiation answers the header's minor
  *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
  *                                   with a NULL pointer (plugin_abi.h: only for 0 bytes)
  *   DEVALLOC_ZOO_HOSTILE_NAMES      breaks nothing, but its version and device name
@@ -58,7 +60,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_DOUBLE_RELEASE) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY) ||    \
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
-    defined(DEVALLOC_ZOO_HOSTILE_NAMES)
+    defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_MINOR_MISMATCH)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -498,7 +500,11 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
     sizeof(devalloc_plugin_api_v1),
 #endif
     DEVALLOC_ABI_VERSION_MAJOR,
+#if defined(DEVALLOC_ZOO_MINOR_MISMATCH)
+    99,
+#else
     DEVALLOC_ABI_VERSION_MINOR,
+#endif
     "zoo",
     ZOO_VERSION,
     zoo_create,

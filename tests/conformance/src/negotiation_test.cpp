@@ -116,7 +116,11 @@ TEST_F(Negotiation, HostSpeakingMajor1_GetsACompleteVersion1Table) {
   const auto& api = *static_cast<const devalloc_plugin_api_v1*>(n.api);
   EXPECT_GE(api.struct_size, DEVALLOC_PLUGIN_API_V1_MIN_SIZE);
   EXPECT_EQ(api.abi_major, 1u);
-  EXPECT_EQ(api.abi_minor, n.plugin_minor);
+  EXPECT_EQ(api.abi_minor, n.plugin_minor)
+      << "the function table's abi_minor and the plugin_minor that negotiation answered "
+         "must be equal (PLUGIN-3): both say which minor of ABI 1 the plugin implements, "
+         "a host reports the negotiated one while a reader holding only the table sees "
+         "the table's, and which functions exist follows from struct_size alone";
   ASSERT_NE(api.plugin_name, nullptr);
   EXPECT_STRNE(api.plugin_name, "");
   ASSERT_NE(api.plugin_version, nullptr);
