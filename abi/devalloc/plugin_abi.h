@@ -289,7 +289,11 @@ typedef struct devalloc_plugin_api_v1 {
                                            devalloc_device_properties* properties,
                                            devalloc_error* error);
 
-  /* Allocates nbytes of device memory aligned to alignment.
+  /* Allocates nbytes of device memory aligned to alignment. The address
+   * is unique on that device within the process: no live allocation of the
+   * device, from this instance or any other instance of the plugin, shares
+   * it, since a host exports device memory as a (device, address) pair
+   * (DLPack).
    * OK; INVALID_ARGUMENT (alignment not a power of two, NULL);
    * NO_SUCH_DEVICE; OUT_OF_DEVICE_MEMORY (including sizes no device could
    * ever hold); UNSUPPORTED (alignment above max_alignment); DEVICE_ERROR. */
@@ -297,8 +301,8 @@ typedef struct devalloc_plugin_api_v1 {
                               devalloc_allocate_args* args,
                               devalloc_error* error);
 
-  /* Frees an address returned by allocate() on the same device. 0 is a
-   * no-op. The caller has synchronized every copy into the allocation.
+  /* Frees an address returned by allocate() of this instance on the same
+   * device. 0 is a no-op. The caller has synchronized every copy into the allocation.
    * OK; INVALID_ARGUMENT (unknown address); NO_SUCH_DEVICE; DEVICE_ERROR. */
   devalloc_status (*deallocate)(devalloc_instance* instance, uint32_t device,
                                 devalloc_device_address address,

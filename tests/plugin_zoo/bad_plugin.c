@@ -32,6 +32,11 @@
  *   DEVALLOC_ZOO_STRAY_RELEASE      PLUGIN-14: releases each until-released copy
  *                                   with a user_data it was never given, and never
  *                                   with its own (destroy does not either)
+ *   DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES
+ *                                   PLUGIN-12: every instance numbers its device
+ *                                   addresses from the same base, so two instances
+ *                                   hand out the same address (as a driver with
+ *                                   per-context page tables would)
  *   DEVALLOC_ZOO_MINOR_MISMATCH     PLUGIN-3: the table's abi_minor is 99, the
  *                                   negotiation answers the header's minor
  *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
@@ -60,7 +65,8 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_DOUBLE_RELEASE) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY) ||    \
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
-    defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_MINOR_MISMATCH)
+    defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
+    defined(DEVALLOC_ZOO_MINOR_MISMATCH)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -185,10 +191,17 @@ static devalloc_status zoo_synchronize(devalloc_instance* instance, uint32_t dev
 #define ZOO_MAX_ALIGNMENT 4096
 
 typedef struct zoo_allocation {
-  uint64_t base;
+  uint64_t base;       /* the device address handed out */
   uint64_t nbytes;
-  void* raw;
+  void* raw;           /* what malloc returned */
+  unsigned char* host; /* where base's bytes are: raw, aligned */
 } zoo_allocation;
+
+#if defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES)
+/* Allocation slot i of every instance is at this base + i * stride. */
+#define ZOO_INSTANCE_BASE ((uint64_t)0x100000000000ULL)
+#define ZOO_SLOT_STRIDE ((uint64_t)1 << 31)
+#endif
 
 typedef struct zoo_release {
   devalloc_release_fn fn;
@@ -230,6 +243,19 @@ static int zoo_inside(devalloc_instance* z, uint64_t address, uint64_t nbytes) {
     }
   }
   return 0;
+}
+
+/* The host memory behind a device address inside a live allocation (the
+ * caller checked with zoo_inside); under the mutex. */
+static unsigned char* zoo_host_pointer(devalloc_instance* z, uint64_t address) {
+  size_t i;
+  for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) {
+    const zoo_allocation* a = &z->allocations[i];
+    if (a->raw != NULL && address >= a->base && address - a->base < a->nbytes) {
+      return a->host + (address - a->base);
+    }
+  }
+  return NULL;
 }
 
 static devalloc_status zoo_create(devalloc_create_args* args, devalloc_error* error) {
@@ -353,6 +379,10 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
 #if defined(DEVALLOC_ZOO_MISALIGNED)
   z->allocations[i].base += 1;
 #endif
+  z->allocations[i].host = (unsigned char*)(uintptr_t)z->allocations[i].base;
+#if defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES)
+  z->allocations[i].base = ZOO_INSTANCE_BASE + (uint64_t)i * ZOO_SLOT_STRIDE;
+#endif
   args->address = z->allocations[i].base;
   pthread_mutex_unlock(&z->mutex);
   return DEVALLOC_STATUS_OK;
@@ -412,7 +442,13 @@ static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
     if (n == 2) return zoo_fail(error, DEVALLOC_STATUS_DEVICE_ERROR, "zoo: copy 2 fails");
   }
 #endif
-  if (args->nbytes != 0) memcpy((void*)(uintptr_t)args->dst, args->src, (size_t)args->nbytes);
+  if (args->nbytes != 0) {
+    unsigned char* dst;
+    pthread_mutex_lock(&z->mutex);
+    dst = zoo_host_pointer(z, args->dst);
+    pthread_mutex_unlock(&z->mutex);
+    memcpy(dst, args->src, (size_t)args->nbytes);
+  }
   if (!releases) return DEVALLOC_STATUS_OK;
 #if defined(DEVALLOC_ZOO_STRAY_RELEASE)
   args->on_release(zoo_stray_user_data);
@@ -444,7 +480,13 @@ static devalloc_status zoo_copy_device_to_host(devalloc_instance* z,
   inside = args->nbytes == 0 || (args->dst != NULL && zoo_inside(z, args->src, args->nbytes));
   pthread_mutex_unlock(&z->mutex);
   if (!inside) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: range outside every allocation");
-  if (args->nbytes != 0) memcpy(args->dst, (const void*)(uintptr_t)args->src, (size_t)args->nbytes);
+  if (args->nbytes != 0) {
+    const unsigned char* src;
+    pthread_mutex_lock(&z->mutex);
+    src = zoo_host_pointer(z, args->src);
+    pthread_mutex_unlock(&z->mutex);
+    memcpy(args->dst, src, (size_t)args->nbytes);
+  }
   return DEVALLOC_STATUS_OK;
 }
 

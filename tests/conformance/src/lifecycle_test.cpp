@@ -35,13 +35,23 @@ TEST_F(Lifecycle, TwoInstancesAtOnce_KeepTheirOwnMemory) {
   ASSERT_OK(first_base);
   Result<uint64_t> second_base = second->allocate(kDevice, kSize, 0);
   ASSERT_OK(second_base);
+  // Stop here rather than go on with two instances sharing one address:
+  // every step below would free or read the other instance's memory.
+  ASSERT_NE(*first_base, *second_base)
+      << "two instances of the plugin each handed out device address 0x" << std::hex
+      << *first_base << std::dec << " on device " << kDevice
+      << " while both allocations were live: device addresses must be unique per device "
+         "within the process, across instances (PLUGIN-12), because the host exports "
+         "device memory through DLPack as a (device, address) pair, which would then "
+         "name two allocations";
   const auto& first_bytes = keep_past_destroy<std::vector<uint8_t>>(pattern(kSize, 1));
   const auto& second_bytes = keep_past_destroy<std::vector<uint8_t>>(pattern(kSize, 2));
   ASSERT_OK(plugin().copy_to_device(kDevice, *first_base, first_bytes.data(), kSize));
   ASSERT_OK(second->copy_to_device(kDevice, *second_base, second_bytes.data(), kSize));
-  EXPECT_STATUS(plugin().deallocate(kDevice, *second_base),
-                StatusCode::invalid_argument)
-      << "one instance freed an allocation of the other";
+  // Fatal: had it freed the other's allocation, the steps below would use
+  // freed memory.
+  ASSERT_STATUS(plugin().deallocate(kDevice, *second_base), StatusCode::invalid_argument)
+      << "one instance freed an allocation of the other (PLUGIN-12)";
   ASSERT_OK(second->synchronize(kDevice));
   std::vector<uint8_t> read(kSize);
   ASSERT_OK(second->copy_to_host(kDevice, read.data(), *second_base, kSize));

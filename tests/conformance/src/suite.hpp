@@ -49,6 +49,8 @@ template <class T>
 #define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::devalloc::conformance::IsOk, expr)
 #define EXPECT_STATUS(expr, code) \
   EXPECT_PRED_FORMAT2(::devalloc::conformance::HasCode, expr, code)
+#define ASSERT_STATUS(expr, code) \
+  ASSERT_PRED_FORMAT2(::devalloc::conformance::HasCode, expr, code)
 
 // Deterministic pseudo-random bytes: the same seed gives the same bytes, and
 // neighbouring seeds share no structure, so a copy landing at the wrong place
