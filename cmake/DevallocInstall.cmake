@@ -14,8 +14,12 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/loader/include/devalloc"
 #   abi        devalloc::abi (the header)
 #   plugin_kit devalloc::plugin_kit (static; threads and dlopen only)
 #   loader, core  devalloc::loader, devalloc::core (toml++, nlohmann-json, xxhash)
-install(TARGETS devalloc_abi EXPORT devalloc-abi-targets
-        INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+# Each exported target names its installed include folder itself
+# ($<INSTALL_INTERFACE:include>), so install(TARGETS) adds none (an INCLUDES
+# DESTINATION would list it twice). devalloc_warnings is the build's alone:
+# the exported static libraries take it as compile options
+# (devalloc_private_warnings), so that no consumer inherits it.
+install(TARGETS devalloc_abi EXPORT devalloc-abi-targets)
 install(EXPORT devalloc-abi-targets NAMESPACE devalloc::
         DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
 
@@ -23,8 +27,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/plugins/common/include/devalloc"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
         FILES_MATCHING PATTERN "*.hpp")
 install(TARGETS devalloc_plugin_kit EXPORT devalloc-plugin-kit-targets
-        ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel
-        INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+        ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel)
 install(EXPORT devalloc-plugin-kit-targets NAMESPACE devalloc::
         DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
 
@@ -35,10 +38,8 @@ if(TARGET devalloc_core)
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
           FILES_MATCHING PATTERN "*.hpp")
 endif()
-install(TARGETS ${_devalloc_export_targets} devalloc_warnings
-        EXPORT devalloc-targets
-        ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel
-        INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(TARGETS ${_devalloc_export_targets} EXPORT devalloc-targets
+        ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel)
 install(EXPORT devalloc-targets NAMESPACE devalloc::
         DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
 

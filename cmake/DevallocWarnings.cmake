@@ -3,11 +3,24 @@
 # it, so that the second rebuilt nearly everything.
 option(DEVALLOC_WERROR "Treat warnings as errors" ON)
 
-# One INTERFACE target carries the project's warnings; every target links it.
-add_library(devalloc_warnings INTERFACE)
-target_compile_options(devalloc_warnings INTERFACE
+set(DEVALLOC_WARNING_OPTIONS
   -Wall -Wextra -Wpedantic -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align
   -Wimplicit-fallthrough $<$<BOOL:${DEVALLOC_WERROR}>:-Werror>)
+
+# One INTERFACE target carries the project's warnings; every target links it,
+# except the installed static libraries (below).
+add_library(devalloc_warnings INTERFACE)
+target_compile_options(devalloc_warnings INTERFACE ${DEVALLOC_WARNING_OPTIONS})
+
+# devalloc_private_warnings(TARGET): the warnings as TARGET's own compile
+# options, for the static libraries the CMake package exports. CMake exports
+# a static library's PRIVATE link items as $<LINK_ONLY:...>, so linking
+# devalloc_warnings would hand it (and its -Werror) to every consumer, and
+# $<BUILD_INTERFACE:devalloc_warnings> still leaves an empty $<LINK_ONLY:>
+# ($<BUILD_LOCAL_INTERFACE> needs CMake 3.26).
+function(devalloc_private_warnings target)
+  target_compile_options(${target} PRIVATE ${DEVALLOC_WARNING_OPTIONS})
+endfunction()
 
 if(DEVALLOC_SANITIZE STREQUAL "thread")
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
