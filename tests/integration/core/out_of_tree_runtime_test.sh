@@ -3,7 +3,9 @@
 # examples/out_of_tree_runtime against it as a runtime author would (it
 # links devalloc::core), and runs it: it plans and loads a model through the
 # installed host plugin. The installed package must not ask its consumers
-# for Boost, which only the loader's sources use.
+# for Boost, which only the loader's sources use, nor hand them the build's
+# own warnings target; and the installed CLI names no source file by the
+# build machine's path.
 # Usage: out_of_tree_runtime_test.sh SOURCE_DIR BUILD_DIR SCRATCH_DIR
 set -euo pipefail
 
@@ -19,6 +21,21 @@ mkdir -p "$scratch/model"
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
 if grep -n "Boost" "$prefix"/lib/cmake/devalloc/*.cmake; then
   echo "FAIL: the installed package names Boost (above)" >&2
+  exit 1
+fi
+if grep -n 'devalloc_warnings\|LINK_ONLY:>' "$prefix"/lib/cmake/devalloc/*.cmake; then
+  echo "FAIL: the installed package exports a build-only target or an empty entry (above)" >&2
+  exit 1
+fi
+# Each include folder once: "a;a" is the same folder twice.
+if grep -nE 'INTERFACE_INCLUDE_DIRECTORIES "([^;"]*;)*([^;"]+);(([^;"]*;)*)\2[;"]' \
+     "$prefix"/lib/cmake/devalloc/*.cmake; then
+  echo "FAIL: the installed package lists an include folder twice (above)" >&2
+  exit 1
+fi
+objcopy -O binary --only-section=.rodata "$prefix/bin/devalloc" "$scratch/rodata"
+if strings -a "$scratch/rodata" | grep -F "$source_dir/"; then
+  echo "FAIL: bin/devalloc names source files by their path in $source_dir (above)" >&2
   exit 1
 fi
 # A fresh configure: nothing of the devalloc build tree may leak in.
