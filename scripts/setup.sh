@@ -36,13 +36,15 @@ fi
 
 # A venv local to the checkout: the reference safetensors writer for the
 # tests; nanobind for the Python package (python/) and pytest for its tests;
-# scikit-build-core for `pip install --no-build-isolation ./python`.
+# scikit-build-core for `pip install --no-build-isolation .` (pyproject.toml at
+# the root) and, with build, for the test that makes the package's sdist.
+# -I: a build/ folder in the current one must not pass for the build module.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] ||
-   ! "$venv/bin/python" -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core' 2>/dev/null; then
+   ! "$venv/bin/python" -I -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core, build' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q safetensors numpy "nanobind>=3.1" pytest "scikit-build-core>=0.10"
+  "$venv/bin/pip" install -q safetensors numpy "nanobind>=3.1" pytest "scikit-build-core>=1.0" build
 fi
 
 # The C++ runtime of the ExecuTorch wheel, for the ExecuTorch integration and
