@@ -329,7 +329,9 @@ devalloc_status PluginLayer::finish(Call& call) {
 bool PluginLayer::take_owed(uint32_t device, std::string* text) {
   auto it = owed_.find(device);
   if (it == owed_.end() || it->second.empty()) return false;
+  // Every breach found since the last synchronize, in the order found.
   *text = it->second.front();
+  for (size_t i = 1; i < it->second.size(); ++i) *text += "; then " + it->second[i];
   owed_.erase(it);
   return true;
 }

@@ -168,6 +168,28 @@ TEST_F(ValidationLayer, GivenPluginReleasingTwice_WhenSynchronizing_ThenPlugin14
                                  HasSubstr("copy_host_to_device(device 0")));
 }
 
+// Two breaches found in callbacks before one synchronize: the caller's
+// status carries both, not only the first.
+TEST_F(ValidationLayer, GivenTwoCopiesReleasedTwice_WhenSynchronizing_ThenTheStatusNamesBoth) {
+  auto plugin = open("double_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 128, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  ASSERT_TRUE(
+      plugin->copy_to_device_until_released(0, *base + 64, bytes.data(), 64, count, &releases).ok());
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(releases, 2);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  const std::string& m = s.message();
+  const size_t first = m.find("a second time");
+  ASSERT_NE(first, std::string::npos) << m;
+  EXPECT_NE(m.find("a second time", first + 1), std::string::npos) << m;
+  EXPECT_NE(m.find("; then "), std::string::npos) << m;
+}
+
 TEST_F(ValidationLayer, GivenPluginAcceptingCopiesOutsideAllocations_WhenCopyingPastTheEnd_ThenPlugin15) {
   auto plugin = open("accepts_bad_copy");
   ASSERT_TRUE(plugin);
