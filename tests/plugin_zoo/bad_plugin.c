@@ -28,7 +28,9 @@
  *                                   (destroy still releases)
  *   DEVALLOC_ZOO_FAILED_COPY_UNRELEASED
  *                                   PLUGIN-14: the second until-released copy fails
- *                                   and is never released
+ *                                   and is never released; nor is a copy it refuses
+ *                                   (a range outside every allocation, a device
+ *                                   it does not have)
  *   DEVALLOC_ZOO_STRAY_RELEASE      PLUGIN-14: releases each until-released copy
  *                                   with a user_data it was never given, and never
  *                                   with its own (destroy does not either)
@@ -428,7 +430,9 @@ static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
       return DEVALLOC_STATUS_OK; /* and copies nothing */
     }
 #endif
+#if !defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED)
     if (releases) args->on_release(args->user_data);
+#endif
     return args->device != 0
                ? zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only")
                : zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: range outside every allocation");

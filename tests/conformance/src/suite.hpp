@@ -108,6 +108,14 @@ struct ReleaseProbe {
 inline constexpr const char* kBySynchronize =
     "when synchronize returned (PLUGIN-17, PLUGIN-20)";
 inline constexpr const char* kByDestroy = "when destroy returned (PLUGIN-9)";
+// A copy call that returned an error: its source is released too, by the
+// same deadlines.
+inline constexpr const char* kFailedBySynchronize =
+    "when synchronize returned, though its copy call failed (PLUGIN-14: a failed copy is "
+    "released too; PLUGIN-20)";
+inline constexpr const char* kFailedByDestroy =
+    "when destroy returned, though its copy call failed (PLUGIN-14: a failed copy is "
+    "released too; PLUGIN-9)";
 
 // PLUGIN-14 seen through a probe: exactly one release by `when`. A missing
 // release and a second one are told apart, each with the rule it breaks.

@@ -87,13 +87,13 @@ TEST_F(UntilReleased, FailedCopy_IsStillReleasedExactlyOnce) {
                     ReleaseProbe::on_release, &probes[2]),
                 StatusCode::no_such_device);
   ASSERT_OK(plugin().synchronize(kDevice));
-  EXPECT_TRUE(ReleasedExactlyOnce(probes[0], kBySynchronize)) << "range past the end";
-  EXPECT_TRUE(ReleasedExactlyOnce(probes[1], kBySynchronize)) << "address 0";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[0], kFailedBySynchronize)) << "range past the end";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[1], kFailedBySynchronize)) << "address 0";
   EXPECT_OK(plugin().deallocate(kDevice, *base));
   destroy_plugin();
-  EXPECT_TRUE(ReleasedExactlyOnce(probes[0], kByDestroy)) << "range past the end";
-  EXPECT_TRUE(ReleasedExactlyOnce(probes[1], kByDestroy)) << "address 0";
-  EXPECT_TRUE(ReleasedExactlyOnce(probes[2], kByDestroy)) << "no such device";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[0], kFailedByDestroy)) << "range past the end";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[1], kFailedByDestroy)) << "address 0";
+  EXPECT_TRUE(ReleasedExactlyOnce(probes[2], kFailedByDestroy)) << "no such device";
 }
 
 TEST_F(UntilReleased, ZeroByteCopy_IsStillReleasedExactlyOnce) {
