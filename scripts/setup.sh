@@ -42,7 +42,8 @@ fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] ||
-   ! "$venv/bin/python" -I -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core, build' 2>/dev/null; then
+   ! "$venv/bin/python" -I -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core, build
+assert int(scikit_build_core.__version__.split(".")[0]) >= 1' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q safetensors numpy "nanobind>=3.1" pytest "scikit-build-core>=1.0" build
 fi
