@@ -830,6 +830,7 @@ Status Pipeline::staged_piece(const Piece& p) {
   Status copied = device.plugin->copy_to_device_until_released(
       device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
       p.nbytes, on_piece_released, ticket);
+  bool failed = false;  // waiting threads must see the new failure
   {
     std::lock_guard lock(ledger.mutex);
     ticket->in_call = false;
@@ -840,9 +841,10 @@ Status Pipeline::staged_piece(const Piece& p) {
       }
     } else if (!ticket->breach_in_call.empty()) {
       ledger.fail_also(Status(StatusCode::device_error, ticket->breach_in_call));
+      failed = true;
     }
   }
-  ledger.changed.notify_all();
+  if (failed) ledger.changed.notify_all();
   return copied;
 }
 
