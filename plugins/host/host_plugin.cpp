@@ -81,6 +81,11 @@ class HostInstance final : public plugin::Instance {
       if (faults_.release_failed_copy_twice()) release.fire_twice_on_purpose();
       throw;
     }
+    if (faults_.releases_late()) {
+      device_.copy_now(dst, src, nbytes);
+      faults_.release_later(std::move(release));
+      return;
+    }
     if constexpr (releases_on_sync) {
       // The range is checked now (PLUGIN-15); on failure `release` fires as
       // it unwinds (PLUGIN-14), only the copy itself waits for synchronize.

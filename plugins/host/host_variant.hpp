@@ -30,12 +30,18 @@
 
 #include <devalloc/plugin_kit/error.hpp>
 #include <devalloc/plugin_kit/options.hpp>
+#include <devalloc/plugin_kit/release.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 
 #if defined(DEVALLOC_HOST_FAULT_INJECTION) + defined(DEVALLOC_HOST_BREAK_DURING_CALL) + \
         defined(DEVALLOC_HOST_RELEASE_ON_SYNC) + defined(DEVALLOC_HOST_DOUBLE_RELEASE) + \
@@ -49,7 +55,7 @@ namespace devalloc::host {
 inline constexpr const char* plugin_name = "host_faulty";
 inline constexpr const char* accepted_options =
     "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy, memory_limit, pool, "
-    "release_failed_copy_twice";
+    "release_failed_copy_twice, release_late_ms";
 #elif defined(DEVALLOC_HOST_BREAK_DURING_CALL)
 inline constexpr const char* plugin_name = "host_late_read";
 inline constexpr const char* accepted_options = "memory_limit, pool";
@@ -116,7 +122,12 @@ inline constexpr uint64_t abi_1_1_capabilities = DEVALLOC_CAPABILITY_HOST_ADDRES
 //                        waiting for the copies as usual;
 //   release_failed_copy_twice=true  the copy that fail_copy_at fails, if
 //                        until-released, releases its source twice (a
-//                        PLUGIN-14 breach after the copy's own error).
+//                        PLUGIN-14 breach after the copy's own error);
+//   release_late_ms=N    every until-released copy that succeeds lands at
+//                        once, but its release comes N ms after the call,
+//                        from a thread of its own, also after synchronize
+//                        returned: late, as PLUGIN-20 forbids, but within
+//                        [load] release_timeout when N is below it.
 // Copies are counted over copy_host_to_device() calls on device 0 with a
 // known src_lifetime, a non-zero size and a source.
 class FaultPlan {
@@ -127,6 +138,7 @@ class FaultPlan {
     uint64_t flip_byte_at_copy = 0;
     bool fail_synchronize = false;
     bool release_failed_copy_twice = false;
+    uint64_t release_late_ms = 0;
   };
 
   static Settings take_settings(plugin::Options& options) {
@@ -136,10 +148,26 @@ class FaultPlan {
     s.flip_byte_at_copy = options.take_u64("flip_byte_at_copy", 0);
     s.fail_synchronize = options.take_bool("fail_synchronize", false);
     s.release_failed_copy_twice = options.take_bool("release_failed_copy_twice", false);
+    s.release_late_ms = options.take_u64("release_late_ms", 0);
     return s;
   }
 
-  explicit FaultPlan(const Settings& settings) : settings_(settings) {}
+  explicit FaultPlan(const Settings& settings) : settings_(settings) {
+    if (settings_.release_late_ms > 0) late_thread_ = std::thread([this] { release_late(); });
+  }
+  // Pending late releases fire now, in order: destroy() releases
+  // everything (PLUGIN-14).
+  ~FaultPlan() {
+    if (!late_thread_.joinable()) return;
+    {
+      std::lock_guard lock(late_mutex_);
+      closing_ = true;
+    }
+    late_changed_.notify_all();
+    late_thread_.join();
+  }
+  FaultPlan(const FaultPlan&) = delete;
+  FaultPlan& operator=(const FaultPlan&) = delete;
 
   void before_allocate() {
     if (++allocations_ == settings_.fail_allocate_at) {
@@ -162,6 +190,18 @@ class FaultPlan {
 
   bool release_failed_copy_twice() const { return settings_.release_failed_copy_twice; }
 
+  bool releases_late() const { return settings_.release_late_ms > 0; }
+  // The release of a copy that landed, fired release_late_ms from now.
+  void release_later(plugin::Release release) {
+    const auto due = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(settings_.release_late_ms);
+    {
+      std::lock_guard lock(late_mutex_);
+      late_.emplace_back(due, std::move(release));
+    }
+    late_changed_.notify_all();
+  }
+
   void after_synchronize() const {
     if (settings_.fail_synchronize) {
       throw plugin::Failure{DEVALLOC_STATUS_DEVICE_ERROR,
@@ -170,9 +210,36 @@ class FaultPlan {
   }
 
  private:
+  // The late-release thread: fires each release when it is due, or at once
+  // when the instance closes.
+  void release_late() {
+    std::unique_lock lock(late_mutex_);
+    for (;;) {
+      if (late_.empty()) {
+        if (closing_) return;
+        late_changed_.wait(lock);
+        continue;
+      }
+      if (!closing_ && std::chrono::steady_clock::now() < late_.front().first) {
+        late_changed_.wait_until(lock, late_.front().first);
+        continue;
+      }
+      plugin::Release due = std::move(late_.front().second);
+      late_.pop_front();
+      lock.unlock();
+      due.fire();  // without the lock (PLUGIN-14)
+      lock.lock();
+    }
+  }
+
   const Settings settings_;
   std::atomic<uint64_t> allocations_{0};
   std::atomic<uint64_t> copies_{0};
+  std::mutex late_mutex_;
+  std::condition_variable late_changed_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, plugin::Release>> late_;
+  bool closing_ = false;
+  std::thread late_thread_;  // last: started once the rest is built
 };
 #else
 // Without fault injection every hook is empty and inlines away.
@@ -184,6 +251,8 @@ class FaultPlan {
   void before_allocate() {}
   bool before_copy() { return false; }
   bool release_failed_copy_twice() const { return false; }
+  bool releases_late() const { return false; }
+  void release_later(plugin::Release) {}
   void after_synchronize() const {}
 };
 #endif

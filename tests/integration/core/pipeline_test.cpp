@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -338,6 +339,36 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwice_WhenLoading_ThenTheBreachFoll
                     HasSubstr("; then plugin host_faulty broke PLUGIN-14 (PLUGIN-21 release "
                               "accounting): copy of tensor \"t1004\""),
                     HasSubstr("was released twice")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// The copies still in flight when a failed copy is released twice are
+// waited for: their releases come late (400 ms after each call, past
+// synchronize, within release_timeout), and the load returns only after
+// them, never with the plugin still holding its sources. Ending every
+// release wait at the double release returned at once.
+TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwiceWhileOthersReleaseLate_WhenLoading_ThenTheLoadWaitsForThem) {
+  const uint64_t before = DeviceBuffer::live_count();
+  constexpr auto kLate = std::chrono::milliseconds(400);
+  const std::string text = "[plugins.p]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_host_faulty.so").string() +
+                           "\"\noptions = { fail_copy_at = \"3\", "
+                           "release_failed_copy_twice = true, release_late_ms = \"" +
+                           std::to_string(kLate.count()) +
+                           "\" }\n"
+                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
+                           "[load]\nstaging = 65536\ndirect = false\nthreads = 1\n";
+  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto runtime = Runtime::create(*config);
+  const auto start = std::chrono::steady_clock::now();
+  auto program = runtime->load(plan_, {}, nullptr);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("injected by fail_copy_at = 3"), HasSubstr("was released twice")));
+  EXPECT_GE(took, kLate) << "the load returned before the releases of the copies before the "
+                            "failed one came";
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
