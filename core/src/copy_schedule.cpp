@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -182,6 +184,10 @@ struct Ledger {
   const std::vector<CopyRequest>* requests = nullptr;  // the schedule's, for texts
   bool running = false;  // between register_ledger and the end of run()
   std::vector<std::set<uint64_t>> unreleased;  // per queue: ticket ids
+  // Per queue: releases that came after the synchronize covering them
+  // returned, and the time spent waiting for them.
+  std::vector<uint64_t> late_releases;
+  std::vector<std::chrono::steady_clock::duration> late_wait;
   std::vector<const ResolvedDevice*> devices;  // per queue
   uint64_t releases_seen = 0;
   uint64_t in_flight = 0;
@@ -601,6 +607,8 @@ Status Pipeline::set_up() {
   read_ = options_.read;
   Ledger& ledger = *ledger_;
   ledger.unreleased.resize(queues_.size());
+  ledger.late_releases.resize(queues_.size());
+  ledger.late_wait.resize(queues_.size());
   std::map<Plugin*, size_t> ring_of;
   for (size_t qi = 0; qi < queues_.size(); ++qi) {
     const DeviceCopyQueue& q = queues_[qi];
@@ -746,9 +754,18 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
   // range would overflow (the config refuses more than a day).
   const std::chrono::milliseconds timeout =
       std::clamp(options_.release_timeout, std::chrono::milliseconds(0), kMaxReleaseTimeout);
+  // What is still unreleased now, after synchronize returned, is late.
+  const auto due = [&] {
+    return static_cast<uint64_t>(std::distance(pending.begin(), pending.upper_bound(up_to_id)));
+  };
+  const uint64_t late = due();
+  if (late == 0) return Status();
+  const auto waited_from = std::chrono::steady_clock::now();
   const bool done = ledger.changed.wait_for(lock, timeout, [&] {
     return ledger.gave_up || pending.empty() || *pending.begin() > up_to_id;
   });
+  ledger.late_releases[qi] += late - due();
+  ledger.late_wait[qi] += std::chrono::steady_clock::now() - waited_from;
   if (done) return Status();
   ledger.breach = true;
   ledger.gave_up = true;
@@ -996,7 +1013,17 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     pipeline->read_measured = chooser_.measured();
     pipeline->direct_io_fallback = direct_io_fallback_;
   }
-  if (stats != nullptr) *stats = per_device_;
+  if (stats != nullptr) {
+    {
+      std::lock_guard lock(ledger.mutex);
+      for (size_t qi = 0; qi < per_device_.size() && qi < ledger.late_releases.size(); ++qi) {
+        per_device_[qi].late_releases = ledger.late_releases[qi];
+        per_device_[qi].late_release_seconds =
+            std::chrono::duration<double>(ledger.late_wait[qi]).count();
+      }
+    }
+    *stats = per_device_;
+  }
   if (!status.ok()) {
     for (Ring& r : ledger.rings) r.free_slots();
     return status;

@@ -174,6 +174,36 @@ save_file({'a': np.ones(4, np.float32), 'lm_head.w': np.ones(4, np.float32)}, 'm
       fail "$p: the JSON row is not a fallback"
   done
   ;;
+load_warns_of_releases_after_synchronize)
+  # A plugin whose releases come after synchronize returned (PLUGIN-20),
+  # within release_timeout: the load succeeds, but says on stderr why it
+  # waited, and --json counts the late releases per device.
+  "$python" -c "
+import numpy as np; from safetensors.numpy import save_file
+save_file({'w%d' % i: np.full(4096, i, np.uint8) for i in range(4)}, 'm.safetensors')"
+  "$devalloc" plan m.safetensors --place '*=late:0' -o plan.json
+  cat > c.toml <<TOML
+[plugins.late]
+library = "$zoo_dir/libdevalloc_host_faulty.so"
+options = { release_late_ms = "100" }
+[load]
+direct = false
+TOML
+  "$devalloc" load plan.json --config c.toml --verify >out.txt 2>err.txt || { cat out.txt err.txt; fail "load failed"; }
+  cat out.txt err.txt
+  grep -qE '^devalloc load: warning: plugin late released [1-9][0-9]* copies to late device 0 "host memory" after synchronize returned \(PLUGIN-20\); the load waited [0-9.]+ s for them' err.txt \
+    || fail "no warning of the late releases"
+  "$devalloc" load plan.json --config c.toml --json >out.json 2>err.txt
+  grep -q 'warning: plugin late released' err.txt || fail "no warning with --json"
+  "$python" -c "import json,sys; d=json.load(open('out.json'))['devices']; sys.exit(0 if d[0]['late_releases'] >= 1 and d[0]['late_release_seconds'] > 0 else 1)" ||
+    fail "the JSON row does not count the late releases"
+  # A plugin that releases in time is not warned about.
+  sed -i 's/release_late_ms = "100"/release_late_ms = "0"/' c.toml
+  "$devalloc" load plan.json --config c.toml --json >out.json 2>err.txt
+  ! grep -q 'warning' err.txt || fail "warned of a plugin that released in time"
+  "$python" -c "import json,sys; d=json.load(open('out.json'))['devices']; sys.exit(0 if d[0]['late_releases'] == 0 else 1)" ||
+    fail "late releases counted for a plugin that released in time"
+  ;;
 inspect_and_load_check_free_memory)
   # Issue 7: a device that reports less free memory than the plan needs is
   # shown by inspect and refused by load before anything is allocated.

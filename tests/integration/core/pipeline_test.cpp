@@ -372,6 +372,37 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwiceWhileOthersReleaseLate_WhenLoa
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// Releases that come after synchronize returned (PLUGIN-20), within
+// release_timeout: the load succeeds and counts them, with the time it
+// waited; a plugin that releases in time (host, async) is never counted.
+TEST_F(PipelineLoad, GivenReleasesAfterSynchronize_WhenLoading_ThenTheReportCountsThem) {
+  const std::string late = "[plugins.p]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_host_faulty.so").string() +
+                           "\"\noptions = { release_late_ms = \"50\" }\n"
+                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
+                           "[load]\nstaging = 16384\ndirect = false\nthreads = 1\n";
+  auto config = parse_config(late, (dir_ / "devalloc.toml").string());
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  LoadReport report;
+  auto program = Runtime::create(*config)->load(plan_, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  ASSERT_EQ(report.devices.size(), 1u);
+  EXPECT_GE(report.devices[0].late_releases, 1u);
+  EXPECT_LE(report.devices[0].late_releases, report.devices[0].copies);
+  EXPECT_GT(report.devices[0].late_release_seconds, 0.0);
+
+  auto runtime = Runtime::create(config_for("host", "staging = 16384\ndirect = false\n"));
+  for (int i = 0; i < 5; ++i) {
+    LoadReport in_time;
+    ASSERT_TRUE(runtime->load(plan_, {}, &in_time).ok());
+    ASSERT_EQ(in_time.devices.size(), 1u);
+    EXPECT_GT(in_time.devices[0].copies, 0u);
+    EXPECT_EQ(in_time.devices[0].late_releases, 0u);
+    EXPECT_EQ(in_time.devices[0].late_release_seconds, 0.0);
+  }
+}
+
 // Four threads add their bytes in one order and would report them in
 // another: the callback sees one call at a time, `done` rising, and the
 // last call says everything was issued.

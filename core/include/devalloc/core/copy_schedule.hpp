@@ -82,6 +82,11 @@ struct DeviceLoadStats {
   uint64_t copies = 0;        // copy calls issued to the plugin (staged)
   uint64_t direct_reads = 0;  // pieces read straight into device memory
   double seconds = 0;         // first piece started to synchronize returned
+  // Copies whose release came only after the synchronize that covered them
+  // returned (PLUGIN-20 forbids it; tolerated within [load]
+  // release_timeout), and how long the load waited for them.
+  uint64_t late_releases = 0;
+  double late_release_seconds = 0;
 };
 
 // What the pipeline did, for tests, the bench and `devalloc load`.
