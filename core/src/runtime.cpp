@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 namespace devalloc {
 
@@ -17,6 +18,21 @@ std::string where(const PlanTensor& t) {
 }
 
 }  // namespace
+
+std::vector<std::string> load_warnings(const LoadReport& report) {
+  std::vector<std::string> out;
+  for (const DeviceLoadStats& d : report.devices) {
+    if (d.late_releases == 0) continue;
+    char waited[64];
+    std::snprintf(waited, sizeof waited, "%.3f", d.late_release_seconds);
+    out.push_back("plugin " + d.device.plugin_name + " released " +
+                  std::to_string(d.late_releases) + " copies to " + d.device.device_label() +
+                  " after synchronize returned (PLUGIN-20); the load waited " + waited +
+                  " s for them (a release may be that late up to [load] release_timeout after "
+                  "each synchronize)");
+  }
+  return out;
+}
 
 std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
   return std::shared_ptr<Runtime>(new Runtime(std::move(config)));

@@ -255,13 +255,19 @@ class PyRuntime {
       runtime->set_progress([relay](uint64_t done, uint64_t total) { (*relay)(done, total); });
     }
     Result<std::shared_ptr<LoadedProgram>> program = Status();
+    LoadReport report;
     {
       GilReleased no_gil;
-      program = runtime->load(std::move(plan), methods, nullptr, &files, verify);
+      program = runtime->load(std::move(plan), methods, &report, &files, verify);
       runtime->set_progress({});
     }
     if (relay->error) throw std::move(*relay->error);
-    return value_or_raise(std::move(program));
+    std::shared_ptr<LoadedProgram> loaded = value_or_raise(std::move(program));
+    // What the load tolerated but the user should know (late releases).
+    for (const std::string& w : load_warnings(report)) {
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, w.c_str(), 1) != 0) throw nb::python_error();
+    }
+    return loaded;
   }
 
   const RuntimeConfig& config() const { return config_; }

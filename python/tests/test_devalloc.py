@@ -4,9 +4,11 @@ progress and lifetimes."""
 import gc
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -204,6 +206,34 @@ def test_load_error_names_the_device_and_plugin(example):
     with pytest.raises(devalloc.Error, match="cuda:0") as caught:
         devalloc.Runtime().load(example / "plan.json")
     assert caught.value.file is None or os.path.exists(caught.value.file)
+
+
+def test_a_plugin_that_releases_after_synchronize_is_warned_of(mixed, tmp_path):
+    # PLUGIN-20 breached within [load] release_timeout: the load succeeds,
+    # with a RuntimeWarning naming the plugin; in time, no warning.
+    zoo = os.environ.get("DEVALLOC_PLUGIN_ZOO_DIR")
+    if not zoo:
+        pytest.skip("needs the test build's plugin zoo (DEVALLOC_PLUGIN_ZOO_DIR)")
+    folder, _ = mixed
+    plan = devalloc.plan([folder / "mixed.safetensors"], place={"*": "late:0"},
+                         out=tmp_path / "plan.json")
+    config = tmp_path / "late.toml"
+    for late_ms in (50, 0):
+        config.write_text(f'[plugins.late]\nlibrary = "{zoo}/libdevalloc_host_faulty.so"\n'
+                          f'options = {{ release_late_ms = "{late_ms}" }}\n'
+                          '[load]\ndirect = false\n')
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            program = devalloc.Runtime(config=config).load(plan)
+        said = [str(w.message) for w in caught if w.category is RuntimeWarning]
+        if late_ms:
+            assert len(said) == 1 and re.match(
+                r'plugin late released [1-9]\d* copies to late device 0 "host memory" after '
+                r"synchronize returned \(PLUGIN-20\); the load waited [0-9.]+ s", said[0]), said
+        else:
+            assert said == []
+        np.testing.assert_array_equal(np.from_dlpack(program["w.f32"]),
+                                      load_file(str(folder / "mixed.safetensors"))["w.f32"])
 
 
 def test_missing_plan_is_an_error_naming_it(tmp_path):

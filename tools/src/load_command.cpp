@@ -82,19 +82,11 @@ double gb_per_s(uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
 }
 
-// A plugin that releases after synchronize returned breaks PLUGIN-20; the
-// load tolerated it within release_timeout, but it waited: said on stderr,
-// so that a slow load is not a mystery.
-void warn_of_late_releases(const LoadReport& report, std::chrono::milliseconds timeout) {
-  for (const auto& d : report.devices) {
-    if (d.late_releases == 0) continue;
-    std::fprintf(stderr,
-                 "devalloc load: warning: plugin %s released %llu copies to %s after synchronize "
-                 "returned (PLUGIN-20); the load waited %.3f s for them (tolerated up to [load] "
-                 "release_timeout, %lld ms, after each synchronize)\n",
-                 d.device.plugin_name.c_str(), static_cast<unsigned long long>(d.late_releases),
-                 d.device.device_label().c_str(), d.late_release_seconds,
-                 static_cast<long long>(timeout.count()));
+// What the load tolerated but a user should know (late releases): on
+// stderr, with or without --json.
+void print_load_warnings(const LoadReport& report) {
+  for (const std::string& w : load_warnings(report)) {
+    std::fprintf(stderr, "devalloc load: warning: %s\n", w.c_str());
   }
 }
 
@@ -169,7 +161,7 @@ int run_load(const LoadCommandOptions& o) {
                                 {"late_releases", d.late_releases},
                                 {"late_release_seconds", d.late_release_seconds}});
     }
-    warn_of_late_releases(report, config->load.release_timeout);
+    print_load_warnings(report);
     std::printf("%s\n", json_text(out).c_str());
     return kExitOk;
   }
@@ -194,7 +186,7 @@ int run_load(const LoadCommandOptions& o) {
                 static_cast<unsigned long long>(d.tensors), human_bytes(d.bytes).c_str(),
                 d.seconds, gb_per_s(d.bytes, d.seconds));
   }
-  warn_of_late_releases(report, config->load.release_timeout);
+  print_load_warnings(report);
   return kExitOk;
 }
 

@@ -61,6 +61,13 @@ struct LoadReport {
   PipelineStats pipeline;    // how the copy schedule ran (copy_schedule.hpp)
 };
 
+// What a caller should tell its user about a load that succeeded, one line
+// each, without a prefix: for now, a plugin that released copies after the
+// synchronize covering them returned (PLUGIN-20, tolerated up to [load]
+// release_timeout), which makes a load slow with no error to say why.
+// `devalloc load` prints them on stderr; Python raises RuntimeWarning.
+std::vector<std::string> load_warnings(const LoadReport& report);
+
 class Runtime;
 
 class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
