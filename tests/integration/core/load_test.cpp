@@ -182,6 +182,26 @@ TEST_F(LoadFixture, GivenSourceKeyWithControlCharacters_WhenMissing_ThenTheError
 }
 
 // The host_faulty variant, configured under the tag "host".
+// PLUGIN-11 on every load, validation off: a plugin whose allocate hands
+// out a misaligned base (zoo_misaligned returns base + 1) is refused before
+// any copy, its allocation handed back, nothing left; loading on from it
+// would have placed every tensor one byte off, with --verify passing.
+TEST_F(LoadFixture, GivenAllocateReturnsAMisalignedAddress_WhenLoading_ThenRefusedNamingPlugin11) {
+  const uint64_t before = DeviceBuffer::live_count();
+  RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_zoo_misaligned.so").string() +
+                           "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
+  c.load.verify = true;
+  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::device_error);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("allocating buffer 0 (768 bytes, alignment 256) on host (plugin zoo"),
+                    HasSubstr("plugin zoo broke PLUGIN-11: allocate returned address 0x"),
+                    HasSubstr(", not aligned to 256")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 class FaultyLoad : public LoadFixture {
  protected:
   Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
