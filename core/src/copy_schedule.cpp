@@ -351,7 +351,8 @@ Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
                            : std::chrono::steady_clock::time_point{};
   Status read;
   if (mode == ReadMode::mmap) {
-    std::memcpy(dst, file.data() + offset, nbytes);
+    // Guarded: another program may truncate the file under the mapping.
+    read = file.copy_to(offset, nbytes, dst);
   } else {
     read = pread_all(file.fd(), dst, nbytes, offset, file);
   }

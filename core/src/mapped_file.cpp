@@ -3,11 +3,14 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
+#include "mapping_guard.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -35,6 +38,23 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(
   const int kept = ::fcntl(file->fd(), F_DUPFD_CLOEXEC, 0);
   return std::shared_ptr<const MappedFile>(
       new MappedFile(path, static_cast<const std::byte*>(data), size, kept));
+}
+
+Status MappedFile::copy_to(uint64_t offset, uint64_t nbytes, void* dst) const {
+  struct Copy {
+    void* to;
+    const std::byte* from;
+    uint64_t nbytes;
+  } copy{dst, data_ + offset, nbytes};
+  uint64_t fault = 0;
+  const bool copied = detail::run_mapping_guarded(
+      copy.from, nbytes,
+      [](void* c) {
+        const auto* job = static_cast<const Copy*>(c);
+        std::memcpy(job->to, job->from, job->nbytes);
+      },
+      &copy, &fault);
+  return copied ? Status() : detail::lost_to_truncation(*this, offset + fault);
 }
 
 MappedFile::~MappedFile() {

@@ -1,6 +1,8 @@
 #include <devalloc/core/verify.hpp>
 #include <devalloc/input_text.hpp>
 
+#include "mapping_guard.hpp"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -51,7 +53,24 @@ Status verify_copies(const std::vector<CopyRequest>& requests,
       done += n;
     }
     const XXH64_hash_t on_device = XXH3_64bits_digest(state.get());
-    const XXH64_hash_t in_file = XXH3_64bits(r.file->data() + r.file_offset, r.nbytes);
+    // Guarded: the file may have been truncated since the load mapped it.
+    struct Hash {
+      const std::byte* from;
+      uint64_t nbytes;
+      XXH64_hash_t value;
+    } hash{r.file->data() + r.file_offset, r.nbytes, 0};
+    uint64_t fault = 0;
+    if (!detail::run_mapping_guarded(
+            hash.from, hash.nbytes,
+            [](void* h) {
+              auto* job = static_cast<Hash*>(h);
+              job->value = XXH3_64bits(job->from, job->nbytes);
+            },
+            &hash, &fault)) {
+      return detail::lost_to_truncation(*r.file, r.file_offset + fault)
+          .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");
+    }
+    const XXH64_hash_t in_file = hash.value;
     if (on_device != in_file) {
       return Status(StatusCode::device_error,
                     "verify: tensor " + quote(r.tensor) + " in buffer " +

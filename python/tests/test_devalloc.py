@@ -236,6 +236,28 @@ def test_a_plugin_that_releases_after_synchronize_is_warned_of(mixed, tmp_path):
                                       load_file(str(folder / "mixed.safetensors"))["w.f32"])
 
 
+def test_a_file_truncated_while_it_loads_is_an_error_not_a_crash(tmp_path):
+    # Read through the mapping; another program truncates the file after
+    # the first piece: devalloc.Error naming the file, and the interpreter
+    # (whose faulthandler pytest turned on) lives on.
+    model = tmp_path / "m.safetensors"
+    save_file({f"w{i}": np.full(1 << 20, i, np.uint8) for i in range(8)}, str(model))
+    plan = devalloc.plan([model], out=tmp_path / "plan.json")
+    config = tmp_path / "c.toml"
+    config.write_text('[load]\nread = "mmap"\nthreads = 1\nstaging = "1MiB"\ndirect = false\n')
+    cut = []
+
+    def truncate(done, total):
+        if not cut:
+            os.truncate(model, 4096)
+            cut.append(done)
+
+    with pytest.raises(devalloc.Error, match=r"m\.safetensors: the page at offset \d+ could not "
+                                             r"be read \(SIGBUS\): the file was truncated"):
+        devalloc.Runtime(config=config).load(plan, progress=truncate)
+    assert cut
+
+
 def test_missing_plan_is_an_error_naming_it(tmp_path):
     with pytest.raises(devalloc.Error, match="nowhere.json"):
         devalloc.Runtime().load(tmp_path / "nowhere.json")

@@ -73,6 +73,13 @@ class PipelineLoad : public ::testing::Test {
 
   static std::string name(uint64_t i) { return "t" + std::to_string(1000 + i); }
 
+  // The model's tensors, as SetUp writes them.
+  std::vector<SafetensorsWriteTensor> written() const {
+    std::vector<SafetensorsWriteTensor> out;
+    for (uint64_t i = 0; i <= kTensors; ++i) out.push_back({name(i), DType::u8, {kTensorBytes}, data_[i]});
+    return out;
+  }
+
   // A config whose "host" tag is served by `library` (a file of the zoo, or
   // the host plugin by name) with the given [load] lines.
   RuntimeConfig config_for(const std::string& plugin, const std::string& load) {
@@ -401,6 +408,59 @@ TEST_F(PipelineLoad, GivenReleasesAfterSynchronize_WhenLoading_ThenTheReportCoun
     EXPECT_EQ(in_time.devices[0].late_releases, 0u);
     EXPECT_EQ(in_time.devices[0].late_release_seconds, 0.0);
   }
+}
+
+// Another program truncates the model while it loads through the mapping
+// (read = "mmap"): the pages it lost raise SIGBUS, which must become the
+// load's error naming the file, not the end of the process. Staged and
+// direct (reads straight into host-addressable device memory).
+TEST_F(PipelineLoad, GivenTheFileTruncatedWhileLoadingThroughTheMapping_ThenTheLoadFailsNamingIt) {
+  const std::filesystem::path model = dir_ / "model.safetensors";
+  const uint64_t keep = std::filesystem::file_size(model) - kModelBytes + 8192;
+  for (const bool direct : {false, true}) {
+    ASSERT_TRUE(write_safetensors(model, written()).ok());
+    const uint64_t before = DeviceBuffer::live_count();
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = 16384\nthreads = 1\nread = \"mmap\"\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    bool truncated = false;
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (!truncated) truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_TRUE(truncated);
+    ASSERT_FALSE(program.ok()) << "direct = " << direct;
+    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_THAT(program.status().message(),
+                AllOf(HasSubstr("tensor \"t10"), HasSubstr("model.safetensors: the page at offset "),
+                      HasSubstr("could not be read (SIGBUS): the file was truncated")))
+        << "direct = " << direct;
+    EXPECT_EQ(DeviceBuffer::live_count(), before);
+  }
+}
+
+// Truncated after every copy was issued, before the verify pass hashes the
+// file's bytes through the mapping: the verify pass fails naming the file.
+TEST_F(PipelineLoad, GivenTheFileTruncatedBeforeVerify_ThenVerifyFailsNamingItInsteadOfCrashing) {
+  const std::filesystem::path model = dir_ / "model.safetensors";
+  const uint64_t keep = std::filesystem::file_size(model) - kModelBytes + 8192;
+  const uint64_t before = DeviceBuffer::live_count();
+  auto runtime = Runtime::create(config_for(
+      "host", "staging = 16384\nthreads = 1\nread = \"pread\"\ndirect = false\nverify = true\n"));
+  bool truncated = false;
+  runtime->set_progress([&](uint64_t done, uint64_t total) {
+    if (done == total && !truncated) {
+      truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
+    }
+  });
+  auto program = runtime->load(plan_, {}, nullptr);
+  ASSERT_TRUE(truncated);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("verify: reading tensor \"t10"),
+                    HasSubstr("model.safetensors: the page at offset "),
+                    HasSubstr("the file was truncated after it was opened")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
 // Four threads add their bytes in one order and would report them in

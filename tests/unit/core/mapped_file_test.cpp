@@ -8,7 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace devalloc {
 namespace {
@@ -74,6 +81,110 @@ TEST(MappedFile, GivenFileReplacedByRename_ThenExistingMappingKeepsOldBytes) {
   test::write_file(dir / "w.new", "new bytes");
   std::filesystem::rename(dir / "w.new", dir / "w");
   EXPECT_EQ(std::memcmp((*file)->data(), "old bytes", 9), 0);
+}
+
+// A mapping of 4 pages whose file is then cut to its first 100 bytes: page
+// 0 still reads (zeros past the end), pages 1 to 3 raise SIGBUS.
+class TruncatedMapping : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::write_file(dir_ / "model.bin", std::string(4 * kPage, 'x'));
+    auto opened = MappedFile::open(dir_ / "model.bin");
+    ASSERT_TRUE(opened.ok()) << opened.status().message();
+    file_ = *opened;
+    ASSERT_EQ(::truncate((dir_ / "model.bin").c_str(), 100), 0);
+  }
+  static constexpr uint64_t kPage = 4096;
+  TempDir dir_;
+  std::shared_ptr<const MappedFile> file_;
+};
+
+TEST(MappedFile, GivenIntactFile_WhenCopiedOut_ThenTheBytesArrive) {
+  TempDir dir;
+  test::write_file(dir / "a.bin", "hello, mapping");
+  auto file = MappedFile::open(dir / "a.bin");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  char out[8] = {};
+  ASSERT_TRUE((*file)->copy_to(7, 7, out).ok());
+  EXPECT_STREQ(out, "mapping");
+}
+
+TEST_F(TruncatedMapping, WhenCopiedOut_ThenTheLostBytesAreAnErrorNamingFileAndOffset) {
+  std::vector<char> out(4 * kPage);
+  ASSERT_TRUE(file_->copy_to(0, 100, out.data()).ok());  // what the file still has
+  const Status lost = file_->copy_to(10, 3 * kPage, out.data());
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(lost.message(), (dir_ / "model.bin").string() +
+                                ": the page at offset 4096 could not be read (SIGBUS): the file "
+                                "was truncated after it was opened, while it was being read");
+  // The guard is left as it was found: the next read faults and is caught
+  // again.
+  const Status again = file_->copy_to(2 * kPage + 5, 10, out.data());
+  ASSERT_FALSE(again.ok());
+  EXPECT_THAT(again.message(), HasSubstr("the page at offset 8192 could not be read"));
+}
+
+TEST_F(TruncatedMapping, WhenSeveralThreadsCopyOut_ThenEachGetsItsOwnError) {
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<char> out(kPage);
+      for (int i = 0; i < 50; ++i) {
+        const uint64_t at = (1 + (t + i) % 3) * kPage;
+        const Status s = file_->copy_to(at, kPage, out.data());
+        if (!s.ok() && s.message().find("offset " + std::to_string(at) + " ") != std::string::npos) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 4 * 50);
+}
+
+// A SIGBUS outside a guarded read still ends the process, as it would have
+// without devalloc: the guard does not swallow faults that are not its own.
+TEST_F(TruncatedMapping, GivenAFaultOutsideAGuardedRead_ThenTheProcessStillDiesOfSigbus) {
+  // A fresh process, whose SIGBUS takes the default action (a sanitizer
+  // build has its own handler there, which would report and exit 1).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::signal(SIGBUS, SIG_DFL);
+        std::vector<char> out(kPage);
+        if (file_->copy_to(kPage, kPage, out.data()).ok()) std::_Exit(3);
+        volatile char lost = static_cast<char>(file_->data()[kPage]);
+        (void)lost;
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+// The program's own SIGBUS handler, installed before devalloc's, still gets
+// every fault that is not devalloc's.
+volatile std::sig_atomic_t g_stage = 0;
+extern "C" void programs_own_handler(int) { std::_Exit(g_stage == 1 ? 42 : 43); }
+
+TEST_F(TruncatedMapping, GivenTheProgramsOwnHandler_ThenFaultsNotOursStillReachIt) {
+  // A fresh process: devalloc's handler is installed after the program's.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        struct sigaction own {};
+        own.sa_handler = programs_own_handler;
+        sigemptyset(&own.sa_mask);
+        ::sigaction(SIGBUS, &own, nullptr);
+        std::vector<char> out(kPage);
+        // Caught by devalloc (the program's handler would exit 43).
+        if (file_->copy_to(kPage, kPage, out.data()).ok()) std::_Exit(3);
+        g_stage = 1;
+        volatile char lost = static_cast<char>(file_->data()[2 * kPage]);
+        (void)lost;
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(42), "");
 }
 
 }  // namespace

@@ -26,9 +26,11 @@ class MappedFile {
   // bytes: <errno text>".
   //
   // The mapping reflects the file: if another process truncates it while it is
-  // mapped, reading the lost pages raises SIGBUS. devalloc never writes to the
-  // files it maps; writers replace files by rename (write_safetensors does),
-  // which leaves an existing mapping intact.
+  // mapped, reading the lost pages raises SIGBUS. devalloc reads the data of
+  // a load through copy_to() (and its verify pass likewise), which turns that
+  // SIGBUS into an error; a direct read of bytes() is not guarded. devalloc
+  // never writes to the files it maps; writers replace files by rename
+  // (write_safetensors does), which leaves an existing mapping intact.
   static Result<std::shared_ptr<const MappedFile>> open(
       const std::filesystem::path& path);
 
@@ -43,6 +45,15 @@ class MappedFile {
   int fd() const { return fd_; }
   uint64_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
+
+  // memcpy of bytes [offset, offset + nbytes), which lie inside size(), to
+  // dst; a SIGBUS from a page the file lost to a truncation since it was
+  // mapped becomes an invalid_argument error ("<path>: the page at offset N
+  // could not be read (SIGBUS): the file was truncated after it was opened,
+  // while it was being read") instead of ending the process. The first call
+  // installs devalloc's SIGBUS handler, which passes every other SIGBUS on to
+  // the handler it replaced (or the default action): see loading.md.
+  Status copy_to(uint64_t offset, uint64_t nbytes, void* dst) const;
 
  private:
   MappedFile(std::filesystem::path path, const std::byte* data, uint64_t size,

@@ -1,0 +1,118 @@
+#include "mapping_guard.hpp"
+
+#include <devalloc/input_text.hpp>
+
+#include <pthread.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <csetjmp>
+#include <csignal>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace devalloc::detail {
+namespace {
+
+// The guarded read a thread is in, innermost first.
+struct Frame {
+  sigjmp_buf resume;
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  uintptr_t fault = 0;
+  Frame* outer = nullptr;
+};
+
+// Read in the signal handler: initial-exec, so that the first read on a
+// thread never allocates (as a dynamic TLS access in a dlopened module may).
+__attribute__((tls_model("initial-exec"))) thread_local Frame* t_frame = nullptr;
+
+struct sigaction g_replaced {};
+std::once_flag g_installed;
+
+// Not ours: what the process would have done without devalloc.
+void pass_on(int signal, siginfo_t* info, void* context) {
+  if ((g_replaced.sa_flags & SA_SIGINFO) != 0) {
+    if (g_replaced.sa_sigaction != nullptr) {
+      g_replaced.sa_sigaction(signal, info, context);
+      return;
+    }
+  } else if (g_replaced.sa_handler != SIG_DFL && g_replaced.sa_handler != SIG_IGN) {
+    g_replaced.sa_handler(signal);
+    return;
+  }
+  // Default action (a synchronous SIGBUS cannot be ignored either): restore
+  // it and raise again, delivered when this handler returns (or at once).
+  struct sigaction fallback {};
+  fallback.sa_handler = SIG_DFL;
+  sigemptyset(&fallback.sa_mask);
+  ::sigaction(signal, &fallback, nullptr);
+  ::raise(signal);
+}
+
+extern "C" void on_sigbus(int signal, siginfo_t* info, void* context) {
+  Frame* frame = t_frame;
+  // A fault the kernel raised (si_code > 0) inside the range this thread's
+  // guarded read covers.
+  if (frame != nullptr && info != nullptr && info->si_code > 0) {
+    const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (Frame* f = frame; f != nullptr; f = f->outer) {
+      if (at >= f->begin && at < f->end) {
+        f->fault = at;
+        // The jump skips the kernel's return from the handler, which would
+        // restore the interrupted code's signal mask: restore it here (the
+        // mask the handler runs with blocks SIGBUS, and under a sanitizer
+        // perhaps every signal), so the read makes no system call when
+        // nothing faults (sigsetjmp(..., 0)).
+        if (context != nullptr) {
+          ::pthread_sigmask(SIG_SETMASK, &static_cast<ucontext_t*>(context)->uc_sigmask, nullptr);
+        }
+        siglongjmp(f->resume, 1);
+      }
+    }
+  }
+  pass_on(signal, info, context);
+}
+
+void install() {
+  struct sigaction guard {};
+  guard.sa_sigaction = on_sigbus;
+  guard.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&guard.sa_mask);
+  ::sigaction(SIGBUS, &guard, &g_replaced);
+}
+
+}  // namespace
+
+bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*), void* context,
+                         uint64_t* fault_offset) {
+  std::call_once(g_installed, install);
+  Frame frame;
+  frame.begin = reinterpret_cast<uintptr_t>(begin);
+  frame.end = frame.begin + nbytes;
+  frame.outer = t_frame;
+  if (sigsetjmp(frame.resume, 0) != 0) {
+    t_frame = frame.outer;
+    if (fault_offset != nullptr) *fault_offset = frame.fault - frame.begin;
+    return false;
+  }
+  t_frame = &frame;
+  work(context);
+  t_frame = frame.outer;
+  return true;
+}
+
+Status lost_to_truncation(const MappedFile& file, uint64_t at) {
+  // The mapping starts at file offset 0, page-aligned: the page that
+  // faulted starts at `at` rounded down.
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t size = page > 0 ? static_cast<uint64_t>(page) : 4096;
+  return Status(StatusCode::invalid_argument,
+                path_for_message(file.path().string()) + ": the page at offset " +
+                    std::to_string(at / size * size) +
+                    " could not be read (SIGBUS): the file was truncated after it was "
+                    "opened, while it was being read");
+}
+
+}  // namespace devalloc::detail

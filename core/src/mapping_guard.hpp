@@ -1,0 +1,37 @@
+// Reads from a file's mapping that survive the file being truncated under
+// them. Another program may truncate a model while it loads; the first touch
+// of a page the file lost raises SIGBUS, which ends the process unless
+// handled. A guarded read turns that SIGBUS into a false return.
+//
+// How: the first guarded read installs a SIGBUS handler (SA_SIGINFO |
+// SA_ONSTACK) that keeps the handler it replaced. A fault on a thread inside
+// a guarded read, at an address inside the range that read covers, restores
+// the signal mask of the interrupted read and jumps back out of it
+// (siglongjmp); any other SIGBUS goes to
+// the replaced handler, or takes the default action (the process ends, as it
+// would have without devalloc). A program that installs its own SIGBUS
+// handler afterwards without calling the one it replaced loses the guard
+// (a truncation then ends the process, as before); read = "pread" needs no
+// guard at all.
+//
+// `work` must only read the range and write memory of its own: no locks, no
+// allocation, nothing a jump out of the middle would leave half done.
+#pragma once
+
+#include <devalloc/core/mapped_file.hpp>
+#include <devalloc/status.hpp>
+
+#include <cstdint>
+
+namespace devalloc::detail {
+
+// Runs work(context), which reads [begin, begin + nbytes). True when it
+// returned; false when a read in that range raised SIGBUS, and then
+// *fault_offset (if given) is the offset from begin of the byte it read.
+bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*), void* context,
+                         uint64_t* fault_offset = nullptr);
+
+// The error of a guarded read of `file` that faulted at file offset `at`.
+Status lost_to_truncation(const MappedFile& file, uint64_t at);
+
+}  // namespace devalloc::detail
