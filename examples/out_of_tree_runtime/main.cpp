@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", program.status().message().c_str());
     return 1;
   }
+  // What the load tolerated but a user should hear of (a plugin's late
+  // releases, say).
+  for (const std::string& line : devalloc::load_warnings(report)) {
+    std::fprintf(stderr, "warning: %s\n", line.c_str());
+  }
   const std::optional<devalloc::LoadedTensor> w = (*program)->find("weight");
   std::vector<std::byte> back(weight.size());
   if (!w || !w->device().plugin->copy_to_host(w->device().device, back.data(), w->address(),
