@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -163,6 +162,7 @@ struct Ticket {
   bool copy_failed = false;        // its copy call returned an error
   bool released_twice = false;     // said once
   bool in_call = true;             // its copy call has not returned yet
+  uint64_t returned = 0;           // Ledger::calls_returned when it did
   // A breach of this copy during its call: said after the call's own error
   // when the call fails (PLUGIN-21), else as soon as the call returns.
   std::string breach_in_call;
@@ -190,6 +190,7 @@ struct Ledger {
   std::vector<std::chrono::steady_clock::duration> late_wait;
   std::vector<const ResolvedDevice*> devices;  // per queue
   uint64_t releases_seen = 0;
+  uint64_t calls_returned = 0;  // copy calls that returned, counted in order
   uint64_t in_flight = 0;
   uint64_t max_in_flight = 0;
   uint64_t forced_synchronizes = 0;
@@ -397,7 +398,7 @@ class Pipeline {
   Status staged_piece(const Piece& p);
   Result<size_t> take_slot(size_t ring);
   Status force_progress(std::unique_lock<std::mutex>& lock, size_t ring);
-  Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue,
+  Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue, uint64_t covered,
                        uint64_t up_to_id);
   void finish();
   // Adds nbytes to the bytes issued and tells the progress callback; an
@@ -727,6 +728,8 @@ Status Pipeline::force_progress(std::unique_lock<std::mutex>& lock, size_t ring_
   // Every slot may be with a thread still reading: nothing to wait for.
   if (waits.empty()) return Status();
   ++ledger.forced_synchronizes;
+  // The synchronize covers the copies whose call returned before it.
+  const uint64_t covered = ledger.calls_returned;
   lock.unlock();
   Status synced;
   for (const auto& [qi, last] : waits) {
@@ -740,33 +743,43 @@ Status Pipeline::force_progress(std::unique_lock<std::mutex>& lock, size_t ring_
   lock.lock();
   if (!synced.ok()) return synced;
   for (const auto& [qi, last] : waits) {
-    if (Status s = wait_released(lock, qi, last); !s.ok()) return s;
+    if (Status s = wait_released(lock, qi, covered, last); !s.ok()) return s;
   }
   return Status();
 }
 
 // After synchronize(queue's device) returned: every ticket up to up_to_id
-// must be released within release_timeout (PLUGIN-20, PLUGIN-21).
+// must be released within release_timeout (PLUGIN-20, PLUGIN-21). The
+// synchronize covered the copies whose call returned before it (returned
+// count at most `covered`); those released only now are counted late.
 Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
-                               uint64_t up_to_id) {
+                               uint64_t covered, uint64_t up_to_id) {
   Ledger& ledger = *ledger_;
   auto& pending = ledger.unreleased[qi];
   // Set through the C++ API it may be anything; a deadline past the clock's
   // range would overflow (the config refuses more than a day).
   const std::chrono::milliseconds timeout =
       std::clamp(options_.release_timeout, std::chrono::milliseconds(0), kMaxReleaseTimeout);
-  // What is still unreleased now, after synchronize returned, is late.
-  const auto due = [&] {
-    return static_cast<uint64_t>(std::distance(pending.begin(), pending.upper_bound(up_to_id)));
+  // A copy whose call returned before the synchronize (its returned count
+  // at most `covered`) and that is still unreleased now is late (PLUGIN-20).
+  // One still in its call then, on another thread, is not.
+  const auto late_now = [&] {
+    uint64_t n = 0;
+    for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
+      const Ticket& t = ledger.tickets[*it];
+      n += !t.in_call && t.returned <= covered ? 1 : 0;
+    }
+    return n;
   };
-  const uint64_t late = due();
-  if (late == 0) return Status();
+  const uint64_t late = late_now();
   const auto waited_from = std::chrono::steady_clock::now();
   const bool done = ledger.changed.wait_for(lock, timeout, [&] {
     return ledger.gave_up || pending.empty() || *pending.begin() > up_to_id;
   });
-  ledger.late_releases[qi] += late - due();
-  ledger.late_wait[qi] += std::chrono::steady_clock::now() - waited_from;
+  if (late > 0) {
+    ledger.late_releases[qi] += late - late_now();
+    ledger.late_wait[qi] += std::chrono::steady_clock::now() - waited_from;
+  }
   if (done) return Status();
   ledger.breach = true;
   ledger.gave_up = true;
@@ -852,6 +865,7 @@ Status Pipeline::staged_piece(const Piece& p) {
   {
     std::lock_guard lock(ledger.mutex);
     ticket->in_call = false;
+    ticket->returned = ++ledger.calls_returned;
     if (!copied.ok()) {
       ticket->copy_failed = true;
       if (!ticket->breach_in_call.empty()) {
@@ -957,7 +971,10 @@ void Pipeline::finish() {
       ledger.fail(synced.with_context("synchronizing " + device.describe()));
     }
     if (any) {
-      if (Status s = wait_released(lock, qi, last); !s.ok()) ledger.fail_also(s);
+      // Every loading thread has finished: every copy call returned.
+      if (Status s = wait_released(lock, qi, ledger.calls_returned, last); !s.ok()) {
+        ledger.fail_also(s);
+      }
     }
     lock.unlock();
     per_device_[qi].seconds =

@@ -32,6 +32,7 @@
 #include <devalloc/plugin_kit/options.hpp>
 #include <devalloc/plugin_kit/release.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -148,7 +149,8 @@ class FaultPlan {
     s.flip_byte_at_copy = options.take_u64("flip_byte_at_copy", 0);
     s.fail_synchronize = options.take_bool("fail_synchronize", false);
     s.release_failed_copy_twice = options.take_bool("release_failed_copy_twice", false);
-    s.release_late_ms = options.take_u64("release_late_ms", 0);
+    // At most an hour: a test plugin, but no clock overflow either.
+    s.release_late_ms = std::min<uint64_t>(options.take_u64("release_late_ms", 0), 3'600'000);
     return s;
   }
 
