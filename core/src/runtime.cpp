@@ -26,10 +26,12 @@ std::vector<std::string> load_warnings(const LoadReport& report) {
     char waited[64];
     std::snprintf(waited, sizeof waited, "%.3f", d.late_release_seconds);
     out.push_back("plugin " + d.device.plugin_name + " released " +
-                  std::to_string(d.late_releases) + " copies to " + d.device.device_label() +
-                  " after synchronize returned (PLUGIN-20); the load waited " + waited +
-                  " s for them (a release may be that late up to [load] release_timeout after "
-                  "each synchronize)");
+                  std::to_string(d.late_releases) +
+                  (d.late_releases == 1 ? " copy to " : " copies to ") + d.device.device_label() +
+                  " after synchronize returned (PLUGIN-20); the load waited " + waited + " s for " +
+                  (d.late_releases == 1 ? "it" : "them") +
+                  " (a release may be that late up to [load] release_timeout after each "
+                  "synchronize)");
   }
   return out;
 }
