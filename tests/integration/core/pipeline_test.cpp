@@ -575,5 +575,34 @@ TEST_F(PipelineLoad, GivenThousandsOfTinyTensors_WhenLoadedByFourThreads_ThenEve
   }
 }
 
+// Direct reads go in pieces of up to 8 MiB: a range above that is read in
+// several, each into its own place in the buffer, not all onto the first.
+TEST_F(PipelineLoad, GivenARangeAboveTheDirectPieceSize_WhenReadDirectly_ThenEachPieceLandsAtItsOwnOffset) {
+  constexpr uint64_t kBig = (uint64_t{9} << 20) + 4096;  // two direct pieces
+  std::vector<std::byte> big(kBig);
+  for (uint64_t b = 0; b < kBig; ++b) {
+    big[b] = static_cast<std::byte>((b * 2654435761u) >> 13);
+  }
+  const std::vector<SafetensorsWriteTensor> out = {{"big", DType::u8, {kBig}, big}};
+  ASSERT_TRUE(write_safetensors(dir_ / "big.safetensors", out).ok());
+  Plan plan;
+  plan.path = dir_ / "big-plan.json";
+  plan.buffers = {{0, "host", kBig, 4096}};
+  plan.tensors = {PlanTensor{"big", DType::u8, {kBig}, 0, 0, PlanSource{"big.safetensors", "big"}}};
+  plan.methods = {PlanMethod{"main", {0}, {"big"}}};
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
+  LoadReport report;
+  auto program = Runtime::create(config_for("host", "direct = true\nthreads = 2\n"))
+                     ->load(plan, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ(report.direct_reads, 2u);
+  EXPECT_EQ(report.copies, 0u);
+  const std::optional<LoadedTensor> t = (*program)->find("big");
+  ASSERT_TRUE(t.has_value());
+  std::vector<std::byte> back(kBig);
+  ASSERT_TRUE(t->device().plugin->copy_to_host(0, back.data(), t->address(), kBig).ok());
+  EXPECT_TRUE(back == big) << "the bytes of the second direct piece are not at their offset";
+}
+
 }  // namespace
 }  // namespace devalloc::testing
