@@ -604,5 +604,42 @@ TEST_F(PipelineLoad, GivenARangeAboveTheDirectPieceSize_WhenReadDirectly_ThenEac
   EXPECT_TRUE(back == big) << "the bytes of the second direct piece are not at their offset";
 }
 
+// Tensors back to back in the file and at matching offsets, but in two
+// buffers, are two ranges: one copy must not run on from the end of the
+// first buffer's tensor into the second tensor's place.
+TEST_F(PipelineLoad, GivenFileNeighboursInTwoBuffersAtContinuingOffsets_WhenStaged_ThenEachLandsInItsOwnBuffer) {
+  Plan plan;
+  plan.path = dir_ / "split.json";
+  // t1000 at bytes [0, 4096) of buffer 0; t1001, next in the file, at
+  // [4096, 8192) of buffer 1: merged, it would land in buffer 0.
+  plan.buffers = {{0, "host", 2 * kTensorBytes, 4096}, {1, "host", 2 * kTensorBytes, 4096}};
+  plan.tensors = {
+      PlanTensor{name(0), DType::u8, {kTensorBytes}, 0, 0, PlanSource{"model.safetensors", name(0)}},
+      PlanTensor{name(1), DType::u8, {kTensorBytes}, 1, kTensorBytes,
+                 PlanSource{"model.safetensors", name(1)}}};
+  plan.methods = {PlanMethod{"main", {0, 1}, {name(0), name(1)}}};
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    LoadReport report;
+    auto program = Runtime::create(config_for("host", std::string("staging = 16384\ndirect = ") +
+                                                          (direct ? "true" : "false") + "\n"))
+                       ->load(plan, {}, &report);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    EXPECT_EQ(report.copies + report.direct_reads, 2u);
+    for (uint64_t i : {0, 1}) {
+      const std::optional<LoadedTensor> t = (*program)->find(name(i));
+      ASSERT_TRUE(t.has_value());
+      EXPECT_EQ(t->planned.memory_id, i);
+      std::vector<std::byte> back(kTensorBytes);
+      ASSERT_TRUE(t->device()
+                      .plugin->copy_to_host(t->device().device, back.data(), t->address(),
+                                            kTensorBytes)
+                      .ok());
+      EXPECT_EQ(back, data_[i]) << name(i);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace devalloc::testing
