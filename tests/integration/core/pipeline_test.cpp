@@ -641,5 +641,29 @@ TEST_F(PipelineLoad, GivenFileNeighboursInTwoBuffersAtContinuingOffsets_WhenStag
   }
 }
 
+// One staging budget for the whole load: with two plugins, each ring gets
+// its share, and all the slots together stay within [load] staging.
+TEST_F(PipelineLoad, GivenTwoPluginsStaging_WhenLoading_ThenTheirRingsTogetherStayWithinTheOneBudget) {
+  plan_.buffers[1].device = "other";  // "lone", on a second plugin
+  const std::string text = "[plugins.host]\noptions = { async = true }\n"
+                           "[plugins.f]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_host_faulty.so").string() +
+                           "\"\noptions = { async = true }\n"
+                           "[devices.other]\nuse = [\"f\", { index = 0 }]\n"
+                           "[load]\nstaging = 16384\ndirect = false\n";
+  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  LoadReport report;
+  auto program = Runtime::create(*config)->load(plan_, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  EXPECT_EQ((*program)->find(name(kTensors))->device().plugin_name, "f");
+  EXPECT_EQ(report.pipeline.slot_bytes, 4096u);
+  // host: 8 KiB of the budget, two slots; f: one slot for its one piece.
+  EXPECT_EQ(report.pipeline.staging_slots, 3u);
+  EXPECT_LE(report.pipeline.staging_slots * report.pipeline.slot_bytes, kStaging);
+  EXPECT_LE(report.pipeline.max_in_flight_bytes, kStaging);
+}
+
 }  // namespace
 }  // namespace devalloc::testing
