@@ -665,5 +665,29 @@ TEST_F(PipelineLoad, GivenTwoPluginsStaging_WhenLoading_ThenTheirRingsTogetherSt
   EXPECT_LE(report.pipeline.max_in_flight_bytes, kStaging);
 }
 
+// A progress callback that throws ends the load: no further piece is read
+// and the callback is not called again, also on the direct path, where no
+// staging slot is waited for.
+TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithOneThread_ThenItIsNotCalledAgain) {
+  // Each tensor at twice its size apart: 65 ranges of 4 KiB, five claims.
+  plan_.buffers[0].size = 2 * kModelBytes;
+  for (uint64_t i = 0; i < kTensors; ++i) plan_.tensors[i].offset = 2 * i * kTensorBytes;
+  ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = 16384\nthreads = 1\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    int calls = 0;
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (++calls == 2) throw std::runtime_error("stop at 2");
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_FALSE(program.ok());
+    EXPECT_THAT(program.status().message(), HasSubstr("stop at 2"));
+    EXPECT_EQ(calls, 2);
+  }
+}
+
 }  // namespace
 }  // namespace devalloc::testing
