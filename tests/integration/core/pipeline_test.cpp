@@ -689,5 +689,23 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithOneThread_T
   }
 }
 
+// PLUGIN-20: a synchronize that fails while the load waits for a staging
+// slot ends the load there, with that synchronize named; the load does not
+// go on copying after a failed synchronize.
+TEST_F(PipelineLoad, GivenSynchronizeFailsWhileWaitingForAStagingSlot_WhenLoading_ThenTheLoadStopsNamingThatWait) {
+  const uint64_t before = DeviceBuffer::live_count();
+  // zoo_unknown_status releases its copies only in synchronize, which then
+  // returns status 42: the fifth piece waits for a slot and forces it.
+  auto program = Runtime::create(config_for("zoo_unknown_status",
+                                            "staging = 16384\nthreads = 1\ndirect = false\n"
+                                            "release_timeout = \"100ms\"\n"))
+                     ->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("synchronizing host"),
+                    HasSubstr("while waiting for staging memory")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 }  // namespace
 }  // namespace devalloc::testing
