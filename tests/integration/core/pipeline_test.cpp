@@ -707,5 +707,43 @@ TEST_F(PipelineLoad, GivenSynchronizeFailsWhileWaitingForAStagingSlot_WhenLoadin
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+
+// verify reads a tensor back in chunks of the staging size: every chunk
+// from its own offset. A right load of a tensor three chunks long verifies;
+// a byte wrong in its last chunk is found.
+TEST_F(PipelineLoad, GivenATensorOfSeveralVerifyChunks_WhenVerified_ThenEachChunkIsReadFromItsOwnOffset) {
+  constexpr uint64_t kWide = 3 * kTensorBytes;
+  std::vector<std::byte> wide(kWide);
+  for (uint64_t b = 0; b < kWide; ++b) wide[b] = static_cast<std::byte>((b * 11 + (b >> 12)) & 0xff);
+  const std::vector<SafetensorsWriteTensor> out = {{"wide", DType::u8, {kWide}, wide}};
+  ASSERT_TRUE(write_safetensors(dir_ / "wide.safetensors", out).ok());
+  Plan plan;
+  plan.path = dir_ / "wide.json";
+  plan.buffers = {{0, "host", kWide, 4096}};
+  plan.tensors = {PlanTensor{"wide", DType::u8, {kWide}, 0, 0, PlanSource{"wide.safetensors", "wide"}}};
+  plan.methods = {PlanMethod{"main", {0}, {"wide"}}};
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
+  const auto load = [&](const std::string& options, LoadReport* report) {
+    const std::string text = "[plugins.p]\nlibrary = \"" +
+                             (kZooDir / "libdevalloc_host_faulty.so").string() +
+                             "\"\noptions = { " + options +
+                             " }\n[devices.host]\nuse = [\"p\", { index = 0 }]\n"
+                             "[load]\nstaging = 4096\ndirect = false\nthreads = 1\nverify = true\n";
+    auto config = parse_config(text, (dir_ / "devalloc.toml").string());
+    EXPECT_TRUE(config.ok()) << config.status().message();
+    return Runtime::create(*config)->load(plan, {}, report);
+  };
+  LoadReport report;
+  auto right = load("async = true", &report);
+  ASSERT_TRUE(right.ok()) << right.status().message();
+  EXPECT_TRUE(report.verified);
+  EXPECT_EQ(report.copies, 3u);
+  // The third copy (bytes 8192..12288) lands with its first byte flipped.
+  auto wrong = load("async = true, flip_byte_at_copy = \"3\"", nullptr);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.status().message(),
+              AllOf(HasSubstr("verify: tensor \"wide\""), HasSubstr("differs from")));
+}
+
 }  // namespace
 }  // namespace devalloc::testing
