@@ -157,6 +157,19 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_Then
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// The buffer check of an unvalidated plan also holds for an offset past
+// the end of its buffer: size - offset must not wrap into "fits".
+TEST_F(LoadFixture, GivenUnvalidatedPlanWithOffsetPastItsBuffer_WhenLoading_ThenRefusedBeforeAllocating) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().tensors[2].offset = 512;  // head, in buffer 1 of 256 bytes
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("tensor \"head\""), HasSubstr("256 bytes do not fit in buffer 1 of 256 bytes")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithAnAbsoluteSource_WhenLoading_ThenRefusedNamingTheTensorBeforeAllocating) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().tensors[2].source->file = "/etc/passwd";  // "head"; external files not allowed
