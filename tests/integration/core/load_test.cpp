@@ -170,6 +170,22 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithOffsetPastItsBuffer_WhenLoading_Then
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// An unvalidated plan whose shape is smaller than its source: the copy
+// would take the file's byte count, past what the plan placed (and checked
+// against the buffer). Refused, naming both sizes, before any copy.
+TEST_F(LoadFixture, GivenUnvalidatedPlanWithAShapeSmallerThanItsSource_WhenLoading_ThenRefusedNamingBothSizes) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().tensors[2].shape = {64};  // head: 128 bytes planned, 256 in the file
+  plan().tensors[2].offset = 128;  // the file's 256 would end past buffer 1
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("tensor \"head\""), HasSubstr("the plan says 128 bytes"),
+                    HasSubstr("has 256 for \"head\"")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithAnAbsoluteSource_WhenLoading_ThenRefusedNamingTheTensorBeforeAllocating) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().tensors[2].source->file = "/etc/passwd";  // "head"; external files not allowed
