@@ -838,6 +838,10 @@ INSTANTIATE_TEST_SUITE_P(
         HeaderCase{R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},})", 1, false},
         HeaderCase{R"([1])", 0, false},
         HeaderCase{"{\"a\xff\":{}}", 0, false},
+        // Raw control bytes, the highest (0x1f) included, are not JSON.
+        HeaderCase{"{\"a\x1f\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                   false},
+        HeaderCase{"{\"__metadata__\":{\"k\":\"\x01\"}}", 0, false},
         HeaderCase{R"({"a":{"dtype":"U8","shape":[[1]],"data_offsets":[0,1]}})", 1, false},
         // Plain and well formed, refused after reading: the tiling check is
         // shared, so the message is the same.
