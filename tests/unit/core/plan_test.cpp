@@ -802,6 +802,9 @@ INSTANTIATE_TEST_SUITE_P(
         PlanTextCase{plan_text(R"({"name":"a","dtype":"U8","shape":[4],"memory_id":4294967296,)"
                                R"("offset":0})"),
                      false},
+        PlanTextCase{R"({"format":"devalloc-plan","version":1,"buffers":[],"tensors":[],)"
+                     R"("methods":[{"name":"m","memory_ids":[4294967296],"tensors":[]}]})",
+                     false},
         PlanTextCase{plan_text(R"({"name":"a","name":"b","dtype":"U8","shape":[4],)"
                                R"("memory_id":0,"offset":0})"),
                      false},
