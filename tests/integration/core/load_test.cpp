@@ -284,6 +284,21 @@ TEST_F(FaultyLoad, GivenPlanAboveTheDevicesFreeMemory_WhenLoading_ThenRefusedBef
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// A hostile plan's buffer sizes that add up past 2^64 must not wrap into
+// "fits": the fit check saturates and refuses before any allocate.
+TEST_F(FaultyLoad, GivenBufferSizesWhoseSumWrapsPast64Bits_WhenLoading_ThenRefusedBeforeAnyAllocate) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().buffers[1].size = uint64_t{1} << 63;
+  plan().buffers[2].size = uint64_t{1} << 63;  // with buffer 0: 2^64 + 768 bytes
+  auto program = load_with("memory_limit = \"4096\", fail_allocate_at = \"1\"");
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("the load does not fit, nothing was allocated"),
+                    HasSubstr("in 3 buffers")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 TEST_F(FaultyLoad, GivenCheckFreeMemoryOff_WhenThePlanIsAboveTheLimit_ThenAllocateIsReachedAndHasTheLastWord) {
   auto program = load_with("memory_limit = \"1024\", fail_allocate_at = \"1\"", false, false);
   ASSERT_FALSE(program.ok());
