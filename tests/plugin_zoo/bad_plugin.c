@@ -6,6 +6,8 @@
  *   DEVALLOC_ZOO_MAJOR2       speaks ABI major 2 only and says so
  *   DEVALLOC_ZOO_LIES_MAJOR2  answers OK with major 2 to a host asking for 1
  *   DEVALLOC_ZOO_SMALL_TABLE  answers OK with a 16-byte function table
+ *   DEVALLOC_ZOO_TABLE_MAJOR2 answers OK with major 1, but its function table
+ *                             says abi_major 2
  *   DEVALLOC_ZOO_CREATE_FAILS create() finds no vendor runtime
  *   DEVALLOC_ZOO_MISSING_DEP  needs a library the dynamic linker cannot find
  * Every function of a table other than create() answers UNSUPPORTED: the
@@ -545,7 +547,11 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
 #else
     sizeof(devalloc_plugin_api_v1),
 #endif
+#if defined(DEVALLOC_ZOO_TABLE_MAJOR2)
+    2,
+#else
     DEVALLOC_ABI_VERSION_MAJOR,
+#endif
 #if defined(DEVALLOC_ZOO_MINOR_MISMATCH)
     99,
 #else

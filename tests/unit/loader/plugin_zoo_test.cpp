@@ -103,6 +103,16 @@ TEST(PluginZoo, GivenTableSmallerThanV1_WhenOpening_ThenRefusedWithBothSizes) {
                     HasSubstr(std::to_string(DEVALLOC_PLUGIN_API_V1_MIN_SIZE))));
 }
 
+// The function table's own abi_major must be the negotiated one: a table
+// of another major is laid out differently and is never called.
+TEST(PluginZoo, GivenTableOfAnotherMajorThanNegotiated_WhenOpening_ThenRefusedNamingBoth) {
+  PluginError e = open_error("table_major2");
+  EXPECT_EQ(e.outcome, PluginOutcome::version_mismatch);
+  EXPECT_EQ(e.status.code(), StatusCode::unsupported);
+  EXPECT_THAT(e.status.message(),
+              AllOf(HasSubstr("function table says ABI 2"), HasSubstr("negotiated 1")));
+}
+
 TEST(PluginZoo, GivenCreateThatFails_WhenLoading_ThenRefusedWithPluginsOwnMessage) {
   PluginLoader loader;
   auto [plugin, e] = loader.load(zoo("create_fails").string());
@@ -149,6 +159,7 @@ TEST(PluginZoo, GivenZooOnSearchPath_WhenDiscovering_ThenEachBadOneHasItsReasonA
       {"zoo_major2", PluginOutcome::version_mismatch},
       {"zoo_lies_major2", PluginOutcome::version_mismatch},
       {"zoo_small_table", PluginOutcome::table_too_small},
+      {"zoo_table_major2", PluginOutcome::version_mismatch},
       {"zoo_create_fails", PluginOutcome::create_failed},
       {"zoo_missing_dep", PluginOutcome::open_failed},
       {"zoo_not_a_library", PluginOutcome::open_failed},
