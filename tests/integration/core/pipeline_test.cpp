@@ -745,5 +745,41 @@ TEST_F(PipelineLoad, GivenATensorOfSeveralVerifyChunks_WhenVerified_ThenEachChun
               AllOf(HasSubstr("verify: tensor \"wide\""), HasSubstr("differs from")));
 }
 
+
+// A source file cut short after it was opened: a read that comes back
+// short fails the load naming the file, never copies what the slot or the
+// buffer held before. (read = pread: an mmap read of the lost pages would
+// fault instead.)
+TEST_F(PipelineLoad, GivenASourceTruncatedAfterOpening_WhenReadWithPread_ThenTheLoadFailsSayingSo) {
+  const uint64_t before = DeviceBuffer::live_count();
+  const std::filesystem::path model = std::filesystem::canonical(dir_ / "model.safetensors");
+  const uint64_t size = std::filesystem::file_size(model);
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    ASSERT_TRUE(write_safetensors(model, [&] {
+                  std::vector<SafetensorsWriteTensor> out;
+                  for (uint64_t i = 0; i <= kTensors; ++i) {
+                    out.push_back({name(i), DType::u8, {kTensorBytes}, data_[i]});
+                  }
+                  return out;
+                }())
+                    .ok());
+    SafetensorsCache files;
+    ASSERT_TRUE(files.open(model).ok());
+    std::filesystem::resize_file(model, size - kTensorBytes / 2);  // half of t1064 gone
+    auto program =
+        Runtime::create(config_for("host", std::string("staging = 16384\nread = \"pread\"\n"
+                                                       "threads = 1\ndirect = ") +
+                                               (direct ? "true" : "false") + "\n"))
+            ->load(plan_, {}, nullptr, &files);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_THAT(program.status().message(),
+                AllOf(HasSubstr("model.safetensors: ends before offset " + std::to_string(size)),
+                      HasSubstr("was it truncated?")));
+    EXPECT_EQ(DeviceBuffer::live_count(), before);
+  }
+}
+
 }  // namespace
 }  // namespace devalloc::testing
