@@ -781,5 +781,32 @@ TEST_F(PipelineLoad, GivenASourceTruncatedAfterOpening_WhenReadWithPread_ThenThe
   }
 }
 
+
+// read = direct_io opens the source again with O_DIRECT: when the path now
+// names another file (renamed over since it was opened and checked), the
+// load reads the file it opened, through its mapping's descriptor, never
+// the new one.
+TEST_F(PipelineLoad, GivenASourceRenamedOverAfterOpening_WhenReadWithDirectIo_ThenTheOpenedFilesBytesLoad) {
+  const std::filesystem::path model = std::filesystem::canonical(dir_ / "model.safetensors");
+  SafetensorsCache files;
+  ASSERT_TRUE(files.open(model).ok());
+  // Same names, shapes and layout; other bytes; a new inode at the path.
+  std::vector<std::vector<std::byte>> other(data_.size());
+  std::vector<SafetensorsWriteTensor> out;
+  for (uint64_t i = 0; i <= kTensors; ++i) {
+    other[i] = data_[i];
+    for (std::byte& b : other[i]) b ^= std::byte{0x5a};
+    out.push_back({name(i), DType::u8, {kTensorBytes}, other[i]});
+  }
+  ASSERT_TRUE(write_safetensors(model, out).ok());
+  LoadReport report;
+  auto program = Runtime::create(config_for("host", "staging = 65536\ndirect = false\n"
+                                                    "read = \"direct_io\"\n"))
+                     ->load(plan_, {}, &report, &files);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);  // data_: the bytes of the file opened
+  EXPECT_TRUE(report.pipeline.direct_io_fallback);
+}
+
 }  // namespace
 }  // namespace devalloc::testing
