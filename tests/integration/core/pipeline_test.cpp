@@ -808,5 +808,26 @@ TEST_F(PipelineLoad, GivenASourceRenamedOverAfterOpening_WhenReadWithDirectIo_Th
   EXPECT_TRUE(report.pipeline.direct_io_fallback);
 }
 
+
+// PLUGIN-14: a release whose user_data points inside a copy's ticket but
+// not at its start (host_stray_release releases each copy, then calls
+// on_release with user_data + 1) is no copy's: a stray release, not a
+// second release of the copy whose ticket it points into.
+TEST_F(PipelineLoad, GivenAReleaseWithUserDataOneByteIntoATicket_WhenLoading_ThenItIsAStrayReleaseNotASecondOne) {
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program = Runtime::create(config_for("host_stray_release",
+                                            "staging = 16384\ndirect = false\nthreads = 1\n"
+                                            "release_timeout = \"100ms\"\n"))
+                     ->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::device_error);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("broke PLUGIN-14 (PLUGIN-21 release accounting): on_release came "
+                              "with user_data 0x"),
+                    HasSubstr("which no copy of this load was given")));
+  EXPECT_THAT(program.status().message(), ::testing::Not(HasSubstr("released twice")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 }  // namespace
 }  // namespace devalloc::testing
