@@ -707,7 +707,6 @@ TEST_F(PipelineLoad, GivenSynchronizeFailsWhileWaitingForAStagingSlot_WhenLoadin
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
-
 // verify reads a tensor back in chunks of the staging size: every chunk
 // from its own offset. A right load of a tensor three chunks long verifies;
 // a byte wrong in its last chunk is found.
