@@ -203,6 +203,9 @@ void write_model(Model& m, uint64_t tensors_per_buffer) {
     if (std::fwrite(chunk.data(), 1, step, f) != step) die("writing " + m.file.string());
     done += step;
   }
+  // On disk before any run is timed: the writeback of a 4 GiB model would
+  // otherwise compete with the first runs for the disk and the cores.
+  if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0) die("writing " + m.file.string());
   if (std::fclose(f) != 0) die("writing " + m.file.string());
 
   // The plan: buffers of tensors_per_buffer tensors each, packed.
