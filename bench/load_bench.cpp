@@ -58,6 +58,10 @@
 #include <thread>
 #include <vector>
 
+#ifndef DEVALLOC_BENCH_BUILD_TYPE
+#define DEVALLOC_BENCH_BUILD_TYPE "unknown"  // bench/CMakeLists.txt sets it
+#endif
+
 namespace {
 
 using namespace devalloc;
@@ -464,10 +468,11 @@ int main(int argc, char** argv) {
 
   std::ostringstream json;
   json << "{\"date\":\"" << std::chrono::system_clock::now().time_since_epoch().count()
+       << "\",\"build_type\":\"" << DEVALLOC_BENCH_BUILD_TYPE
        << "\",\"cores\":" << std::thread::hardware_concurrency() << ",\"models\":[";
 
-  std::printf("devalloc_bench: %u cores, %d repeats, interleaved; min / median / max\n",
-              std::thread::hardware_concurrency(), o.repeats);
+  std::printf("devalloc_bench: %s build, %u cores, %d repeats, interleaved; min / median / max\n",
+              DEVALLOC_BENCH_BUILD_TYPE, std::thread::hardware_concurrency(), o.repeats);
   bool first_model = true;
   for (uint64_t mib : o.sizes_mib) {
     Model m = mixed_model(dir, mib << 20);
