@@ -8,9 +8,13 @@
 //       is already touched, by the same number of threads, no devalloc code
 //       in between; the faster of pread and mmap+memcpy, both measured.
 // Runs are interleaved (a, b, c, a, b, c, ...) and repeated; it prints
-// min/median/max, the ratios (a)/(c) and (a)/(b), and the peak anonymous
-// RSS each run added. The models are written by the program into a temp
-// folder and deleted afterwards. It asserts nothing about speed.
+// min/median/max and the ratios (a)/(c) and (a)/(b). The peak anonymous
+// memory of each strategy is measured apart, before the timed runs: one
+// load in a fresh child process per strategy and size, above the memory it
+// loads into (peak_anon_in_child); no timed run samples memory. The models
+// are written by the program into a temp folder (and synced to disk) before
+// anything is measured and deleted afterwards. It asserts nothing about
+// speed.
 //
 // The model of many small tensors (--tensors N of 64 bytes) is timed
 // through build_plan and the load, apart and together with one
@@ -40,6 +44,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +58,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -102,7 +108,9 @@ uint64_t rss_anon_bytes() {
 }
 
 // Samples RssAnon every millisecond while alive; peak() minus the value at
-// construction is what the measured code added.
+// construction is what the measured code added. Only in the processes of
+// peak_anon_in_child: on a machine of few cores a thread waking every
+// millisecond competes with the loading threads, so no timed run has one.
 class RssSampler {
  public:
   RssSampler() : base_(rss_anon_bytes()), peak_(base_) {
@@ -134,9 +142,52 @@ class RssSampler {
   std::thread thread_;
 };
 
+// The peak anonymous memory of one run, in a fresh child process, above the
+// `destination` bytes the run writes into: setup builds what the run needs
+// (a runtime, a plugin, nothing of the run itself) and returns the run. The
+// child measures RssAnon from after setup to the end of the run, reports
+// the peak less that baseline and less `destination` through a pipe, and
+// exits. In one long process the figure would be measured against the
+// high-water mark of the heap (malloc keeps freed memory, see main), so a
+// row would hide what it needs behind what earlier rows left free; each
+// child starts from the parent's heap with its free pages given back.
+// Called before the parent creates a runtime (no other thread is running;
+// a GPU plugin is never initialized before a fork).
+int64_t peak_anon_in_child(const std::function<std::function<void()>()>& setup,
+                           uint64_t destination) {
+  int fds[2];
+  if (::pipe(fds) != 0) die("pipe");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    ::close(fds[0]);
+    malloc_trim(0);  // the parent's free heap pages are not this run's
+    const std::function<void()> run = setup();
+    RssSampler rss;
+    run();
+    const int64_t added =
+        static_cast<int64_t>(rss.stop()) - static_cast<int64_t>(destination);
+    const bool sent = ::write(fds[1], &added, sizeof added) == sizeof added;
+    ::_exit(sent ? 0 : 1);
+  }
+  ::close(fds[1]);
+  int64_t added = 0;
+  const ssize_t got = ::read(fds[0], &added, sizeof added);
+  ::close(fds[0]);
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+      got != sizeof added) {
+    die("the child process measuring memory failed");
+  }
+  return added;
+}
+
+double mib_of(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
 struct Figure {
   std::vector<double> seconds;
-  uint64_t peak_anon = 0;  // most any run added
   double min() const { return *std::min_element(seconds.begin(), seconds.end()); }
   double max() const { return *std::max_element(seconds.begin(), seconds.end()); }
   double median() const {
@@ -146,13 +197,11 @@ struct Figure {
   }
 };
 
-// Times body once, with the anonymous memory it adds.
+// Times body once.
 void measure(Figure& f, const std::function<void()>& body) {
-  RssSampler rss;
   const auto start = Clock::now();
   body();
   f.seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  f.peak_anon = std::max(f.peak_anon, rss.stop());
 }
 
 // ---- Models, written as safetensors by streaming (a 4 GiB model is never
@@ -388,15 +437,37 @@ void limit_read(const Model& m, std::byte* dst, uint32_t threads, bool use_pread
 std::string json_figure(const Figure& f) {
   std::ostringstream o;
   o << "{\"min_s\":" << f.min() << ",\"median_s\":" << f.median() << ",\"max_s\":" << f.max()
-    << ",\"peak_anon_bytes\":" << f.peak_anon << "}";
+    << "}";
   return o.str();
 }
 
 void row(const char* what, const Figure& f, uint64_t bytes) {
-  std::printf("  %-38s %8.4f %8.4f %8.4f s  %7.2f GB/s  +%7.1f MiB anon\n", what, f.min(),
-              f.median(), f.max(), static_cast<double>(bytes) / f.median() / 1e9,
-              static_cast<double>(f.peak_anon) / (1 << 20));
+  std::printf("  %-38s %8.4f %8.4f %8.4f s  %7.2f GB/s\n", what, f.min(), f.median(), f.max(),
+              static_cast<double>(bytes) / f.median() / 1e9);
 }
+
+// What a load's buffers take: the destination a strategy writes into.
+uint64_t destination_bytes(const Model& m) {
+  uint64_t total = 0;
+  for (const PlanBuffer& b : m.plan.buffers) total += b.size;
+  return total;
+}
+
+// The loading threads of a load on one device with [load] threads = 0:
+// max(devices, min(cores, 4)) (copy_schedule.cpp).
+uint32_t default_load_threads() {
+  return std::max(1u, std::min(std::thread::hardware_concurrency(), 4u));
+}
+
+// Peak anonymous memory above the destination of one load of a mixed model
+// in a fresh process (peak_anon_in_child), per strategy; staged: per
+// staging size of the sweep.
+struct PeakAnon {
+  int64_t devalloc = 0;
+  int64_t per_tensor = 0;
+  int64_t limit = 0;
+  std::vector<int64_t> staged;
+};
 
 std::vector<uint64_t> parse_list(const std::string& text) {
   std::vector<uint64_t> out;
@@ -473,9 +544,85 @@ int main(int argc, char** argv) {
 
   std::printf("devalloc_bench: %s build, %u cores, %d repeats, interleaved; min / median / max\n",
               DEVALLOC_BENCH_BUILD_TYPE, std::thread::hardware_concurrency(), o.repeats);
+  // Every model on disk (write_model syncs each file) before anything is
+  // measured, and every memory figure measured before the parent process
+  // creates a runtime (peak_anon_in_child).
+  std::vector<Model> models;
+  for (uint64_t mib : o.sizes_mib) models.push_back(mixed_model(dir, mib << 20));
+  std::optional<Model> small;
+  if (o.small_tensors > 0) small = small_model(dir, o.small_tensors);
+
+  const std::vector<uint64_t> sweep_staging_mib = {1, 4, 16, 64, 256};
+  std::vector<PeakAnon> peaks(models.size());
+  for (size_t i = 0; i < models.size(); ++i) {
+    const Model& m = models[i];
+    PeakAnon& p = peaks[i];
+    p.devalloc = peak_anon_in_child(
+        [&m] {
+          auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
+          return std::function<void()>([&m, runtime] { devalloc_load(m, *runtime); });
+        },
+        destination_bytes(m));
+    p.per_tensor = peak_anon_in_child(
+        [&m] {
+          auto registry = std::make_shared<DeviceRegistry>(
+              host_config(64 << 20, true, ReadMode::automatic));
+          auto device = registry->resolve(g_device, std::nullopt);
+          if (!device.ok()) die(device.status().message());
+          auto resolved = std::make_shared<ResolvedDevice>(*device);
+          return std::function<void()>(
+              [&m, registry, resolved] { per_tensor_load(m, *resolved); });
+        },
+        destination_bytes(m));
+    // The destination is written by the read itself, so it is touched
+    // within the run; (c) holds no memory but its destination.
+    p.limit = peak_anon_in_child(
+        [&m] {
+          return std::function<void()>([&m] {
+            auto* dst = static_cast<std::byte*>(std::malloc(m.bytes));
+            limit_read(m, dst, default_load_threads(), false);
+            std::free(dst);
+          });
+        },
+        m.bytes);
+    if (o.staging_sweep) {
+      for (uint64_t staging_mib : sweep_staging_mib) {
+        p.staged.push_back(peak_anon_in_child(
+            [&m, staging_mib] {
+              auto runtime =
+                  Runtime::create(host_config(staging_mib << 20, false, ReadMode::automatic));
+              return std::function<void()>([&m, runtime] { devalloc_load(m, *runtime); });
+            },
+            destination_bytes(m)));
+      }
+    }
+  }
+  int64_t small_plan_anon = 0;
+  int64_t small_load_anon = 0;
+  if (small) {
+    const Model& m = *small;
+    small_plan_anon = peak_anon_in_child(
+        [&m, &dir] {
+          return std::function<void()>([&m, &dir] {
+            const std::vector<fs::path> files = {m.file};
+            auto plan = build_plan(files, dir / "plan.json");
+            if (!plan.ok()) die(plan.status().message());
+          });
+        },
+        0);
+    small_load_anon = peak_anon_in_child(
+        [&m] {
+          auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
+          return std::function<void()>([&m, runtime] { devalloc_load(m, *runtime); });
+        },
+        destination_bytes(m));
+  }
+
   bool first_model = true;
-  for (uint64_t mib : o.sizes_mib) {
-    Model m = mixed_model(dir, mib << 20);
+  for (size_t i = 0; i < models.size(); ++i) {
+    const Model& m = models[i];
+    const PeakAnon& p = peaks[i];
+    const uint64_t mib = m.bytes >> 20;
     const RuntimeConfig config = host_config(64 << 20, true, ReadMode::automatic);
     auto runtime = Runtime::create(config);
     // The plugin for (b), from a registry like the load's.
@@ -520,24 +667,27 @@ int main(int argc, char** argv) {
     row("(a) cold: first load, fresh memory", cold, m.bytes);
     std::printf("  (a)/(c) throughput %.3f   (a) vs (b) %.2fx faster\n", c.median() / a.median(),
                 b.median() / a.median());
+    std::printf("  peak anonymous memory above the destination, one load in a fresh process:\n"
+                "    (a) %+.1f MiB   (b) %+.1f MiB   (c) %+.1f MiB\n",
+                mib_of(p.devalloc), mib_of(p.per_tensor), mib_of(p.limit));
 
     std::ostringstream sweep;
     if (o.staging_sweep) {
       // Throughput of the staged path by staging size (direct reads off).
-      std::printf("  staged (direct = false), by staging size:\n");
-      bool first = true;
-      for (uint64_t staging_mib : {1, 4, 16, 64, 256}) {
+      std::printf("  staged (direct = false), by staging size (memory: one load in a fresh "
+                  "process, above the destination):\n");
+      for (size_t k = 0; k < sweep_staging_mib.size(); ++k) {
+        const uint64_t staging_mib = sweep_staging_mib[k];
         Figure s;
         auto staged = Runtime::create(host_config(staging_mib << 20, false, ReadMode::automatic));
         devalloc_load(m, *staged);
         for (int r = 0; r < o.repeats; ++r) measure(s, [&] { devalloc_load(m, *staged); });
-        std::printf("    staging %4llu MiB: %7.2f GB/s  +%7.1f MiB anon\n",
+        std::printf("    staging %4llu MiB: %7.2f GB/s  %+7.1f MiB anon\n",
                     static_cast<unsigned long long>(staging_mib),
-                    static_cast<double>(m.bytes) / s.median() / 1e9,
-                    static_cast<double>(s.peak_anon) / (1 << 20));
-        sweep << (first ? "" : ",") << "{\"staging_bytes\":" << (staging_mib << 20)
-              << ",\"figure\":" << json_figure(s) << "}";
-        first = false;
+                    static_cast<double>(m.bytes) / s.median() / 1e9, mib_of(p.staged[k]));
+        sweep << (k == 0 ? "" : ",") << "{\"staging_bytes\":" << (staging_mib << 20)
+              << ",\"figure\":" << json_figure(s)
+              << ",\"peak_anon_above_destination\":" << p.staged[k] << "}";
       }
       for (ReadMode mode : {ReadMode::mmap, ReadMode::pread}) {
         for (bool direct : {true, false}) {
@@ -558,14 +708,16 @@ int main(int argc, char** argv) {
          << ",\"direct\":" << (report.direct_reads != 0) << ",\"devalloc\":" << json_figure(a)
          << ",\"per_tensor\":" << json_figure(b) << ",\"limit_pread\":" << json_figure(c_pread)
          << ",\"limit_mmap\":" << json_figure(c_mmap) << ",\"cold\":" << json_figure(cold)
+         << ",\"peak_anon_above_destination\":{\"devalloc\":" << p.devalloc
+         << ",\"per_tensor\":" << p.per_tensor << ",\"limit\":" << p.limit << "}"
          << ",\"sweep\":[" << sweep.str() << "]}";
     first_model = false;
     std::error_code ec;
     fs::remove(m.file, ec);
   }
 
-  if (o.small_tensors > 0) {
-    Model m = small_model(dir, o.small_tensors);
+  if (small) {
+    const Model& m = *small;
     auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
     devalloc_load(m, *runtime);  // opens the plugin
     Figure plan_fig, load_fig, together_fig, bare, scan_fig, write_fig, read_fig;
@@ -625,6 +777,9 @@ int main(int argc, char** argv) {
     row("header: one bare pass", scan_fig, m.bytes);
     row("plan file: write_plan", write_fig, m.bytes);
     row("plan file: read_plan + validate_plan", read_fig, m.bytes);
+    std::printf("  peak anonymous memory, once in a fresh process: build_plan %+.1f MiB, "
+                "load %+.1f MiB above its destination\n",
+                mib_of(small_plan_anon), mib_of(small_load_anon));
     std::printf("  plan + load = %.4f s, %.1fx the bare loop\n",
                 plan_fig.median() + load_fig.median(),
                 (plan_fig.median() + load_fig.median()) / bare.median());
@@ -642,7 +797,9 @@ int main(int argc, char** argv) {
          << ",\"bare\":" << json_figure(bare)
          << ",\"header_pass\":" << json_figure(scan_fig)
          << ",\"write_plan\":" << json_figure(write_fig)
-         << ",\"read_plan\":" << json_figure(read_fig) << "}}";
+         << ",\"read_plan\":" << json_figure(read_fig)
+         << ",\"peak_anon\":{\"plan\":" << small_plan_anon
+         << ",\"load_above_destination\":" << small_load_anon << "}}}";
   } else {
     json << "]}";
   }
