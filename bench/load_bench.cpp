@@ -6,9 +6,12 @@
 //       (the strategy of the original runtime);
 //   (c) the limit: the same bytes read from the same file into memory that
 //       is already touched, by the same number of threads, no devalloc code
-//       in between; the faster of pread and mmap+memcpy, both measured.
-// Runs are interleaved (a, b, c, a, b, c, ...) and repeated; it prints
-// min/median/max and the ratios (a)/(c) and (a)/(b). The peak anonymous
+//       in between; pread and mmap+memcpy, each with one static share per
+//       thread and with 8 MiB claims from a shared offset, all measured;
+//       the fastest by median is the limit.
+// Runs are interleaved (every strategy once per repeat, the order rotated
+// by one each repeat) and repeated; it prints min/median/max and the ratios
+// (a)/(c) and (a)/(b) per repeat (median, min, max). The peak anonymous
 // memory of each strategy is measured apart, before the timed runs: one
 // load in a fresh child process per strategy and size, above the memory it
 // loads into (peak_anon_in_child); no timed run samples memory. The models
@@ -186,22 +189,33 @@ int64_t peak_anon_in_child(const std::function<std::function<void()>()>& setup,
 
 double mib_of(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-struct Figure {
-  std::vector<double> seconds;
-  double min() const { return *std::min_element(seconds.begin(), seconds.end()); }
-  double max() const { return *std::max_element(seconds.begin(), seconds.end()); }
+// Values of the repeats in their order: seconds, or ratios per repeat.
+struct Spread {
+  std::vector<double> values;
+  double min() const { return *std::min_element(values.begin(), values.end()); }
+  double max() const { return *std::max_element(values.begin(), values.end()); }
   double median() const {
-    std::vector<double> s = seconds;
+    std::vector<double> s = values;
     std::sort(s.begin(), s.end());
     return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
   }
 };
+using Figure = Spread;  // seconds of each repeat
 
 // Times body once.
 void measure(Figure& f, const std::function<void()>& body) {
   const auto start = Clock::now();
   body();
-  f.seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  f.values.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+// numerator[i] / denominator[i] for each repeat i (both ran in repeat i).
+Spread per_repeat(const Figure& numerator, const Figure& denominator) {
+  Spread out;
+  for (size_t i = 0; i < numerator.values.size(); ++i) {
+    out.values.push_back(numerator.values[i] / denominator.values[i]);
+  }
+  return out;
 }
 
 // ---- Models, written as safetensors by streaming (a 4 GiB model is never
@@ -404,32 +418,62 @@ void per_tensor_load(const Model& m, const ResolvedDevice& device) {
   for (uint64_t address : buffers) check(plugin->deallocate(index, address), "deallocate");
 }
 
-// (c): the data section into `dst` (touched), split between `threads`.
-void limit_read(const Model& m, std::byte* dst, uint32_t threads, bool use_pread) {
+// (c): how the limit reads. Static: the file cut into one share per thread.
+// Claims: each thread claims the next 8 MiB from a shared offset, as (a)'s
+// threads claim pieces; with other work on the cores a static share
+// finishes as late as its slowest thread. Every variant runs in every
+// repeat; the fastest by median is the limit.
+struct LimitVariant {
+  const char* name;
+  bool use_pread;  // else memcpy out of the file's mapping
+  bool claims;
+};
+constexpr LimitVariant kLimitVariants[] = {
+    {"pread, static shares", true, false},
+    {"mmap+memcpy, static shares", false, false},
+    {"pread, 8 MiB claims", true, true},
+    {"mmap+memcpy, 8 MiB claims", false, true},
+};
+constexpr size_t kLimitVariantCount = std::size(kLimitVariants);
+
+// (c): the data section into `dst` (touched), by `threads` threads, the
+// calling one included (as the load's pipeline does).
+void limit_read(const Model& m, std::byte* dst, uint32_t threads, const LimitVariant& variant) {
   auto file = MappedFile::open(m.file);
   if (!file.ok()) die(file.status().message());
   const std::byte* src = (*file)->data() + m.data_start;
   const int fd = (*file)->fd();
+  constexpr uint64_t kPiece = 8 << 20;
+  auto read_range = [&](uint64_t at, uint64_t n) {
+    if (!variant.use_pread) {
+      std::memcpy(dst + at, src + at, n);
+      return;
+    }
+    for (uint64_t done = 0; done < n;) {
+      const ssize_t r = ::pread(fd, dst + at + done, n - done,
+                                static_cast<off_t>(m.data_start + at + done));
+      if (r <= 0) die("pread");
+      done += static_cast<uint64_t>(r);
+    }
+  };
   const uint64_t share = (m.bytes + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (uint32_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      const uint64_t from = std::min<uint64_t>(m.bytes, t * share);
-      const uint64_t to = std::min<uint64_t>(m.bytes, from + share);
-      for (uint64_t at = from; at < to;) {
-        const uint64_t n = std::min<uint64_t>(to - at, 8 << 20);
-        if (use_pread) {
-          if (::pread(fd, dst + at, n, static_cast<off_t>(m.data_start + at)) <= 0) {
-            die("pread");
-          }
-          at += n;
-        } else {
-          std::memcpy(dst + at, src + at, n);
-          at += n;
-        }
+  std::atomic<uint64_t> next{0};
+  auto work = [&](uint32_t t) {
+    if (variant.claims) {
+      for (uint64_t at = next.fetch_add(kPiece); at < m.bytes; at = next.fetch_add(kPiece)) {
+        read_range(at, std::min<uint64_t>(kPiece, m.bytes - at));
       }
-    });
-  }
+      return;
+    }
+    const uint64_t from = std::min<uint64_t>(m.bytes, t * share);
+    const uint64_t to = std::min<uint64_t>(m.bytes, from + share);
+    for (uint64_t at = from; at < to; at += kPiece) {
+      read_range(at, std::min<uint64_t>(to - at, kPiece));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (uint32_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
   for (auto& t : pool) t.join();
   escape(dst);
 }
@@ -437,7 +481,18 @@ void limit_read(const Model& m, std::byte* dst, uint32_t threads, bool use_pread
 std::string json_figure(const Figure& f) {
   std::ostringstream o;
   o << "{\"min_s\":" << f.min() << ",\"median_s\":" << f.median() << ",\"max_s\":" << f.max()
-    << "}";
+    << ",\"seconds\":[";
+  for (size_t i = 0; i < f.values.size(); ++i) o << (i ? "," : "") << f.values[i];
+  o << "]}";
+  return o.str();
+}
+
+std::string json_ratios(const Spread& r) {
+  std::ostringstream o;
+  o << "{\"min\":" << r.min() << ",\"median\":" << r.median() << ",\"max\":" << r.max()
+    << ",\"per_repeat\":[";
+  for (size_t i = 0; i < r.values.size(); ++i) o << (i ? "," : "") << r.values[i];
+  o << "]}";
   return o.str();
 }
 
@@ -580,7 +635,7 @@ int main(int argc, char** argv) {
         [&m] {
           return std::function<void()>([&m] {
             auto* dst = static_cast<std::byte*>(std::malloc(m.bytes));
-            limit_read(m, dst, default_load_threads(), false);
+            limit_read(m, dst, default_load_threads(), kLimitVariants[3]);
             std::free(dst);
           });
         },
@@ -639,19 +694,36 @@ int main(int argc, char** argv) {
     // pool of its plugin instance.
     per_tensor_load(m, *device);
 
-    Figure a, b, c_pread, c_mmap;
+    // Touched before the clock starts: the limit does not pay first touch.
+    // One destination for every (c) run, as (a) and (b) reuse theirs.
+    auto* dst = static_cast<std::byte*>(std::malloc(m.bytes));
+    std::memset(dst, 1, m.bytes);
+
+    // Every strategy once per repeat, in an order rotated by one each
+    // repeat, so that none always runs right after the same other one.
+    Figure a, b;
+    std::vector<Figure> c(kLimitVariantCount);
+    std::vector<std::pair<Figure*, std::function<void()>>> runs = {
+        {&a, [&] { report = devalloc_load(m, *runtime); }},
+        {&b, [&] { per_tensor_load(m, *device); }}};
+    for (size_t v = 0; v < kLimitVariantCount; ++v) {
+      runs.emplace_back(&c[v], [&, v] { limit_read(m, dst, threads, kLimitVariants[v]); });
+    }
     for (int r = 0; r < o.repeats; ++r) {
-      measure(a, [&] { report = devalloc_load(m, *runtime); });
-      measure(b, [&] { per_tensor_load(m, *device); });
-      for (bool use_pread : {true, false}) {
-        // Touched before the clock starts: the limit does not pay first touch.
-        auto* dst = static_cast<std::byte*>(std::malloc(m.bytes));
-        std::memset(dst, 1, m.bytes);
-        measure(use_pread ? c_pread : c_mmap, [&] { limit_read(m, dst, threads, use_pread); });
-        std::free(dst);
+      for (size_t k = 0; k < runs.size(); ++k) {
+        auto& [figure, run] = runs[(k + static_cast<size_t>(r)) % runs.size()];
+        measure(*figure, run);
       }
     }
-    const Figure& c = c_pread.median() < c_mmap.median() ? c_pread : c_mmap;
+    std::free(dst);
+    size_t won = 0;
+    for (size_t v = 1; v < kLimitVariantCount; ++v) {
+      if (c[v].median() < c[won].median()) won = v;
+    }
+    const Figure& limit = c[won];
+    // Throughput ratio (a)/(c) = c_i / a_i in seconds; (b)/(a) = b_i / a_i.
+    const Spread a_over_c = per_repeat(limit, a);
+    const Spread b_over_a = per_repeat(b, a);
     std::printf("\n%llu MiB, %zu tensors in %zu buffers (%s: %llu copies, %llu direct reads, "
                 "%u threads, read = %s%s)\n",
                 static_cast<unsigned long long>(mib), m.tensors.size(), m.plan.buffers.size(),
@@ -662,11 +734,15 @@ int main(int argc, char** argv) {
                 report.pipeline.read_measured ? ", measured" : "");
     row("(a) devalloc load", a, m.bytes);
     row("(b) per-tensor strategy", b, m.bytes);
-    row("(c) limit, pread", c_pread, m.bytes);
-    row("(c) limit, mmap+memcpy", c_mmap, m.bytes);
+    for (size_t v = 0; v < kLimitVariantCount; ++v) {
+      row(("(c) limit, " + std::string(kLimitVariants[v].name)).c_str(), c[v], m.bytes);
+    }
     row("(a) cold: first load, fresh memory", cold, m.bytes);
-    std::printf("  (a)/(c) throughput %.3f   (a) vs (b) %.2fx faster\n", c.median() / a.median(),
-                b.median() / a.median());
+    std::printf("  limit: the fastest (c) by median, %s\n", kLimitVariants[won].name);
+    std::printf("  (a)/(c) throughput, per repeat: median %.3f  min %.3f  max %.3f\n",
+                a_over_c.median(), a_over_c.min(), a_over_c.max());
+    std::printf("  (a) vs (b), per repeat: median %.2fx  min %.2fx  max %.2fx faster\n",
+                b_over_a.median(), b_over_a.min(), b_over_a.max());
     std::printf("  peak anonymous memory above the destination, one load in a fresh process:\n"
                 "    (a) %+.1f MiB   (b) %+.1f MiB   (c) %+.1f MiB\n",
                 mib_of(p.devalloc), mib_of(p.per_tensor), mib_of(p.limit));
@@ -706,8 +782,14 @@ int main(int argc, char** argv) {
          << ",\"tensors\":" << m.tensors.size() << ",\"threads\":" << threads
          << ",\"read\":\"" << to_string(report.pipeline.read) << "\""
          << ",\"direct\":" << (report.direct_reads != 0) << ",\"devalloc\":" << json_figure(a)
-         << ",\"per_tensor\":" << json_figure(b) << ",\"limit_pread\":" << json_figure(c_pread)
-         << ",\"limit_mmap\":" << json_figure(c_mmap) << ",\"cold\":" << json_figure(cold)
+         << ",\"per_tensor\":" << json_figure(b) << ",\"limit\":" << json_figure(limit)
+         << ",\"limit_variant\":\"" << kLimitVariants[won].name << "\",\"limit_variants\":{";
+    for (size_t v = 0; v < kLimitVariantCount; ++v) {
+      json << (v ? "," : "") << "\"" << kLimitVariants[v].name << "\":" << json_figure(c[v]);
+    }
+    json << "},\"ratios\":{\"devalloc_over_limit_throughput\":" << json_ratios(a_over_c)
+         << ",\"devalloc_over_per_tensor_speedup\":" << json_ratios(b_over_a) << "}"
+         << ",\"cold\":" << json_figure(cold)
          << ",\"peak_anon_above_destination\":{\"devalloc\":" << p.devalloc
          << ",\"per_tensor\":" << p.per_tensor << ",\"limit\":" << p.limit << "}"
          << ",\"sweep\":[" << sweep.str() << "]}";
