@@ -57,6 +57,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -513,6 +514,56 @@ std::string json_figure(const Figure& f) {
   return o.str();
 }
 
+// A JSON string: text quoted, with quotes, backslashes and controls escaped.
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", ch);
+      out += escaped;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// Now, as ISO 8601 in UTC: 2026-12-03T08:05:00Z.
+std::string iso_utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+// The config of a load as the bench used it: the config file (null: none),
+// the device tag, the plugins' options, and [load].
+std::string json_config(const RuntimeConfig& c, const std::string& file) {
+  std::ostringstream o;
+  o << std::boolalpha << "{\"file\":" << (file.empty() ? "null" : json_string(file))
+    << ",\"device\":" << json_string(g_device) << ",\"plugins\":{";
+  bool first = true;
+  for (const auto& [name, plugin] : c.plugins) {
+    o << (first ? "" : ",") << json_string(name) << ":{";
+    for (size_t i = 0; i < plugin.options.size(); ++i) {
+      o << (i ? "," : "") << json_string(plugin.options[i].first) << ":"
+        << json_string(plugin.options[i].second);
+    }
+    o << "}";
+    first = false;
+  }
+  o << "},\"load\":{\"staging_bytes\":" << c.load.staging_bytes
+    << ",\"threads\":" << c.load.threads << ",\"read\":\"" << to_string(c.load.read)
+    << "\",\"direct\":" << c.load.direct << ",\"verify\":" << c.load.verify << "}}";
+  return o.str();
+}
+
 std::string json_ratios(const Spread& r) {
   std::ostringstream o;
   o << "{\"min\":" << r.min() << ",\"median\":" << r.median() << ",\"max\":" << r.max()
@@ -619,9 +670,14 @@ int main(int argc, char** argv) {
   } cleanup{dir};
 
   std::ostringstream json;
-  json << "{\"date\":\"" << std::chrono::system_clock::now().time_since_epoch().count()
-       << "\",\"build_type\":\"" << DEVALLOC_BENCH_BUILD_TYPE
-       << "\",\"cores\":" << std::thread::hardware_concurrency() << ",\"models\":[";
+  json << std::boolalpha;
+  // The config of (a) and of the memory children; the sweep's rows change
+  // only [load] staging, direct and read, as each row says.
+  json << "{\"date\":\"" << iso_utc_now() << "\",\"build_type\":\"" << DEVALLOC_BENCH_BUILD_TYPE
+       << "\",\"cores\":" << std::thread::hardware_concurrency() << ",\"repeats\":" << o.repeats
+       << ",\"config\":"
+       << json_config(host_config(64 << 20, true, ReadMode::automatic), o.config)
+       << ",\"models\":[";
 
   std::printf("devalloc_bench: %s build, %u cores, %d repeats, interleaved; min / median / max\n",
               DEVALLOC_BENCH_BUILD_TYPE, std::thread::hardware_concurrency(), o.repeats);
@@ -774,6 +830,7 @@ int main(int argc, char** argv) {
                 mib_of(p.devalloc), mib_of(p.per_tensor), mib_of(p.limit));
 
     std::ostringstream sweep;
+    sweep << std::boolalpha;
     if (o.staging_sweep) {
       // Throughput of the staged path by staging size (direct reads off).
       std::printf("  staged (direct = false), by staging size (memory: one load in a fresh "
@@ -805,13 +862,16 @@ int main(int argc, char** argv) {
       }
     }
     json << (first_model ? "" : ",") << "{\"kind\":\"mixed\",\"bytes\":" << m.bytes
-         << ",\"tensors\":" << m.tensors.size() << ",\"threads\":" << threads
-         << ",\"read\":\"" << to_string(report.pipeline.read) << "\""
-         << ",\"direct\":" << (report.direct_reads != 0) << ",\"devalloc\":" << json_figure(a)
+         << ",\"tensors\":" << m.tensors.size() << ",\"buffers\":" << m.plan.buffers.size()
+         << ",\"threads\":" << threads << ",\"read\":\"" << to_string(report.pipeline.read)
+         << "\",\"read_measured\":" << report.pipeline.read_measured
+         << ",\"direct\":" << (report.direct_reads != 0) << ",\"copies\":" << report.copies
+         << ",\"direct_reads\":" << report.direct_reads << ",\"devalloc\":" << json_figure(a)
          << ",\"per_tensor\":" << json_figure(b) << ",\"limit\":" << json_figure(limit)
-         << ",\"limit_variant\":\"" << kLimitVariants[won].name << "\",\"limit_variants\":{";
+         << ",\"limit_variant\":" << json_string(kLimitVariants[won].name)
+         << ",\"limit_variants\":{";
     for (size_t v = 0; v < kLimitVariantCount; ++v) {
-      json << (v ? "," : "") << "\"" << kLimitVariants[v].name << "\":" << json_figure(c[v]);
+      json << (v ? "," : "") << json_string(kLimitVariants[v].name) << ":" << json_figure(c[v]);
     }
     json << "},\"ratios\":{\"devalloc_over_limit_throughput\":" << json_ratios(a_over_c)
          << ",\"devalloc_over_per_tensor_speedup\":" << json_ratios(b_over_a) << "}"
