@@ -578,8 +578,11 @@ void row(const char* what, const Figure& f, uint64_t bytes) {
               static_cast<double>(bytes) / f.median() / 1e9);
 }
 
-// What a load's buffers take: the destination a strategy writes into.
+// What a load's buffers take in anonymous host memory: the destination a
+// strategy writes into, when the device is the host plugin's (a GPU's
+// buffers are not in RssAnon, so none is subtracted).
 uint64_t destination_bytes(const Model& m) {
+  if (g_device != "host" && g_device.rfind("host:", 0) != 0) return 0;
   uint64_t total = 0;
   for (const PlanBuffer& b : m.plan.buffers) total += b.size;
   return total;
