@@ -80,14 +80,17 @@ class PipelineLoad : public ::testing::Test {
     return out;
   }
 
-  // A config whose "host" tag is served by `library` (a file of the zoo, or
-  // the host plugin by name) with the given [load] lines.
-  RuntimeConfig config_for(const std::string& plugin, const std::string& load) {
+  // A config whose "host" tag is served by `library` (a file of the zoo,
+  // created with `options`, or the host plugin by name) with the given
+  // [load] lines.
+  RuntimeConfig config_for(const std::string& plugin, const std::string& load,
+                           const std::string& options = "") {
     std::string text;
     if (plugin != "host") {
       text = "[plugins.p]\nlibrary = \"" +
-             (kZooDir / ("libdevalloc_" + plugin + ".so")).string() +
-             "\"\n[devices.host]\nuse = [\"p\", { index = 0 }]\n";
+             (kZooDir / ("libdevalloc_" + plugin + ".so")).string() + "\"\n" +
+             (options.empty() ? "" : "options = { " + options + " }\n") +
+             "[devices.host]\nuse = [\"p\", { index = 0 }]\n";
     } else {
       text = "[plugins.host]\noptions = { async = true }\n";
     }
@@ -311,14 +314,10 @@ TEST_F(PipelineLoad, GivenPluginReleasingWithAMadeUpUserData_WhenLoading_ThenThe
 // A failed copy is named by the tensor the failing piece holds, not by the
 // whole coalesced range it was cut from.
 TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPiecesTensorAndBytes) {
-  const std::string text = "[plugins.p]\nlibrary = \"" +
-                           (kZooDir / "libdevalloc_host_faulty.so").string() +
-                           "\"\noptions = { fail_copy_at = \"5\" }\n"
-                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
-                           "[load]\nstaging = 16384\ndirect = false\nthreads = 1\n";
-  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  auto program = Runtime::create(*config)->load(plan_, {}, nullptr);
+  auto program = Runtime::create(config_for("host_faulty",
+                                            "staging = 16384\ndirect = false\nthreads = 1\n",
+                                            "fail_copy_at = \"5\""))
+                     ->load(plan_, {}, nullptr);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("copying tensor \"t1004\" (bytes 16384..20480 of buffer 0)"),
@@ -329,15 +328,11 @@ TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPie
 // own error, not lost behind it.
 TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwice_WhenLoading_ThenTheBreachFollowsTheCopysError) {
   const uint64_t before = DeviceBuffer::live_count();
-  const std::string text = "[plugins.p]\nlibrary = \"" +
-                           (kZooDir / "libdevalloc_host_faulty.so").string() +
-                           "\"\noptions = { fail_copy_at = \"5\", "
-                           "release_failed_copy_twice = true, async = true }\n"
-                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
-                           "[load]\nstaging = 16384\ndirect = false\nthreads = 1\n";
-  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  auto program = Runtime::create(*config)->load(plan_, {}, nullptr);
+  auto program =
+      Runtime::create(config_for("host_faulty", "staging = 16384\ndirect = false\nthreads = 1\n",
+                                 "fail_copy_at = \"5\", release_failed_copy_twice = true, "
+                                 "async = true"))
+          ->load(plan_, {}, nullptr);
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
@@ -357,17 +352,10 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwice_WhenLoading_ThenTheBreachFoll
 TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwiceWhileOthersReleaseLate_WhenLoading_ThenTheLoadWaitsForThem) {
   const uint64_t before = DeviceBuffer::live_count();
   constexpr auto kLate = std::chrono::milliseconds(400);
-  const std::string text = "[plugins.p]\nlibrary = \"" +
-                           (kZooDir / "libdevalloc_host_faulty.so").string() +
-                           "\"\noptions = { fail_copy_at = \"3\", "
-                           "release_failed_copy_twice = true, release_late_ms = \"" +
-                           std::to_string(kLate.count()) +
-                           "\" }\n"
-                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
-                           "[load]\nstaging = 65536\ndirect = false\nthreads = 1\n";
-  auto config = parse_config(text, (dir_ / "devalloc.toml").string());
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  auto runtime = Runtime::create(*config);
+  auto runtime = Runtime::create(config_for(
+      "host_faulty", "staging = 65536\ndirect = false\nthreads = 1\n",
+      "fail_copy_at = \"3\", release_failed_copy_twice = true, release_late_ms = \"" +
+          std::to_string(kLate.count()) + "\""));
   const auto start = std::chrono::steady_clock::now();
   auto program = runtime->load(plan_, {}, nullptr);
   const auto took = std::chrono::steady_clock::now() - start;
@@ -383,15 +371,11 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwiceWhileOthersReleaseLate_WhenLoa
 // release_timeout: the load succeeds and counts them, with the time it
 // waited; a plugin that releases in time is never counted.
 TEST_F(PipelineLoad, GivenReleasesAfterSynchronize_WhenLoading_ThenTheReportCountsThem) {
-  const std::string late = "[plugins.p]\nlibrary = \"" +
-                           (kZooDir / "libdevalloc_host_faulty.so").string() +
-                           "\"\noptions = { release_late_ms = \"50\" }\n"
-                           "[devices.host]\nuse = [\"p\", { index = 0 }]\n"
-                           "[load]\nstaging = 16384\ndirect = false\nthreads = 1\n";
-  auto config = parse_config(late, (dir_ / "devalloc.toml").string());
-  ASSERT_TRUE(config.ok()) << config.status().message();
   LoadReport report;
-  auto program = Runtime::create(*config)->load(plan_, {}, &report);
+  auto program = Runtime::create(config_for("host_faulty",
+                                            "staging = 16384\ndirect = false\nthreads = 1\n",
+                                            "release_late_ms = \"50\""))
+                     ->load(plan_, {}, &report);
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   ASSERT_EQ(report.devices.size(), 1u);
@@ -723,14 +707,10 @@ TEST_F(PipelineLoad, GivenATensorOfSeveralVerifyChunks_WhenVerified_ThenEachChun
   plan.methods = {PlanMethod{"main", {0}, {"wide"}}};
   ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
   const auto load = [&](const std::string& options, LoadReport* report) {
-    const std::string text = "[plugins.p]\nlibrary = \"" +
-                             (kZooDir / "libdevalloc_host_faulty.so").string() +
-                             "\"\noptions = { " + options +
-                             " }\n[devices.host]\nuse = [\"p\", { index = 0 }]\n"
-                             "[load]\nstaging = 4096\ndirect = false\nthreads = 1\nverify = true\n";
-    auto config = parse_config(text, (dir_ / "devalloc.toml").string());
-    EXPECT_TRUE(config.ok()) << config.status().message();
-    return Runtime::create(*config)->load(plan, {}, report);
+    return Runtime::create(
+               config_for("host_faulty",
+                          "staging = 4096\ndirect = false\nthreads = 1\nverify = true\n", options))
+        ->load(plan, {}, report);
   };
   LoadReport report;
   auto right = load("async = true", &report);
