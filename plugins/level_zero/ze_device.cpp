@@ -5,6 +5,7 @@
 #include <cstring>
 #include <devalloc/plugin_kit/give_back.hpp>
 #include <future>
+#include <utility>
 
 namespace devalloc::level_zero {
 
@@ -145,6 +146,34 @@ ZeDevice::~ZeDevice() {
   destroy_objects();
 }
 
+void ZeDevice::quiesce() noexcept {
+  completions_.wait_for_earlier();
+  // A command no event tracks may still be running: a barrier that signals
+  // an event goes after it, and is waited for, before the list is destroyed
+  // (destroying a list with unfinished commands is an error).
+  bool untracked = false;
+  {
+    std::lock_guard lock(list_mutex_);
+    untracked = std::exchange(untracked_, false);
+  }
+  if (!untracked || list_ == nullptr || lost_) return;
+  try {
+    const uint32_t slot = take_event();
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    {
+      std::lock_guard lock(list_mutex_);
+      r = ze_.zeCommandListAppendBarrier(list_, events_[slot], 0, nullptr);
+    }
+    if (r == ZE_RESULT_SUCCESS) {
+      settle(slot, wait_event(slot));
+    } else {
+      recycle(slot);
+    }
+  } catch (...) {
+    // No event left to wait with: nothing more destroy can do.
+  }
+}
+
 void ZeDevice::destroy_objects() noexcept {
   for (ze_event_handle_t event : events_) give_back([&] { return ze_.zeEventDestroy(event); });
   events_.clear();
@@ -278,6 +307,8 @@ void ZeDevice::append_on(uint32_t slot, void* dst, const void* src, uint64_t nby
     }
     if (r == ZE_RESULT_SUCCESS) {
       r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, nbytes, events_[slot], 0, nullptr);
+      // The barrier stays on the list without the copy.
+      if (r != ZE_RESULT_SUCCESS && after_earlier) untracked_ = true;
     }
   }
   if (r == ZE_RESULT_SUCCESS) return;

@@ -53,8 +53,9 @@ class ZeDevice {
   // lost device every time.
   void synchronize();
   // Waits until every copy issued before has completed and been released,
-  // reporting nothing: for destroy.
-  void quiesce() noexcept { completions_.wait_for_earlier(); }
+  // and every command appended to the list is over, reporting nothing: for
+  // destroy.
+  void quiesce() noexcept;
 
  private:
   // Appends a copy that signals a free event of the pool (after a barrier
@@ -94,6 +95,10 @@ class ZeDevice {
   // Level Zero command lists are not thread-safe: one append at a time.
   std::mutex list_mutex_;
   ze_command_list_handle_t list_ = nullptr;
+  // A command no event tracks is on the list: a barrier appended before a
+  // copy whose own append then failed. quiesce() waits for it. Under
+  // list_mutex_.
+  bool untracked_ = false;
 
   ze_event_pool_handle_t pool_ = nullptr;
   std::vector<ze_event_handle_t> events_;
