@@ -41,6 +41,13 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(
 }
 
 Status MappedFile::copy_to(uint64_t offset, uint64_t nbytes, void* dst) const {
+  if (offset > size_ || nbytes > size_ - offset) {
+    return Status(StatusCode::invalid_argument,
+                  path_for_message(path_.string()) + ": " + std::to_string(nbytes) +
+                      " bytes from offset " + std::to_string(offset) + " are not inside its " +
+                      std::to_string(size_) + " bytes");
+  }
+  if (nbytes == 0) return Status();
   struct Copy {
     void* to;
     const std::byte* from;

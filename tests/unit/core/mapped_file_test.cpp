@@ -107,6 +107,14 @@ TEST(MappedFile, GivenIntactFile_WhenCopiedOut_ThenTheBytesArrive) {
   char out[8] = {};
   ASSERT_TRUE((*file)->copy_to(7, 7, out).ok());
   EXPECT_STREQ(out, "mapping");
+  // A range past the end is refused, not read; an empty one is nothing.
+  const Status past = (*file)->copy_to(10, 5, out);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.message(),
+            (dir / "a.bin").string() + ": 5 bytes from offset 10 are not inside its 14 bytes");
+  EXPECT_FALSE((*file)->copy_to(UINT64_MAX, 2, out).ok());
+  EXPECT_TRUE((*file)->copy_to(14, 0, nullptr).ok());
+  EXPECT_STREQ(out, "mapping");
 }
 
 TEST_F(TruncatedMapping, WhenCopiedOut_ThenTheLostBytesAreAnErrorNamingFileAndOffset) {

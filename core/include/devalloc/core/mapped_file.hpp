@@ -46,8 +46,8 @@ class MappedFile {
   uint64_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
 
-  // memcpy of bytes [offset, offset + nbytes), which lie inside size(), to
-  // dst; a SIGBUS from a page the file lost to a truncation since it was
+  // memcpy of bytes [offset, offset + nbytes) to dst (a range not inside
+  // size() is an invalid_argument error, nothing copied); a SIGBUS from a page the file lost to a truncation since it was
   // mapped becomes an invalid_argument error ("<path>: the page at offset N
   // could not be read (SIGBUS): the file was truncated after it was opened,
   // while it was being read") instead of ending the process. The first call
