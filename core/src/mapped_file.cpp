@@ -48,20 +48,11 @@ Status MappedFile::copy_to(uint64_t offset, uint64_t nbytes, void* dst) const {
                       std::to_string(size_) + " bytes");
   }
   if (nbytes == 0) return Status();
-  struct Copy {
-    void* to;
-    const std::byte* from;
-    uint64_t nbytes;
-  } copy{dst, data_ + offset, nbytes};
+  const std::byte* from = data_ + offset;
+  auto copy = [&] { std::memcpy(dst, from, nbytes); };
   uint64_t fault = 0;
-  const bool copied = detail::run_mapping_guarded(
-      copy.from, nbytes,
-      [](void* c) {
-        const auto* job = static_cast<const Copy*>(c);
-        std::memcpy(job->to, job->from, job->nbytes);
-      },
-      &copy, &fault);
-  return copied ? Status() : detail::lost_to_truncation(*this, offset + fault);
+  if (detail::guarded_read(from, nbytes, copy, &fault)) return Status();
+  return detail::lost_to_truncation(*this, offset + fault);
 }
 
 MappedFile::~MappedFile() {

@@ -31,6 +31,14 @@ namespace devalloc::detail {
 bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*), void* context,
                          uint64_t* fault_offset = nullptr);
 
+// run_mapping_guarded for a callable, run once on this thread: read() must
+// keep to what `work` may do (above).
+template <typename Read>
+bool guarded_read(const void* begin, uint64_t nbytes, Read& read, uint64_t* fault_offset) {
+  return run_mapping_guarded(
+      begin, nbytes, [](void* r) { (*static_cast<Read*>(r))(); }, &read, fault_offset);
+}
+
 // The error of a guarded read of `file` that faulted at file offset `at`.
 Status lost_to_truncation(const MappedFile& file, uint64_t at);
 

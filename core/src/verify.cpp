@@ -54,23 +54,14 @@ Status verify_copies(const std::vector<CopyRequest>& requests,
     }
     const XXH64_hash_t on_device = XXH3_64bits_digest(state.get());
     // Guarded: the file may have been truncated since the load mapped it.
-    struct Hash {
-      const std::byte* from;
-      uint64_t nbytes;
-      XXH64_hash_t value;
-    } hash{r.file->data() + r.file_offset, r.nbytes, 0};
+    const std::byte* from = r.file->data() + r.file_offset;
+    XXH64_hash_t in_file = 0;
+    auto hash = [&] { in_file = XXH3_64bits(from, r.nbytes); };
     uint64_t fault = 0;
-    if (!detail::run_mapping_guarded(
-            hash.from, hash.nbytes,
-            [](void* h) {
-              auto* job = static_cast<Hash*>(h);
-              job->value = XXH3_64bits(job->from, job->nbytes);
-            },
-            &hash, &fault)) {
+    if (!detail::guarded_read(from, r.nbytes, hash, &fault)) {
       return detail::lost_to_truncation(*r.file, r.file_offset + fault)
           .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");
     }
-    const XXH64_hash_t in_file = hash.value;
     if (on_device != in_file) {
       return Status(StatusCode::device_error,
                     "verify: tensor " + quote(r.tensor) + " in buffer " +
