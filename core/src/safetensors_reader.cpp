@@ -7,6 +7,7 @@
 #include "no_exceptions.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <tuple>
 
@@ -296,15 +297,19 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     return Status(StatusCode::invalid_argument, file + ": " + reason);
   };
 
+  // The length and the header are copied out of the mapping by guarded
+  // reads (MappedFile::copy_to) and parsed from the copy: a file truncated
+  // by another program after it was mapped is an error here, not a SIGBUS
+  // in the middle of the parse.
   const std::span<const std::byte> bytes = (*mapped)->bytes();
   if (bytes.size() < 8) {
     return fail("file has " + std::to_string(bytes.size()) +
                 " bytes, too short for the 8-byte header length");
   }
+  unsigned char length_bytes[8];
+  if (Status s = (*mapped)->copy_to(0, 8, length_bytes); !s.ok()) return s;
   uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) {
-    header_size = (header_size << 8) | std::to_integer<uint64_t>(bytes[static_cast<size_t>(i)]);
-  }
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
   if (header_size > kMaxSafetensorsHeaderBytes) {
     return fail("header length " + std::to_string(header_size) + " is above the limit of " +
                 std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
@@ -315,8 +320,10 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
                 std::to_string(bytes.size()) + " bytes");
   }
   const uint64_t data_offset = 8 + header_size;
-  const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8,
-                                static_cast<size_t>(header_size));
+  // Not zero-filled: copy_to writes every byte or fails.
+  const auto header_copy = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(header_size));
+  if (Status s = (*mapped)->copy_to(8, header_size, header_copy.get()); !s.ok()) return s;
+  const std::string_view header(header_copy.get(), static_cast<size_t>(header_size));
 
   std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
   HeaderReader reader(file, bytes.size() - data_offset);
