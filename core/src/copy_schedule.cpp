@@ -2,6 +2,8 @@
 
 #include <devalloc/input_text.hpp>
 
+#include "mapping_guard.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -881,6 +883,8 @@ Status Pipeline::staged_piece(const Piece& p) {
 }
 
 void Pipeline::work() {
+  // For the mmap reads (MappedFile::copy_to), once for all of them.
+  const detail::SigbusUnblocked sigbus;
   // Pieces issued by this thread, per queue; added to the totals once.
   std::vector<uint64_t> issued(queues_.size(), 0);
   const auto add_counts = [&] {

@@ -27,6 +27,8 @@ struct Frame {
 // Read in the signal handler: initial-exec, so that the first read on a
 // thread never allocates (as a dynamic TLS access in a dlopened module may).
 __attribute__((tls_model("initial-exec"))) thread_local Frame* t_frame = nullptr;
+// SigbusUnblocked scopes this thread is in.
+__attribute__((tls_model("initial-exec"))) thread_local int t_unblocked = 0;
 
 struct sigaction g_replaced {};
 std::once_flag g_installed;
@@ -63,8 +65,8 @@ extern "C" void on_sigbus(int signal, siginfo_t* info, void* context) {
         // The jump skips the kernel's return from the handler, which would
         // restore the interrupted code's signal mask: restore it here (the
         // mask the handler runs with blocks SIGBUS, and under a sanitizer
-        // perhaps every signal), so the read makes no system call when
-        // nothing faults (sigsetjmp(..., 0)).
+        // perhaps every signal), rather than have sigsetjmp save it
+        // (sigsetjmp(..., 1)): a system call on every read.
         if (context != nullptr) {
           ::pthread_sigmask(SIG_SETMASK, &static_cast<ucontext_t*>(context)->uc_sigmask, nullptr);
         }
@@ -73,6 +75,22 @@ extern "C" void on_sigbus(int signal, siginfo_t* info, void* context) {
     }
   }
   pass_on(signal, info, context);
+}
+
+// Unblocks SIGBUS on this thread: true when it was blocked.
+bool unblock_sigbus() {
+  sigset_t bus;
+  sigemptyset(&bus);
+  sigaddset(&bus, SIGBUS);
+  sigset_t before;
+  return ::pthread_sigmask(SIG_UNBLOCK, &bus, &before) == 0 && sigismember(&before, SIGBUS) == 1;
+}
+
+void block_sigbus() {
+  sigset_t bus;
+  sigemptyset(&bus);
+  sigaddset(&bus, SIGBUS);
+  ::pthread_sigmask(SIG_BLOCK, &bus, nullptr);
 }
 
 void install() {
@@ -92,15 +110,26 @@ bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*)
   frame.begin = reinterpret_cast<uintptr_t>(begin);
   frame.end = frame.begin + nbytes;
   frame.outer = t_frame;
+  // Outside a SigbusUnblocked scope: the read unblocks SIGBUS itself.
+  const bool reblock = t_unblocked == 0 && unblock_sigbus();
+  bool read = true;
   if (sigsetjmp(frame.resume, 0) != 0) {
-    t_frame = frame.outer;
+    read = false;
     if (fault_offset != nullptr) *fault_offset = frame.fault - frame.begin;
-    return false;
+  } else {
+    t_frame = &frame;
+    work(context);
   }
-  t_frame = &frame;
-  work(context);
   t_frame = frame.outer;
-  return true;
+  if (reblock) block_sigbus();
+  return read;
+}
+
+SigbusUnblocked::SigbusUnblocked() : reblock_(t_unblocked++ == 0 && unblock_sigbus()) {}
+
+SigbusUnblocked::~SigbusUnblocked() {
+  --t_unblocked;
+  if (reblock_) block_sigbus();
 }
 
 Status lost_to_truncation(const MappedFile& file, uint64_t at) {

@@ -33,6 +33,7 @@ Status verify_copies(const std::vector<CopyRequest>& requests,
   std::vector<std::byte> chunk;
   std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
   if (!state) return Status(StatusCode::out_of_host_memory, "verify: no memory for a hash state");
+  const detail::SigbusUnblocked sigbus;  // for the guarded reads, once for all
 
   for (const CopyRequest& r : requests) {
     if (r.nbytes == 0) continue;

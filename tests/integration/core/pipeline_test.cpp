@@ -12,10 +12,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -454,6 +457,45 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedBeforeVerify_ThenVerifyFailsNamingItIn
                     HasSubstr("model.safetensors: the page at offset "),
                     HasSubstr("the file was truncated after it was opened")));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// A caller that blocks every signal (to leave them to sigwait, say): the
+// loading threads inherit its mask, and the kernel ends the process for a
+// SIGBUS it raises while SIGBUS is blocked, whatever the handler. The
+// load's mmap reads and the verify pass unblock it while they read: the
+// truncation fails the load, and the caller's mask is as it was.
+TEST_F(PipelineLoad, GivenACallerThatBlocksEverySignal_WhenTheFileIsTruncatedWhileRead_ThenTheLoadFailsNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::filesystem::path model = dir_ / "model.safetensors";
+  const uint64_t keep = std::filesystem::file_size(model) - kModelBytes + 8192;
+  for (const bool verify : {false, true}) {
+    EXPECT_EXIT(
+        {
+          sigset_t all;
+          sigfillset(&all);
+          ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+          auto runtime = Runtime::create(config_for(
+              "host", verify ? "staging = 16384\nthreads = 2\nread = \"pread\"\nverify = true\n"
+                             : "staging = 16384\nthreads = 2\nread = \"mmap\"\n"));
+          bool truncated = false;
+          runtime->set_progress([&](uint64_t done, uint64_t total) {
+            if (!truncated && (!verify || done == total)) {
+              truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
+            }
+          });
+          auto program = runtime->load(plan_, {}, nullptr);
+          sigset_t after;
+          ::pthread_sigmask(SIG_BLOCK, nullptr, &after);
+          if (!truncated) std::_Exit(3);
+          if (program.ok() ||
+              program.status().message().find("could not be read (SIGBUS)") == std::string::npos) {
+            std::_Exit(4);
+          }
+          std::_Exit(sigismember(&after, SIGBUS) == 1 ? 0 : 5);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << "verify = " << verify;
+  }
 }
 
 // Four threads add their bytes in one order and would report them in

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,6 +151,30 @@ TEST_F(TruncatedMapping, WhenSeveralThreadsCopyOut_ThenEachGetsItsOwnError) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(errors.load(), 4 * 50);
+}
+
+// A thread that blocks every signal (to leave them to sigwait, say), and
+// the loading threads it starts, which inherit its mask: a SIGBUS the
+// kernel raises while it is blocked ends the process whatever the handler.
+// A guarded read unblocks it while it reads, and leaves the mask as it
+// found it.
+TEST_F(TruncatedMapping, GivenAThreadThatBlocksSigbus_WhenCopiedOut_ThenTheLostBytesAreAnError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        sigset_t all;
+        sigfillset(&all);
+        ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        std::vector<char> out(kPage);
+        const Status lost = file_->copy_to(kPage, kPage, out.data());
+        const bool intact = file_->copy_to(0, 100, out.data()).ok();
+        sigset_t after;
+        ::pthread_sigmask(SIG_BLOCK, nullptr, &after);
+        if (lost.ok() || lost.message().find("offset 4096") == std::string::npos) std::_Exit(3);
+        if (!intact) std::_Exit(4);
+        std::_Exit(sigismember(&after, SIGBUS) == 1 ? 0 : 5);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // A SIGBUS outside a guarded read still ends the process, as it would have
