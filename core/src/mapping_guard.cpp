@@ -6,6 +6,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csetjmp>
 #include <csignal>
 #include <cstdint>
@@ -32,20 +33,42 @@ __attribute__((tls_model("initial-exec"))) thread_local int t_unblocked = 0;
 
 struct sigaction g_replaced {};
 std::once_flag g_installed;
+// The replaced action had SA_RESETHAND and ran once: the default from now.
+std::atomic<bool> g_replaced_reset{false};
 
-// Not ours: what the process would have done without devalloc.
+// Not ours: what the replaced action would have done with it.
 void pass_on(int signal, siginfo_t* info, void* context) {
-  if ((g_replaced.sa_flags & SA_SIGINFO) != 0) {
-    if (g_replaced.sa_sigaction != nullptr) {
-      g_replaced.sa_sigaction(signal, info, context);
-      return;
+  struct sigaction replaced = g_replaced;
+  // The kernel would have reset a SA_RESETHAND action to the default as it
+  // delivered the first signal.
+  if ((replaced.sa_flags & SA_RESETHAND) != 0 && g_replaced_reset.exchange(true)) {
+    replaced.sa_handler = SIG_DFL;
+    replaced.sa_flags = 0;
+  }
+  // SIG_DFL and SIG_IGN mean themselves with SA_SIGINFO too.
+  if (replaced.sa_handler != SIG_DFL && replaced.sa_handler != SIG_IGN) {
+    // With the mask the kernel would have run it with: this handler's
+    // (the interrupted one and SIGBUS), its sa_mask added, and SIGBUS
+    // unblocked again under SA_NODEFER.
+    ::pthread_sigmask(SIG_BLOCK, &replaced.sa_mask, nullptr);
+    if ((replaced.sa_flags & SA_NODEFER) != 0) {
+      sigset_t own;
+      sigemptyset(&own);
+      sigaddset(&own, signal);
+      ::pthread_sigmask(SIG_UNBLOCK, &own, nullptr);
     }
-  } else if (g_replaced.sa_handler != SIG_DFL && g_replaced.sa_handler != SIG_IGN) {
-    g_replaced.sa_handler(signal);
+    if ((replaced.sa_flags & SA_SIGINFO) != 0) {
+      replaced.sa_sigaction(signal, info, context);
+    } else {
+      replaced.sa_handler(signal);
+    }
     return;
   }
-  // Default action (a synchronous SIGBUS cannot be ignored either): restore
-  // it and raise again, delivered when this handler returns (or at once).
+  // Ignored: a SIGBUS a process sent (kill, raise, sigqueue: si_code <= 0)
+  // is dropped; one the kernel raised for a fault cannot be ignored.
+  if (replaced.sa_handler == SIG_IGN && info != nullptr && info->si_code <= 0) return;
+  // Default action: restore it and raise again, delivered when this handler
+  // returns (or at once).
   struct sigaction fallback {};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);

@@ -8,7 +8,9 @@
 // a guarded read, at an address inside the range that read covers, restores
 // the signal mask of the interrupted read and jumps back out of it
 // (siglongjmp); any other SIGBUS goes to
-// the replaced handler, or takes the default action (the process ends, as it
+// the replaced action as the kernel would have taken it (its handler with
+// its sa_mask, SA_NODEFER and SA_RESETHAND; ignored if it was ignored and a
+// process sent it), or takes the default action (the process ends, as it
 // would have without devalloc). A program that installs its own SIGBUS
 // handler afterwards without calling the one it replaced loses the guard
 // (a truncation then ends the process, as before); read = "pread" needs no

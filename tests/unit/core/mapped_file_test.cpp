@@ -220,5 +220,89 @@ TEST_F(TruncatedMapping, GivenTheProgramsOwnHandler_ThenFaultsNotOursStillReachI
       ::testing::ExitedWithCode(42), "");
 }
 
+// A program that ignores SIGBUS: one that a process sends (kill, raise,
+// sigqueue), during a guarded read or not, is still ignored, also when
+// the ignoring action has SA_SIGINFO (which the guard once called as a
+// handler at address 1); a fault the kernel raises outside a guarded read
+// still ends the process, as it would have without devalloc.
+TEST_F(TruncatedMapping, GivenSigbusIgnored_WhenAProcessSendsIt_ThenItIsStillIgnored) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (const int flags : {0, SA_SIGINFO}) {
+    EXPECT_EXIT(
+        {
+          struct sigaction ignore {};
+          ignore.sa_handler = SIG_IGN;
+          ignore.sa_flags = flags;
+          sigemptyset(&ignore.sa_mask);
+          ::sigaction(SIGBUS, &ignore, nullptr);
+          std::vector<char> out(kPage);
+          if (file_->copy_to(kPage, kPage, out.data()).ok()) std::_Exit(3);
+          ::kill(::getpid(), SIGBUS);
+          ::raise(SIGBUS);
+          ::sigqueue(::getpid(), SIGBUS, sigval{});
+          const char said[] = "sent ones ignored\n";
+          (void)!::write(2, said, sizeof said - 1);
+          volatile char lost = static_cast<char>(file_->data()[kPage]);
+          (void)lost;
+          std::_Exit(0);
+        },
+        ::testing::KilledBySignal(SIGBUS), "sent ones ignored")
+        << "sa_flags " << flags;
+  }
+}
+
+// The replaced action's flags are kept when a SIGBUS is passed on to it:
+// SA_RESETHAND runs it once, then the default action ends the process.
+volatile std::sig_atomic_t g_handled = 0;
+extern "C" void count_handled(int) { g_handled = g_handled + 1; }
+
+TEST_F(TruncatedMapping, GivenTheProgramsHandlerHasResetHand_ThenItRunsOnceThenTheDefault) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        struct sigaction once {};
+        once.sa_handler = count_handled;
+        once.sa_flags = SA_RESETHAND;
+        sigemptyset(&once.sa_mask);
+        ::sigaction(SIGBUS, &once, nullptr);
+        std::vector<char> out(kPage);
+        if (file_->copy_to(kPage, kPage, out.data()).ok()) std::_Exit(3);
+        ::raise(SIGBUS);
+        if (g_handled != 1) std::_Exit(4);
+        const char said[] = "handled once\n";
+        (void)!::write(2, said, sizeof said - 1);
+        ::raise(SIGBUS);
+        std::_Exit(5);
+      },
+      ::testing::KilledBySignal(SIGBUS), "handled once");
+}
+
+// ... and the handler runs with the mask the kernel would have given it:
+// its sa_mask blocked, and SIGBUS itself not blocked under SA_NODEFER.
+volatile std::sig_atomic_t g_mask_seen = -1;
+extern "C" void see_mask(int) {
+  sigset_t now;
+  ::pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  g_mask_seen = (sigismember(&now, SIGBUS) == 1 ? 1 : 0) + (sigismember(&now, SIGUSR1) == 1 ? 2 : 0);
+}
+
+TEST_F(TruncatedMapping, GivenTheProgramsHandlerHasNodeferAndAMask_ThenItRunsWithThem) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        struct sigaction own {};
+        own.sa_handler = see_mask;
+        own.sa_flags = SA_NODEFER;
+        sigemptyset(&own.sa_mask);
+        sigaddset(&own.sa_mask, SIGUSR1);
+        ::sigaction(SIGBUS, &own, nullptr);
+        std::vector<char> out(kPage);
+        if (file_->copy_to(kPage, kPage, out.data()).ok()) std::_Exit(3);
+        ::raise(SIGBUS);
+        std::_Exit(10 + g_mask_seen);  // 12: SIGUSR1 blocked, SIGBUS not
+      },
+      ::testing::ExitedWithCode(12), "");
+}
+
 }  // namespace
 }  // namespace devalloc
