@@ -164,6 +164,9 @@ struct Ticket {
   bool copy_failed = false;        // its copy call returned an error
   bool released_twice = false;     // said once
   bool in_call = true;             // its copy call has not returned yet
+  // Unreleased when a synchronize that covered it returned: its release is
+  // late (PLUGIN-20), and counted when it comes.
+  bool late = false;
   uint64_t returned = 0;           // Ledger::calls_returned when it did
   // A breach of this copy during its call: said after the call's own error
   // when the call fails (PLUGIN-21), else as soon as the call returns.
@@ -187,9 +190,12 @@ struct Ledger {
   bool running = false;  // between register_ledger and the end of run()
   std::vector<std::set<uint64_t>> unreleased;  // per queue: ticket ids
   // Per queue: releases that came after the synchronize covering them
-  // returned, and the time spent waiting for them.
+  // returned, and the time spent waiting for them: while at least one
+  // thread waited (several may wait for the same copies at once).
   std::vector<uint64_t> late_releases;
   std::vector<std::chrono::steady_clock::duration> late_wait;
+  std::vector<uint32_t> late_waiters;
+  std::vector<std::chrono::steady_clock::time_point> late_wait_since;
   std::vector<const ResolvedDevice*> devices;  // per queue
   uint64_t releases_seen = 0;
   uint64_t calls_returned = 0;  // copy calls that returned, counted in order
@@ -522,6 +528,7 @@ extern "C" void on_piece_released(void* user_data) {
       t->released_twice = true;
     } else {
       t->released = true;
+      if (t->late) ++ledger.late_releases[t->queue];
       ledger.unreleased[t->queue].erase(t->id);
       ledger.in_flight -= t->nbytes;
       ledger.rings[t->ring].free.push_back(t->slot);
@@ -613,6 +620,8 @@ Status Pipeline::set_up() {
   ledger.unreleased.resize(queues_.size());
   ledger.late_releases.resize(queues_.size());
   ledger.late_wait.resize(queues_.size());
+  ledger.late_waiters.resize(queues_.size());
+  ledger.late_wait_since.resize(queues_.size());
   std::map<Plugin*, size_t> ring_of;
   for (size_t qi = 0; qi < queues_.size(); ++qi) {
     const DeviceCopyQueue& q = queues_[qi];
@@ -763,24 +772,22 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
   const std::chrono::milliseconds timeout =
       std::clamp(options_.release_timeout, std::chrono::milliseconds(0), kMaxReleaseTimeout);
   // A copy whose call returned before the synchronize (its returned count
-  // at most `covered`) and that is still unreleased now is late (PLUGIN-20).
+  // at most `covered`) and that is still unreleased now is late (PLUGIN-20),
+  // counted once when its release comes, however many threads wait for it.
   // One still in its call then, on another thread, is not.
-  const auto late_now = [&] {
-    uint64_t n = 0;
-    for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
-      const Ticket& t = ledger.tickets[*it];
-      n += !t.in_call && t.returned <= covered ? 1 : 0;
-    }
-    return n;
-  };
-  const uint64_t late = late_now();
-  const auto waited_from = std::chrono::steady_clock::now();
+  bool late = false;
+  for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
+    Ticket& t = ledger.tickets[*it];
+    if (!t.in_call && t.returned <= covered) t.late = late = true;
+  }
+  if (late && ledger.late_waiters[qi]++ == 0) {
+    ledger.late_wait_since[qi] = std::chrono::steady_clock::now();
+  }
   const bool done = ledger.changed.wait_for(lock, timeout, [&] {
     return ledger.gave_up || pending.empty() || *pending.begin() > up_to_id;
   });
-  if (late > 0) {
-    ledger.late_releases[qi] += late - late_now();
-    ledger.late_wait[qi] += std::chrono::steady_clock::now() - waited_from;
+  if (late && --ledger.late_waiters[qi] == 0) {
+    ledger.late_wait[qi] += std::chrono::steady_clock::now() - ledger.late_wait_since[qi];
   }
   if (done) return Status();
   ledger.breach = true;

@@ -406,6 +406,30 @@ TEST_F(PipelineLoad, GivenReleasesAfterSynchronize_WhenLoading_ThenTheReportCoun
   EXPECT_GT(forced, 0u) << "no synchronize while waiting for a slot: the case is not exercised";
 }
 
+// Four threads, each waiting for a slot of four, call synchronize and wait
+// for the same late releases at once: each late copy is counted once, and
+// the time is how long the load waited, not the sum of the threads' waits
+// (counted per thread, a load of 65 copies reported about 200 late ones and
+// twice its own duration waited).
+TEST_F(PipelineLoad, GivenFourThreadsWaitingForTheSameLateReleases_ThenEachIsCountedOnce) {
+  LoadReport report;
+  const auto start = std::chrono::steady_clock::now();
+  auto program = Runtime::create(config_for("host_faulty",
+                                            "staging = 16384\ndirect = false\nthreads = 4\n",
+                                            "release_late_ms = \"50\""))
+                     ->load(plan_, {}, &report);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  ASSERT_EQ(report.devices.size(), 1u);
+  EXPECT_GT(report.pipeline.forced_synchronizes, 1u);
+  EXPECT_GE(report.devices[0].late_releases, 1u);
+  EXPECT_LE(report.devices[0].late_releases, report.devices[0].copies);
+  EXPECT_GT(report.devices[0].late_release_seconds, 0.0);
+  EXPECT_LE(report.devices[0].late_release_seconds, took);
+}
+
 // Another program truncates the model while it loads through the mapping
 // (read = "mmap"): the pages it lost raise SIGBUS, which must become the
 // load's error naming the file, not the end of the process. Staged and

@@ -84,7 +84,9 @@ struct DeviceLoadStats {
   double seconds = 0;         // first piece started to synchronize returned
   // Copies whose release came only after the synchronize that covered them
   // returned (PLUGIN-20 forbids it; tolerated within [load]
-  // release_timeout), and how long the load waited for them.
+  // release_timeout), each counted once, and how long the load waited for
+  // them (while one loading thread or more waited, not the sum of their
+  // waits).
   uint64_t late_releases = 0;
   double late_release_seconds = 0;
 };
