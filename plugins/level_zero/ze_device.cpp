@@ -148,9 +148,11 @@ ZeDevice::~ZeDevice() {
 
 void ZeDevice::quiesce() noexcept {
   completions_.wait_for_earlier();
-  // A command no event tracks may still be running: a barrier that signals
-  // an event goes after it, and is waited for, before the list is destroyed
-  // (destroying a list with unfinished commands is an error).
+  // A command no event tracks may still be running (a barrier left without
+  // its copy, or a command whose event was retired after its wait failed):
+  // a barrier that signals an event goes after it, and is waited for,
+  // before the list is destroyed (destroying a list with unfinished
+  // commands is an error, and so is freeing memory they use).
   bool untracked = false;
   {
     std::lock_guard lock(list_mutex_);
@@ -260,6 +262,12 @@ void ZeDevice::retire(uint32_t) noexcept {
   {
     std::lock_guard lock(events_mutex_);
     ++retired_events_;
+  }
+  {
+    // Its command may still run, tracked by no event now: quiesce() waits
+    // for it before the list, the events and the memory go.
+    std::lock_guard lock(list_mutex_);
+    untracked_ = true;
   }
   // Waiters learn when the last event went.
   event_freed_.notify_all();

@@ -96,7 +96,8 @@ class ZeDevice {
   std::mutex list_mutex_;
   ze_command_list_handle_t list_ = nullptr;
   // A command no event tracks is on the list: a barrier appended before a
-  // copy whose own append then failed. quiesce() waits for it. Under
+  // copy whose own append then failed, or a command whose event was retired
+  // (its wait failed: it may still run). quiesce() waits for it. Under
   // list_mutex_.
   bool untracked_ = false;
 

@@ -236,5 +236,25 @@ TEST_F(LevelZeroErrors,
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
 }
 
+// Every wait for a copy's event fails (not a lost device): the call fails
+// and the event is retired, but the copy may still run. Destroy waits for
+// it (a barrier with an event) before it destroys the events and the list
+// and frees the memory the copy writes; it destroyed them under the copy.
+TEST_F(LevelZeroErrors,
+       CopyWhoseWaitsFail_DestroyWaitsForItBeforeTheListAndItsMemoryGo) {
+  // Read by the copy after the call failed: alive until the plugin goes.
+  static const std::vector<uint8_t> source = pattern(kChunk, 4);
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  fake().pause(true);
+  fake().fail_calls("zeEventHostSynchronize", ZE_RESULT_ERROR_UNKNOWN, 3);
+  const Status copied = plugin().copy_to_device(kDevice, *base, source.data(), kChunk);
+  ASSERT_FALSE(copied.ok());
+  EXPECT_NE(copied.message().find("zeEventHostSynchronize"), std::string::npos)
+      << copied.message();
+  fake().pause(false);
+  // TearDown destroys the instance at once and expects no violation.
+}
+
 }  // namespace
 }  // namespace devalloc::level_zero_test
