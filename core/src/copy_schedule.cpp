@@ -350,6 +350,10 @@ struct QueueContext {
   const DeviceCopyQueue* queue = nullptr;
   bool direct = false;
   size_t ring = 0;
+  // Plugin::synchronize_failures of the device before the first copy: a
+  // failure reported to another caller's synchronize meanwhile may have
+  // been one of this load's copies (finish()).
+  uint64_t synchronize_mark = 0;
 };
 
 Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
@@ -630,6 +634,7 @@ Status Pipeline::set_up() {
     c.queue = &q;
     c.direct = options_.direct && host_addressable(q.device.plugin->capabilities());
     if (!c.direct) {
+      c.synchronize_mark = q.device.plugin->synchronize_failures(q.device.device);
       Plugin* plugin = q.device.plugin.get();
       auto [it, fresh] = ring_of.emplace(plugin, ledger.rings.size());
       if (fresh) {
@@ -987,7 +992,27 @@ void Pipeline::finish() {
         ledger.fail_also(s);
       }
     }
+    const bool copied_ok = ledger.failure.ok() && per_device_[qi].copies > 0;
     lock.unlock();
+    // The plugin reports a copy that failed asynchronously to the next
+    // synchronize of the device (PLUGIN-17), which may have been another
+    // caller's (a concurrent load, an allocator): then this load cannot tell
+    // whether the failed copy was one of its own, and fails rather than
+    // hand out bytes that may be wrong.
+    if (copied_ok) {
+      const Status other =
+          device.plugin->synchronize_failure_since(device.device, contexts_[qi].synchronize_mark);
+      if (!other.ok()) {
+        std::lock_guard relock(ledger.mutex);
+        ledger.fail(Status(
+            StatusCode::device_error,
+            "synchronizing " + device.describe() +
+                ": while this load's copies were in flight, a synchronize of the device by "
+                "another caller failed (" + other.message() +
+                "); an asynchronous failure goes to whichever synchronize comes next "
+                "(PLUGIN-17), so one of this load's copies may have failed"));
+      }
+    }
     per_device_[qi].seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_[qi])
             .count();

@@ -200,6 +200,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
     info.dlpack_device_id = p.dlpack_device_id;
     plugin->devices_.push_back(std::move(info));
   }
+  plugin->synchronizes_.resize(plugin->devices_.size());
   return {std::move(plugin), {PluginOutcome::loaded, Status()}};
 }
 
@@ -269,8 +270,47 @@ Status Plugin::copy_to_host(uint32_t device, void* dst, uint64_t src,
 }
 
 Status Plugin::synchronize(uint32_t device) {
-  return call_checked("synchronize",
-                      [&](devalloc_error* e) { return api().synchronize(instance_, device, e); });
+  const auto call = [&] {
+    return call_checked("synchronize",
+                        [&](devalloc_error* e) { return api().synchronize(instance_, device, e); });
+  };
+  if (device >= synchronizes_.size()) return call();  // the plugin refuses it
+  SynchronizeRecord& record = synchronizes_[device];
+  uint64_t number = 0;
+  {
+    std::lock_guard lock(sync_mutex_);
+    number = record.began++;
+    record.running.insert(number);
+  }
+  Status status = call();
+  {
+    std::lock_guard lock(sync_mutex_);
+    record.running.erase(number);
+    if (!status.ok()) {
+      ++record.failures;
+      record.last_failure = status;
+    }
+  }
+  sync_returned_.notify_all();
+  return status;
+}
+
+uint64_t Plugin::synchronize_failures(uint32_t device) const {
+  if (device >= synchronizes_.size()) return 0;
+  std::lock_guard lock(sync_mutex_);
+  return synchronizes_[device].failures;
+}
+
+Status Plugin::synchronize_failure_since(uint32_t device, uint64_t mark) const {
+  if (device >= synchronizes_.size()) return Status();
+  const SynchronizeRecord& record = synchronizes_[device];
+  std::unique_lock lock(sync_mutex_);
+  // A synchronize still running may be the one a failure is reported to.
+  const uint64_t begun = record.began;
+  sync_returned_.wait(lock, [&] {
+    return record.running.empty() || *record.running.begin() >= begun;
+  });
+  return record.failures > mark ? record.last_failure : Status();
 }
 
 Result<std::optional<MemoryInfo>> Plugin::memory_info(uint32_t device) {

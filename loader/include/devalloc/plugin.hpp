@@ -11,10 +11,13 @@
 #include <devalloc/status.hpp>
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,6 +125,19 @@ class Plugin {
   Status copy_to_host(uint32_t device, void* dst, uint64_t src,
                       uint64_t nbytes);
   Status synchronize(uint32_t device);
+  // An asynchronous failure is reported by the next synchronize of its
+  // device, whoever calls it (PLUGIN-17): with several callers at once (two
+  // loads of one runtime, an allocator), one caller's failed copy may be
+  // reported to another. A caller that needs to know whether a failure may
+  // have been its own takes a mark before its first copy and asks after its
+  // last synchronize.
+  // The number of synchronize calls of `device` that failed so far.
+  uint64_t synchronize_failures(uint32_t device) const;
+  // Waits until every synchronize of `device` that began before this call
+  // returned; then the error of the last synchronize of the device that
+  // failed after synchronize_failures(device) said `mark`, or ok when none
+  // did.
+  Status synchronize_failure_since(uint32_t device, uint64_t mark) const;
   // Free and total memory of device, or nullopt when the plugin does not
   // offer get_memory_info (a 1.0 table, or the function is NULL).
   Result<std::optional<MemoryInfo>> memory_info(uint32_t device);
@@ -154,6 +170,17 @@ class Plugin {
   PluginLayer* layer_ = nullptr;  // owned by instance_ when set
   Capabilities capabilities_;
   std::vector<DeviceInfo> devices_;
+  // Per device (indexed like devices_), under sync_mutex_: the synchronize
+  // calls running now (by number), how many failed, and the last failure.
+  struct SynchronizeRecord {
+    uint64_t began = 0;
+    std::set<uint64_t> running;
+    uint64_t failures = 0;
+    Status last_failure;
+  };
+  mutable std::mutex sync_mutex_;
+  mutable std::condition_variable sync_returned_;
+  std::vector<SynchronizeRecord> synchronizes_;
 };
 
 // An opened and negotiated plugin library.

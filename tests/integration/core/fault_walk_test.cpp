@@ -19,6 +19,7 @@
 namespace devalloc::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
@@ -121,6 +122,57 @@ TEST_F(FaultWalk, GivenADeviceMemoryBudget_ForEveryBudgetBelowThePlan_ThenTheLoa
   for (uint64_t budget = 64; budget <= 256; budget += 64) {
     run_once("second", FaultInjection{0, budget}, "second budget " + std::to_string(budget));
   }
+}
+
+
+// PLUGIN-17 reports a copy that failed asynchronously to the next
+// synchronize of its device, whoever calls it. Here another caller (as
+// another load of the runtime, or an allocator, would) synchronizes the
+// device after the load issued its copies and is told of the load's failed
+// copy; the load's own synchronize then finds nothing. The load must still
+// fail, not hand out bytes that may be wrong.
+TEST_F(FaultWalk, GivenACopyWhoseFailureIsReportedToAnotherCallersSynchronize_ThenTheLoadFailsToo) {
+  // One loading thread and "host" (copies within the call, releases inside
+  // it): the plugin's calls come in the same order every run. The first
+  // call of "host" whose fault makes a copy fail asynchronously (the layer
+  // fails its release and reports it at the next synchronize).
+  const auto one_thread = [&](const FaultInjection& faults) {
+    RuntimeConfig c = walk_config("host", faults);
+    c.load.threads = 1;
+    return c;
+  };
+  uint64_t n = 0;
+  for (uint64_t i = 1; i <= kMaxWalk && n == 0; ++i) {
+    auto runtime = Runtime::create(one_thread(FaultInjection{i, 0}));
+    auto program = runtime->load(plan(), {}, nullptr);
+    if (counters(*runtime, "host").faults_injected == 0) break;
+    if (!program.ok() &&
+        program.status().message().find("failed asynchronously") != std::string::npos) {
+      n = i;
+    }
+  }
+  ASSERT_NE(n, 0u) << "no fault of host made a copy fail asynchronously";
+
+  const uint64_t before = DeviceBuffer::live_count();
+  auto runtime = Runtime::create(one_thread(FaultInjection{n, 0}));
+  Status others;
+  bool synchronized = false;
+  runtime->set_progress([&](uint64_t done, uint64_t total) {
+    if (done != total || synchronized) return;  // every copy issued
+    synchronized = true;
+    auto host = runtime->registry().plugin("host");
+    others = host.ok() ? (*host)->synchronize(0) : host.status();
+  });
+  auto program = runtime->load(plan(), {}, nullptr);
+  ASSERT_TRUE(synchronized);
+  ASSERT_FALSE(others.ok()) << "the other caller's synchronize was not told of the failed copy";
+  EXPECT_THAT(others.message(), HasSubstr("failed asynchronously"));
+  ASSERT_FALSE(program.ok()) << "the load succeeded though one of its copies failed";
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("synchronizing host"), HasSubstr("by another caller failed"),
+                    HasSubstr("failed asynchronously"), HasSubstr("PLUGIN-17")));
+  EXPECT_EQ(counters(*runtime, "host").pending_releases, 0u);
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
 }  // namespace

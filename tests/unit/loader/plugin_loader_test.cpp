@@ -297,6 +297,30 @@ TEST(PluginHandle, GivenHostPluginUnderTheValidationLayer_WhenAskingMemoryInfo_T
   EXPECT_EQ(plugin->layer_counters()->breaches, 0u);
 }
 
+// A failure reported to a synchronize is remembered per device, so that a
+// caller can learn that another caller's synchronize was told of a failure
+// (PLUGIN-17 reports an asynchronous failure to whichever comes next).
+TEST(PluginHandle, GivenAFailingSynchronize_ThenItIsCountedPerDeviceAndItsErrorKept) {
+  auto [plugin, error] = PluginLoader().load(
+      DEVALLOC_BINARY_DIR "/tests/plugin_zoo/libdevalloc_host_faulty.so",
+      {{"fail_synchronize", "true"}});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  const uint64_t mark = plugin->synchronize_failures(0);
+  EXPECT_EQ(mark, 0u);
+  EXPECT_TRUE(plugin->synchronize_failure_since(0, mark).ok());
+  const Status failed = plugin->synchronize(0);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(plugin->synchronize_failures(0), 1u);
+  const Status since = plugin->synchronize_failure_since(0, mark);
+  EXPECT_EQ(since.code(), failed.code());
+  EXPECT_EQ(since.message(), failed.message());
+  EXPECT_TRUE(plugin->synchronize_failure_since(0, 1).ok());
+  // A device the plugin does not have: refused by the plugin, not counted.
+  EXPECT_FALSE(plugin->synchronize(7).ok());
+  EXPECT_EQ(plugin->synchronize_failures(7), 0u);
+  EXPECT_EQ(plugin->synchronize_failures(0), 1u);
+}
+
 // A table of ABI 1.0's size still holds a get_memory_info pointer in memory
 // (the variant is built from the 1.1 sources); the handle must not read it.
 TEST(PluginHandle, GivenTableOfAbi10Size_WhenAskingMemoryInfo_ThenNotOfferedAndLoadStillWorks) {
