@@ -49,6 +49,7 @@ bool DeviceRegistry::drop_plugin(std::string_view name) {
   if (it == plugins_.end()) return false;
   dropped = std::move(it->second);
   plugins_.erase(it);
+  ++generation_;
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include <executorch/runtime/platform/log.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <optional>
@@ -77,9 +78,7 @@ DevallocDeviceAllocator::DevallocDeviceAllocator(std::shared_ptr<Runtime> runtim
 
 DevallocDeviceAllocator::~DevallocDeviceAllocator() {
   for (const auto& [address, allocation] : allocations_) {
-    const auto found = devices_.find(allocation.index);
-    if (found == devices_.end()) continue;
-    Status s = found->second.plugin->deallocate(found->second.device, address);
+    Status s = allocation.device.plugin->deallocate(allocation.device.device, address);
     if (!s.ok()) fail("deallocate", s);
   }
 }
@@ -111,26 +110,33 @@ devalloc::Result<ResolvedDevice> DevallocDeviceAllocator::device(DeviceIndex ind
                   "device index " + std::to_string(index) + " of " +
                       type_name(type_) + " is negative");
   }
+  // Read before resolving: a drop_plugin while this resolves makes the
+  // next call resolve again.
+  const uint64_t generation = runtime_->registry().generation();
   {
     std::lock_guard lock(mutex_);
-    if (auto found = devices_.find(index); found != devices_.end()) return found->second;
+    if (auto found = devices_.find(index);
+        found != devices_.end() && found->second.generation == generation) {
+      return found->second.device;
+    }
   }
   // Outside the lock: resolving may load a plugin.
   auto resolved = runtime_->registry().resolve(tag(index), std::nullopt);
   if (!resolved.ok()) return resolved.status();
   std::lock_guard lock(mutex_);
-  return devices_.try_emplace(index, *resolved).first->second;
+  devices_.insert_or_assign(index, Resolved{generation, *resolved});
+  return *resolved;
 }
 
-Status DevallocDeviceAllocator::check_range(DeviceIndex index, uint64_t address,
-                                            uint64_t nbytes, const char* what) const {
+devalloc::Result<ResolvedDevice> DevallocDeviceAllocator::check_range(
+    DeviceIndex index, uint64_t address, uint64_t nbytes, const char* what) const {
   std::lock_guard lock(mutex_);
   auto it = allocations_.upper_bound(address);
   if (it != allocations_.begin()) {
     --it;
     const uint64_t end = it->first + it->second.nbytes;
     if (it->second.index == index && address >= it->first && nbytes <= end - address) {
-      return Status();
+      return it->second.device;
     }
   }
   return Status(StatusCode::invalid_argument,
@@ -153,7 +159,7 @@ et::Result<void*> DevallocDeviceAllocator::allocate(size_t nbytes, DeviceIndex i
                     std::to_string(alignment) + ") on " + dev->describe()));
   }
   std::lock_guard lock(mutex_);
-  allocations_[*address] = {index, nbytes};
+  allocations_[*address] = {index, nbytes, *dev};
   return reinterpret_cast<void*>(static_cast<uintptr_t>(*address));
 }
 
@@ -171,8 +177,8 @@ void DevallocDeviceAllocator::deallocate(void* ptr, DeviceIndex index) {
                       " was not allocated by this allocator"));
       return;
     }
+    dev = std::move(it->second.device);
     allocations_.erase(it);
-    dev = devices_.at(index);
   }
   Status s = dev->plugin->deallocate(dev->device, address);
   if (!s.ok()) fail("deallocate", s);
@@ -183,10 +189,7 @@ et::Error DevallocDeviceAllocator::copy_host_to_device(void* dst, const void* sr
                                                        DeviceIndex index) {
   // The range first: an index this allocator never allocated on has no
   // range, whether or not it has a device.
-  if (Status s = check_range(index, address_of(dst), nbytes, "destination"); !s.ok()) {
-    return fail("copy_host_to_device", s);
-  }
-  auto dev = device(index);
+  auto dev = check_range(index, address_of(dst), nbytes, "destination");
   if (!dev.ok()) return fail("copy_host_to_device", dev.status());
   Status s = dev->plugin->copy_to_device(dev->device, address_of(dst), src, nbytes);
   return s.ok() ? et::Error::Ok : fail("copy_host_to_device", s);
@@ -197,10 +200,7 @@ et::Error DevallocDeviceAllocator::copy_device_to_host(void* dst, const void* sr
                                                        DeviceIndex index) {
   // The range first: an index this allocator never allocated on has no
   // range, whether or not it has a device.
-  if (Status s = check_range(index, address_of(src), nbytes, "source"); !s.ok()) {
-    return fail("copy_device_to_host", s);
-  }
-  auto dev = device(index);
+  auto dev = check_range(index, address_of(src), nbytes, "source");
   if (!dev.ok()) return fail("copy_device_to_host", dev.status());
   Status s = dev->plugin->copy_to_host(dev->device, dst, address_of(src), nbytes);
   return s.ok() ? et::Error::Ok : fail("copy_device_to_host", s);
@@ -209,8 +209,23 @@ et::Error DevallocDeviceAllocator::copy_device_to_host(void* dst, const void* sr
 et::Error DevallocDeviceAllocator::synchronize(DeviceIndex index) {
   auto dev = device(index);
   if (!dev.ok()) return fail("synchronize", dev.status());
-  Status s = dev->plugin->synchronize(dev->device);
-  return s.ok() ? et::Error::Ok : fail("synchronize", s);
+  // The current instance, then each dropped one that still holds memory of
+  // this index (copies to that memory went there).
+  std::vector<ResolvedDevice> devices = {*dev};
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [address, allocation] : allocations_) {
+      if (allocation.index != index) continue;
+      const auto same = [&](const ResolvedDevice& d) { return d.same_device(allocation.device); };
+      if (std::none_of(devices.begin(), devices.end(), same)) devices.push_back(allocation.device);
+    }
+  }
+  et::Error result = et::Error::Ok;
+  for (const ResolvedDevice& d : devices) {
+    Status s = d.plugin->synchronize(d.device);
+    if (!s.ok() && result == et::Error::Ok) result = fail("synchronize", s);
+  }
+  return result;
 }
 
 uint64_t DevallocDeviceAllocator::live_allocations() const {

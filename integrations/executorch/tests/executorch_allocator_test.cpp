@@ -242,6 +242,46 @@ TEST_F(ExecuTorchAllocator, GivenNoRuntimeOrABadTagName_WhenRegistering_ThenRefu
 
 // PLUGIN-11: 0 bytes are address 0; nothing is tracked, and freeing it is
 // a no-op, not an error.
+// Recovering from a faulted device is dropping its plugin instance
+// (DeviceRegistry::drop_plugin): the next use creates a fresh one. The
+// adapter follows it for new allocations, and keeps copying to, copying
+// from and freeing older memory through the instance that allocated it.
+TEST_F(ExecuTorchAllocator, GivenADroppedPluginInstance_ThenNewMemoryComesFromTheFreshOneAndOldMemoryStaysWithItsOwn) {
+  auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto runtime = devalloc::Runtime::create(std::move(*config));
+  // Its own adapter and runtime: the registered one is left as it is.
+  devalloc::executorch::DevallocDeviceAllocator allocator(runtime, DeviceType::CUDA, "cuda");
+  const std::string plugin = on_fake_cuda() ? "cuda" : "host";
+
+  auto old_memory = allocator.allocate(256, 0, 64);
+  ASSERT_TRUE(old_memory.ok()) << take_log();
+  const auto old_bytes = pattern(256, 11);
+  ASSERT_EQ(allocator.copy_host_to_device(*old_memory, old_bytes.data(), 256, 0), et::Error::Ok);
+  const auto old_instance = allocator.device(0)->plugin;
+
+  ASSERT_TRUE(runtime->registry().drop_plugin(plugin));
+  auto fresh_memory = allocator.allocate(256, 0, 64);
+  ASSERT_TRUE(fresh_memory.ok()) << take_log();
+  auto fresh_instance = runtime->registry().plugin(plugin);
+  ASSERT_TRUE(fresh_instance.ok()) << fresh_instance.status().message();
+  EXPECT_NE(*fresh_instance, old_instance);
+  EXPECT_EQ(allocator.device(0)->plugin, *fresh_instance) << "the adapter kept the dropped instance";
+
+  const auto fresh_bytes = pattern(256, 99);
+  ASSERT_EQ(allocator.copy_host_to_device(*fresh_memory, fresh_bytes.data(), 256, 0), et::Error::Ok);
+  EXPECT_EQ(allocator.synchronize(0), et::Error::Ok);
+  std::vector<uint8_t> back(256, 0);
+  ASSERT_EQ(allocator.copy_device_to_host(back.data(), *old_memory, 256, 0), et::Error::Ok);
+  EXPECT_EQ(back, old_bytes);
+  ASSERT_EQ(allocator.copy_device_to_host(back.data(), *fresh_memory, 256, 0), et::Error::Ok);
+  EXPECT_EQ(back, fresh_bytes);
+  allocator.deallocate(*old_memory, 0);
+  allocator.deallocate(*fresh_memory, 0);
+  EXPECT_EQ(allocator.live_allocations(), 0u);
+  EXPECT_EQ(take_log(), "");
+}
+
 TEST_F(ExecuTorchAllocator, GivenZeroByteAllocations_ThenNullNothingTrackedAndFreeingIsQuiet) {
   const uint64_t before = adapter()->live_allocations();
   auto first = adapter()->allocate(0, 0, 0);

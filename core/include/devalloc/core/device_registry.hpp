@@ -7,6 +7,7 @@
 #include <devalloc/plugin_loader.hpp>
 #include <devalloc/status.hpp>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,10 @@ class DeviceRegistry {
   // keep it alive until they are gone; it is destroyed with the last of
   // them. False when no instance was loaded under name.
   bool drop_plugin(std::string_view name);
+  // Changes each time drop_plugin forgets an instance: a caller that keeps a
+  // ResolvedDevice resolves again when it changed, and so follows the
+  // recovery to the fresh instance.
+  uint64_t generation() const { return generation_.load(); }
 
   // The device backing tag; memory_id only appears in errors. A tag without
   // a resolvable device is an error that lists every candidate tried.
@@ -68,6 +73,7 @@ class DeviceRegistry {
   PluginLoader loader_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Plugin>, std::less<>> plugins_;
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace devalloc

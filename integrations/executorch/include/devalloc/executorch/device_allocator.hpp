@@ -10,7 +10,11 @@
 //
 // ExecuTorch device index N of the registered type is the devalloc device
 // tag "<tag_name>:N", resolved through the config (with its fallbacks) on
-// first use. Host-to-device copies use the "during call" source lifetime:
+// first use, and again after the runtime's registry dropped a plugin
+// instance (DeviceRegistry::drop_plugin, how a faulted device is recovered):
+// allocations from then on come from the fresh instance, while memory
+// allocated before stays with the instance that allocated it, which copies
+// to, copies from and frees it. Host-to-device copies use the "during call" source lifetime:
 // ExecuTorch promises nothing about `src` after the call returns. Failures
 // come back as ExecuTorch Error codes; devalloc's message is logged with
 // ET_LOG(Error, ...).
@@ -66,10 +70,12 @@ class DevallocDeviceAllocator final : public et::DeviceAllocator {
   DeviceType device_type() const override { return type_; }
 
   // Not (yet) part of ExecuTorch's interface: waits until every copy issued
-  // to the device has landed.
+  // to the device has landed (on the device's current instance, and on any
+  // dropped one that still holds memory of this allocator).
   et::Error synchronize(DeviceIndex index);
 
-  // The devalloc device behind an ExecuTorch device index, resolved once.
+  // The devalloc device behind an ExecuTorch device index for the next
+  // allocation: resolved once, and again after a drop_plugin.
   devalloc::Result<ResolvedDevice> device(DeviceIndex index);
   // "cuda:0"
   std::string tag(DeviceIndex index) const;
@@ -80,18 +86,24 @@ class DevallocDeviceAllocator final : public et::DeviceAllocator {
   struct Allocation {
     DeviceIndex index = 0;
     uint64_t nbytes = 0;
+    ResolvedDevice device;  // the instance that allocated it
+  };
+  struct Resolved {
+    uint64_t generation = 0;  // the registry's when it was resolved
+    ResolvedDevice device;
   };
   // Logs the failure (naming the call) and returns its ExecuTorch code.
   et::Error fail(const char* call, const Status& status) const;
-  // The live allocation of `index` that holds [address, address + nbytes).
-  Status check_range(DeviceIndex index, uint64_t address, uint64_t nbytes,
-                     const char* what) const;
+  // The device of the live allocation of `index` that holds
+  // [address, address + nbytes).
+  devalloc::Result<ResolvedDevice> check_range(DeviceIndex index, uint64_t address,
+                                               uint64_t nbytes, const char* what) const;
 
   std::shared_ptr<Runtime> runtime_;
   const DeviceType type_;
   const std::string tag_name_;
   mutable std::mutex mutex_;
-  std::map<DeviceIndex, ResolvedDevice> devices_;
+  std::map<DeviceIndex, Resolved> devices_;
   std::map<uint64_t, Allocation> allocations_;  // by base address
 };
 
