@@ -103,7 +103,8 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   std::vector<std::shared_ptr<DeviceBuffer>> buffers() const;
 
   // A DLPack view of a loaded tensor. The caller owns it and calls its
-  // deleter; until then the tensor's buffer (and this program) stay alive.
+  // deleter exactly once (it frees the DLManagedTensor), from any thread;
+  // until then the tensor's buffer (and this program) stay alive.
   Result<DLManagedTensor*> export_dlpack(std::string_view name);
 
   const Plan& plan() const { return *plan_; }
