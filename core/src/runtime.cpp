@@ -42,19 +42,23 @@ std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     const Plan& plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
-  return load(std::make_shared<const Plan>(plan), methods, report, files, verify);
+    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
+    const LoadProgress& progress) {
+  return load(std::make_shared<const Plan>(plan), methods, report, files, verify, progress);
 }
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     Plan&& plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
-  return load(std::make_shared<const Plan>(std::move(plan)), methods, report, files, verify);
+    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
+    const LoadProgress& progress) {
+  return load(std::make_shared<const Plan>(std::move(plan)), methods, report, files, verify,
+              progress);
 }
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify) {
+    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
+    const LoadProgress& progress) {
   if (plan == nullptr) {
     return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
   }
@@ -64,7 +68,7 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
   if (names.empty()) {
     for (const auto& m : program->plan().methods) names.push_back(m.name);
   }
-  Status s = program->load_methods(names, report, files, verify);
+  Status s = program->load_methods(names, report, files, verify, progress);
   if (!s.ok()) return s;
   return program;
 }
@@ -75,7 +79,8 @@ LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, std::shared_ptr<c
 Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    LoadReport* report,
                                    SafetensorsCache* files,
-                                   std::optional<bool> verify) {
+                                   std::optional<bool> verify,
+                                   const LoadProgress& progress) {
   // Loads and unloads of this program run one at a time, so the members
   // below change only under load_mutex_: this thread may read them without
   // mutex_ until the commit, which writes them under both locks. Lookups
@@ -202,7 +207,7 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   std::vector<DeviceLoadStats> stats;
   PipelineStats pipeline;
   if (Status s = schedule.execute(PipelineOptions::from(options), &stats, &pipeline,
-                                  runtime_->progress());
+                                  progress ? progress : runtime_->progress());
       !s.ok()) {
     return s;
   }

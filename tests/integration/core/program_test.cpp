@@ -56,6 +56,32 @@ TEST_F(LoadFixture, GivenAProgressCallbackThatLooksUp_WhenLoadingMoreMethods_The
   EXPECT_TRUE(watched->find("head"));
 }
 
+// A load's own callback replaces the runtime's for that load only; a load
+// that gives none still gets the runtime's.
+TEST_F(LoadFixture, GivenARuntimeCallbackAndALoadsOwn_WhenLoading_ThenEachLoadCallsOnlyTheOneItGets) {
+  auto runtime = Runtime::create(default_config());
+  std::vector<uint64_t> runtime_done, own_done;
+  runtime->set_progress([&](uint64_t done, uint64_t) { runtime_done.push_back(done); });
+  const LoadProgress own = [&](uint64_t done, uint64_t) { own_done.push_back(done); };
+
+  auto program = runtime->load(plan(), {"prefill"}, nullptr, nullptr, std::nullopt, own);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_THAT(runtime_done, ElementsAre());
+  ASSERT_FALSE(own_done.empty());
+  EXPECT_EQ(own_done.back(), 768u);  // w.a and w.b
+
+  own_done.clear();
+  ASSERT_TRUE((*program)->load_methods({"decode"}, nullptr, nullptr, std::nullopt, own).ok());
+  EXPECT_THAT(runtime_done, ElementsAre());
+  EXPECT_THAT(own_done, ElementsAre(256u));  // head only: the rest is in place
+
+  own_done.clear();
+  ASSERT_TRUE(runtime->load(plan(), {"decode"}, nullptr).ok());
+  EXPECT_THAT(own_done, ElementsAre());
+  ASSERT_FALSE(runtime_done.empty());
+  EXPECT_EQ(runtime_done.back(), 1024u);
+}
+
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorOutsideItsMethodsMemoryIds_WhenLoading_ThenRefusedNamingTheTensorAndNothingIsAllocated) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().methods[0].memory_ids = {0};  // prefill's scratch lies in buffer 2

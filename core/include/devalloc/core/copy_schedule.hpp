@@ -119,12 +119,14 @@ struct PipelineOptions {
   static PipelineOptions from(const LoadOptions& load);
 };
 
-// Called from the loading threads with the bytes issued so far, of `total`:
-// one call at a time, `done` rising from call to call, the last call of a
-// load that issued everything with done == total; after each large piece
-// or run of small pieces a thread issued, not after every tensor. An
-// exception out of it stops the load, which fails with a status that says
-// so (internal).
+// Called from the loading threads of one load with the bytes that load
+// issued so far, of its `total`: within the load one call at a time, `done`
+// rising from call to call, the last call of a load that issued everything
+// with done == total; after each large piece or run of small pieces a
+// thread issued, not after every tensor. The promise is per load: one
+// callback that several loads share (Runtime::set_progress) is called by
+// them at once. An exception out of it stops the load, which fails with a
+// status that says so (internal).
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 class CopySchedule {

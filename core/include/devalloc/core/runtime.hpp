@@ -83,11 +83,15 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   // load_methods or unload_method of the same program). Source files are opened
   // through `files` when given (a caller that validated the plan with it
   // reuses those mappings), else through a cache of this call. `verify`
-  // overrides the config's [load] verify for this call.
+  // overrides the config's [load] verify for this call. `progress`, when
+  // set, is this call's own callback, called for it alone (one call at a
+  // time, `done` rising, as LoadProgress says) instead of the runtime's
+  // (Runtime::set_progress); other loads never call it.
   Status load_methods(const std::vector<std::string>& methods,
                       LoadReport* report = nullptr,
                       SafetensorsCache* files = nullptr,
-                      std::optional<bool> verify = std::nullopt);
+                      std::optional<bool> verify = std::nullopt,
+                      const LoadProgress& progress = {});
   // Unloads a loaded method; a buffer lives on while a loaded method (or a
   // DLPack export, or a LoadedTensor a caller holds) uses it. A constant no
   // loaded method lists is forgotten: loading it again copies it again, as
@@ -144,13 +148,19 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   static std::shared_ptr<Runtime> create(RuntimeConfig config);
 
   DeviceRegistry& registry() { return registry_; }
-  // Reports bytes issued during loads; set before loading.
+  // The runtime-wide progress callback, for every load that gives none of
+  // its own; set it before the first load. Each load calls it one call at a
+  // time with its own done and total, but loads that run at once call it at
+  // once, each with its own bytes (`done` rises per load, not across loads):
+  // it must be thread-safe then, and it cannot tell the loads apart. A load
+  // that needs its own progress passes its own callback to load().
   void set_progress(LoadProgress progress) { progress_ = std::move(progress); }
   const LoadProgress& progress() const { return progress_; }
   const RuntimeConfig& config() const { return registry_.config(); }
 
-  // Loads the methods of plan (all of them when methods is empty); `files`
-  // and `verify` as for LoadedProgram::load_methods. The program keeps the
+  // Loads the methods of plan (all of them when methods is empty); `files`,
+  // `verify` and `progress` (this load's own callback, else the runtime's)
+  // as for LoadedProgram::load_methods. The program keeps the
   // plan: a plan passed by const reference is copied (per tensor, a name, a
   // shape, a source), one passed as an rvalue is moved, and a shared one is
   // shared, so that programs loaded from one plan hold it once (a null one
@@ -158,15 +168,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   Result<std::shared_ptr<LoadedProgram>> load(
       const Plan& plan, const std::vector<std::string>& methods,
       LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
-      std::optional<bool> verify = std::nullopt);
+      std::optional<bool> verify = std::nullopt, const LoadProgress& progress = {});
   Result<std::shared_ptr<LoadedProgram>> load(
       Plan&& plan, const std::vector<std::string>& methods,
       LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
-      std::optional<bool> verify = std::nullopt);
+      std::optional<bool> verify = std::nullopt, const LoadProgress& progress = {});
   Result<std::shared_ptr<LoadedProgram>> load(
       std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
       LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
-      std::optional<bool> verify = std::nullopt);
+      std::optional<bool> verify = std::nullopt, const LoadProgress& progress = {});
 
  private:
   explicit Runtime(RuntimeConfig config) : registry_(std::move(config)) {}
