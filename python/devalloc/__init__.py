@@ -63,8 +63,9 @@ class Runtime:
         """Loads the methods of the plan file (all when methods is None; an
         empty list is a ValueError) and returns the Program. verify=True reads
         every constant back and compares (None: as the config's [load] verify
-        says). progress(done, total) is called with the bytes issued so far,
-        from the loading threads."""
+        says). progress(done, total) is called with the bytes this load issued
+        so far, from its loading threads, one call at a time. Loads of one
+        Runtime may run at once, each with its own progress."""
         if methods is None:
             methods = []
         elif isinstance(methods, str):

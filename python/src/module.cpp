@@ -22,6 +22,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -176,15 +177,9 @@ struct Tensor {
   }
 };
 
-class PyRuntime;
-
-// The runtime whose progress callback runs on this thread, if any: a load
-// of that runtime from inside its own callback would wait for itself.
-thread_local const PyRuntime* t_in_progress_of = nullptr;
-
-// What a progress callback raised, re-raised once the load returned.
+// A load's progress callback, on the loading threads; what it raised is
+// re-raised once the load returned.
 struct ProgressRelay {
-  const PyRuntime* runtime = nullptr;
   nb::object callback;
   std::mutex mutex;
   std::optional<nb::python_error> error;
@@ -200,11 +195,8 @@ struct ProgressRelay {
       if (error) return;
     }
     try {
-      t_in_progress_of = runtime;
       callback(done, total);
-      t_in_progress_of = nullptr;
     } catch (nb::python_error& e) {
-      t_in_progress_of = nullptr;
       std::lock_guard lock(mutex);
       error.emplace(std::move(e));
     }
@@ -223,45 +215,33 @@ class PyRuntime {
   std::shared_ptr<LoadedProgram> load(const fs::path& plan_path,
                                       const std::vector<std::string>& methods,
                                       std::optional<bool> verify, nb::object progress) {
-    if (t_in_progress_of == this) {
-      raise(Status(StatusCode::invalid_argument,
-                   "load() of a Runtime from its own progress callback: that load holds "
-                   "the Runtime until it returns; use another Runtime"));
-    }
     ++g_loads_running;
     struct Running {
       ~Running() { --g_loads_running; }
     } running;
-    // Loads of one Runtime run one at a time. The lock is taken without
-    // the GIL: a load that ends takes the GIL back while it holds the
-    // lock, so a thread waiting for the lock must not hold the GIL.
-    std::unique_lock lock(load_mutex_, std::defer_lock);
-    {
-      GilReleased no_gil;
-      lock.lock();
-    }
     Plan plan = value_or_raise(read_plan(plan_path));
     SafetensorsCache files;
     PlanValidationOptions checks;
     checks.cache = &files;
     if (Status s = validate_plan(plan, checks); !s.ok()) raise(s);
 
-    if (!runtime_) runtime_ = Runtime::create(config_);
-    const std::shared_ptr<Runtime>& runtime = runtime_;
-    auto relay = std::make_shared<ProgressRelay>();
-    relay->runtime = this;
+    // The callback is this load's own, not the core runtime's: loads of one
+    // Runtime run side by side, each calling back only its own callback,
+    // and nothing of the Runtime is held while it runs.
+    ProgressRelay relay;
+    LoadProgress own_progress;
     if (!progress.is_none()) {
-      relay->callback = progress;
-      runtime->set_progress([relay](uint64_t done, uint64_t total) { (*relay)(done, total); });
+      relay.callback = progress;
+      own_progress = std::ref(relay);
     }
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     LoadReport report;
     {
       GilReleased no_gil;
-      program = runtime->load(std::move(plan), methods, &report, &files, verify);
-      runtime->set_progress({});
+      program = shared_runtime()->load(std::move(plan), methods, &report, &files, verify,
+                                       own_progress);
     }
-    if (relay->error) throw std::move(*relay->error);
+    if (relay.error) throw std::move(*relay.error);
     std::shared_ptr<LoadedProgram> loaded = value_or_raise(std::move(program));
     // What the load tolerated but the user should know (late releases).
     for (const std::string& w : load_warnings(report)) {
@@ -273,8 +253,16 @@ class PyRuntime {
   const RuntimeConfig& config() const { return config_; }
 
  private:
+  // The core runtime, created by the first load; called without the GIL.
+  std::shared_ptr<Runtime> shared_runtime() {
+    std::lock_guard lock(runtime_mutex_);
+    if (!runtime_) runtime_ = Runtime::create(config_);
+    return runtime_;
+  }
+
   RuntimeConfig config_;
-  std::mutex load_mutex_;
+  // Guards runtime_ only; never held through a load.
+  std::mutex runtime_mutex_;
   // One for every load, so each plugin is created once; load(verify=...)
   // overrides [load] verify per call.
   std::shared_ptr<Runtime> runtime_;

@@ -263,38 +263,129 @@ def test_missing_plan_is_an_error_naming_it(tmp_path):
         devalloc.Runtime().load(tmp_path / "nowhere.json")
 
 
-def test_two_threads_loading_through_one_runtime_both_finish(example):
-    # The runtime's load lock is taken without the GIL: a load that ends
-    # takes the GIL back while holding it (this hung for good before).
+def run_in_daemon_threads(targets, timeout=20):
+    """Runs each target in a daemon thread and returns what they raised; a
+    thread still running after `timeout` seconds fails the test (a deadlock
+    fails it instead of hanging the run)."""
     import threading
-    runtime = devalloc.Runtime(config=example / "devalloc.toml")
-    results, errors = [], []
+    errors = []
 
-    def load():
+    def run(target):
         try:
-            for _ in range(5):
-                results.append(runtime.load(example / "plan.json"))
-        except Exception as e:  # noqa: BLE001 - reported below
+            target()
+        except Exception as e:  # noqa: BLE001 - reported by the caller
             errors.append(e)
 
-    threads = [threading.Thread(target=load, daemon=True) for _ in range(2)]
+    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in targets]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a load did not return"
-    assert not errors, errors
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a load did not return: a deadlock?"
+    return errors
+
+
+def test_two_threads_loading_through_one_runtime_both_finish(example):
+    # A load that ends takes the GIL back: nothing of the Runtime may be
+    # held then that a load waiting without the GIL needs (this hung for
+    # good once).
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    results = []
+
+    def load():
+        for _ in range(5):
+            results.append(runtime.load(example / "plan.json"))
+
+    assert run_in_daemon_threads([load, load], timeout=60) == []
     assert len(results) == 10
 
 
-def test_a_load_from_its_own_runtimes_progress_callback_is_an_error(example):
+def test_loads_of_one_runtime_run_at_once_each_calling_only_its_own_progress(example):
+    import threading
     runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    plan = example / "plan.json"
+    # Each method's total, from a load of its own.
+    totals = {}
+    for method in ("prefill", "decode"):
+        seen = []
+        runtime.load(plan, method, progress=lambda done, total: seen.append(total))
+        totals[method] = seen[-1]
+    assert totals["prefill"] < totals["decode"]
+
+    # Each load's first call waits for the other load's: both are inside
+    # their callbacks at once (loads of one Runtime ran one after the other
+    # before, and the barrier broke).
+    both_inside = threading.Barrier(2, timeout=10)
+    calls = {"prefill": [], "decode": []}
+    inside = {"prefill": 0, "decode": 0}
+
+    def load(method):
+        def progress(done, total):
+            inside[method] += 1
+            assert inside[method] == 1, "two calls of one load at once"
+            calls[method].append((done, total))
+            if len(calls[method]) == 1:
+                both_inside.wait()
+            inside[method] -= 1
+        return lambda: runtime.load(plan, method, progress=progress)
+
+    assert run_in_daemon_threads([load("prefill"), load("decode")]) == []
+    for method, seen in calls.items():
+        assert seen, method
+        assert all(total == totals[method] for _, total in seen), (method, seen)
+        assert all(a[0] < b[0] for a, b in zip(seen, seen[1:])), (method, seen)
+        assert seen[-1][0] == totals[method], (method, seen)
+
+
+def test_two_runtimes_whose_progress_callbacks_load_through_each_other_both_finish(example):
+    # The ABBA case: each load's callback loads through the other Runtime
+    # while the other's load is inside its own callback. A Runtime held
+    # through its loads deadlocked here. In a process of its own, which
+    # os._exit ends whatever its threads do: a deadlocked callback would
+    # keep the interpreter's exit waiting for it.
+    script = (
+        "import os, sys, threading, devalloc\n"
+        "folder = sys.argv[1]\n"
+        "plan = folder + '/plan.json'\n"
+        "a, b = (devalloc.Runtime(folder + '/devalloc.toml') for _ in range(2))\n"
+        "both_inside = threading.Barrier(2, timeout=10)\n"
+        "inner = {}\n"
+        "def run(first, other):\n"
+        "    def progress(done, total):\n"
+        "        if first not in inner:\n"
+        "            inner[first] = None\n"
+        "            both_inside.wait()\n"
+        "            inner[first] = other.load(plan)\n"
+        "    first.load(plan, progress=progress)\n"
+        "threads = [threading.Thread(target=run, args=r, daemon=True) for r in ((a, b), (b, a))]\n"
+        "for t in threads:\n"
+        "    t.start()\n"
+        "for t in threads:\n"
+        "    t.join(20)\n"
+        "alive = [t.is_alive() for t in threads]\n"
+        "loaded = [p is not None and 'lm_head.weight' in p for p in inner.values()]\n"
+        "print('alive', alive, 'loaded', loaded, flush=True)\n"
+        "os._exit(3 if any(alive) else 0 if loaded == [True, True] else 4)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(example)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+
+
+def test_a_load_from_its_own_runtimes_progress_callback_works(example):
+    # Nothing of the Runtime is held while a callback runs: a load through
+    # the same Runtime is another load, as from any other thread.
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    inner = []
 
     def reenter(done, total):
-        runtime.load(example / "plan.json")
+        if not inner:
+            inner.append(runtime.load(example / "plan.json", "prefill"))
 
-    with pytest.raises(devalloc.Error, match="from its own progress callback"):
-        runtime.load(example / "plan.json", progress=reenter)
+    outer = runtime.load(example / "plan.json", progress=reenter)
+    assert len(inner) == 1
+    assert inner[0].methods() == ["prefill"] and "lm_head.weight" in outer
+    name = "model.layers.0.self_attn.q_proj.weight"
+    np.testing.assert_array_equal(np.from_dlpack(inner[0][name]), np.from_dlpack(outer[name]))
 
 
 def test_more_dimensions_than_dlpack_export_takes_is_a_buffer_error(tmp_path):
