@@ -52,21 +52,29 @@ namespace {
 // module announces that it is about to take the GIL; an atexit hook, which
 // runs before the interpreter starts ending threads, stops new ones (they
 // are parked: the process is exiting) and lets those already on their way
-// take the GIL and give it back first.
+// take the GIL and give it back first. A progress callback counts as on its
+// way until it returned: the hook waits for it, and so for what it waits
+// for, a load from inside it.
 std::mutex g_exit_mutex;
 std::condition_variable g_exit_changed;
 bool g_exiting = false;  // under g_exit_mutex
 int g_taking_gil = 0;    // under g_exit_mutex
 std::atomic<int> g_loads_running{0};
+// This thread's part of g_taking_gil: above 0 inside a progress callback.
+thread_local int t_taking_gil = 0;
 
-// Before a thread takes the GIL; parks it for good when exiting.
-void start_taking_gil() {
+// Before a thread takes the GIL; parks it for good when exiting, unless the
+// hook waits for it: it is inside a progress callback, or `awaited` (a
+// loading thread of a load started inside one). Parking those would keep
+// the callback from returning, and the hook from ever ending.
+void start_taking_gil(bool awaited = false) {
   std::unique_lock lock(g_exit_mutex);
-  if (g_exiting) {
+  if (g_exiting && !awaited && t_taking_gil == 0) {
     lock.unlock();
     for (;;) pause();
   }
   ++g_taking_gil;
+  ++t_taking_gil;
 }
 
 // Once it has taken the GIL (it runs Python code from here, which the
@@ -74,6 +82,7 @@ void start_taking_gil() {
 void done_taking_gil() {
   std::lock_guard lock(g_exit_mutex);
   --g_taking_gil;
+  --t_taking_gil;
   g_exit_changed.notify_all();
 }
 
@@ -181,14 +190,15 @@ struct Tensor {
 // re-raised once the load returned.
 struct ProgressRelay {
   nb::object callback;
+  bool in_callback = false;  // the load was started inside a progress callback
   std::mutex mutex;
   std::optional<nb::python_error> error;
 
   void operator()(uint64_t done, uint64_t total) {
     struct TakingGil {
-      TakingGil() { start_taking_gil(); }
+      explicit TakingGil(bool awaited) { start_taking_gil(awaited); }
       ~TakingGil() { done_taking_gil(); }  // after the GIL is given back
-    } taking;
+    } taking(in_callback);
     nb::gil_scoped_acquire gil;
     {
       std::lock_guard lock(mutex);
@@ -232,6 +242,7 @@ class PyRuntime {
     LoadProgress own_progress;
     if (!progress.is_none()) {
       relay.callback = progress;
+      relay.in_callback = t_taking_gil > 0;
       own_progress = std::ref(relay);
     }
     Result<std::shared_ptr<LoadedProgram>> program = Status();
