@@ -80,7 +80,9 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   // and buffers become visible together once every copy (and the verify
   // pass) succeeded. The copies run without the program's lookup lock, so a
   // progress callback may call the lookups and export_dlpack (but not
-  // load_methods or unload_method of the same program). Source files are opened
+  // load_methods or unload_method of the same program, nor of another one
+  // whose own load's callback may call back into this one: two loads
+  // waiting for each other; docs/loading.md). Source files are opened
   // through `files` when given (a caller that validated the plan with it
   // reuses those mappings), else through a cache of this call. `verify`
   // overrides the config's [load] verify for this call. `progress`, when
