@@ -65,13 +65,20 @@ Result<std::shared_ptr<DeviceBuffer>> DeviceBuffer::allocate(
     }
   }
   if (!wrong.empty()) {
-    // Handed back as the plugin gave it; 0 is a no-op (PLUGIN-12).
-    (void)device.plugin->deallocate(device.device, base);
+    // Handed back as the plugin gave it; 0 is a no-op (PLUGIN-12). When
+    // that fails too, the error says so: the memory stays lost to the
+    // device until the plugin is destroyed.
+    const Status handed_back = device.plugin->deallocate(device.device, base);
     return Status(StatusCode::device_error,
                   "allocating buffer " + std::to_string(memory_id) + " (" +
                       std::to_string(nbytes) + " bytes, alignment " + std::to_string(alignment) +
                       ") on " + device.describe() + ": plugin " + device.plugin_name +
-                      " broke PLUGIN-11: allocate " + wrong);
+                      " broke PLUGIN-11: allocate " + wrong +
+                      (handed_back.ok() ? std::string()
+                                        : "; handing it back failed too (" +
+                                              handed_back.message() +
+                                              "): the memory stays allocated until the plugin "
+                                              "is destroyed"));
   }
   return std::shared_ptr<DeviceBuffer>(
       new DeviceBuffer(std::move(device), memory_id, base, nbytes));

@@ -23,6 +23,8 @@
  *   DEVALLOC_ZOO_DESTROY_FORGETS    PLUGIN-9: destroy drops pending releases
  *   DEVALLOC_ZOO_BAD_DEVICE_TYPE    PLUGIN-10: DLPack device type 99
  *   DEVALLOC_ZOO_MISALIGNED         PLUGIN-11: allocate returns base + 1
+ *   DEVALLOC_ZOO_MISALIGNED_KEEPS   PLUGIN-11 as MISALIGNED, and deallocate refuses
+ *                                   every address (destroy frees all)
  *   DEVALLOC_ZOO_ACCEPTS_BAD_FREE   PLUGIN-12: deallocate accepts any address
  *   DEVALLOC_ZOO_DOUBLE_RELEASE     PLUGIN-14: releases at the copy and again at synchronize
  *   DEVALLOC_ZOO_ACCEPTS_BAD_COPY   PLUGIN-15: a copy outside every allocation "succeeds"
@@ -66,6 +68,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_UNKNOWN_STATUS) || defined(DEVALLOC_ZOO_NO_MESSAGE) ||          \
     defined(DEVALLOC_ZOO_DESTROY_FORGETS) || defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE) ||    \
     defined(DEVALLOC_ZOO_MISALIGNED) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_FREE) ||        \
+    defined(DEVALLOC_ZOO_MISALIGNED_KEEPS) ||                                             \
     defined(DEVALLOC_ZOO_DOUBLE_RELEASE) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY) ||    \
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
@@ -380,7 +383,7 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
   z->allocations[i].raw = raw;
   z->allocations[i].nbytes = args->nbytes;
   z->allocations[i].base = ((uint64_t)(uintptr_t)raw + alignment - 1) & ~(alignment - 1);
-#if defined(DEVALLOC_ZOO_MISALIGNED)
+#if defined(DEVALLOC_ZOO_MISALIGNED) || defined(DEVALLOC_ZOO_MISALIGNED_KEEPS)
   z->allocations[i].base += 1;
 #endif
   z->allocations[i].host = (unsigned char*)(uintptr_t)z->allocations[i].base;
@@ -398,6 +401,12 @@ static devalloc_status zoo_deallocate(devalloc_instance* z, uint32_t device,
   void* raw = NULL;
   if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
   if (address == 0) return DEVALLOC_STATUS_OK;
+#if defined(DEVALLOC_ZOO_MISALIGNED_KEEPS)
+  (void)z;
+  (void)i;
+  (void)raw;
+  return zoo_fail(error, DEVALLOC_STATUS_DEVICE_ERROR, "zoo: deallocate refuses every address");
+#else
   pthread_mutex_lock(&z->mutex);
   for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) {
     if (z->allocations[i].raw != NULL && z->allocations[i].base == address) {
@@ -413,6 +422,7 @@ static devalloc_status zoo_deallocate(devalloc_instance* z, uint32_t device,
 #else
   return raw != NULL ? DEVALLOC_STATUS_OK
                      : zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: unknown address");
+#endif
 #endif
 }
 

@@ -231,6 +231,24 @@ TEST_F(LoadFixture, GivenAllocateReturnsAMisalignedAddress_WhenLoading_ThenRefus
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// The same, from a plugin whose deallocate then refuses the address too:
+// the error says the memory could not be handed back, rather than dropping
+// that second failure.
+TEST_F(LoadFixture, GivenAMisalignedAddressThatCannotBeHandedBack_WhenLoading_ThenTheErrorSaysSo) {
+  const uint64_t before = DeviceBuffer::live_count();
+  RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_zoo_misaligned_keeps.so").string() +
+                           "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
+  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("plugin zoo broke PLUGIN-11: allocate returned address 0x"),
+                    HasSubstr("; handing it back failed too (plugin zoo: "),
+                    HasSubstr("deallocate refuses every address"),
+                    HasSubstr("the memory stays allocated until the plugin is destroyed")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
 class FaultyLoad : public LoadFixture {
  protected:
   Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
