@@ -411,8 +411,11 @@ def test_a_place_tag_is_checked_as_given_not_split_at_an_equals_sign(tmp_path):
             devalloc.plan([tmp_path / "m.safetensors"], place={"w": tag}, out=tmp_path / "p.json")
 
 
-def test_the_interpreter_exits_cleanly_while_a_daemon_thread_loads(tmp_path):
-    # A thread taking the GIL back during exit used to abort the process.
+def exits_cleanly_while_daemon_threads_load(tmp_path, loop):
+    # Two daemon threads run `loop` (the source of a function
+    # loop(progress) that loads forever, given `runtime` and `plan`), one
+    # with a progress callback and one without; the interpreter exits 0.3 s
+    # later, three times over.
     rng = np.random.default_rng(7)
     save_file({f"w{i}": rng.standard_normal((256, 256)).astype(np.float32) for i in range(16)},
               str(tmp_path / "m.safetensors"))
@@ -423,9 +426,7 @@ def test_the_interpreter_exits_cleanly_while_a_daemon_thread_loads(tmp_path):
         "folder = sys.argv[1]\n"
         "plan = devalloc.plan([folder + '/m.safetensors'], out=folder + '/plan.json')\n"
         "runtime = devalloc.Runtime(folder + '/devalloc.toml')\n"
-        "def loop(progress):\n"
-        "    while True:\n"
-        "        runtime.load(plan, progress=progress)\n"
+        + loop +
         "threading.Thread(target=loop, args=(lambda d, t: None,), daemon=True).start()\n"
         "threading.Thread(target=loop, args=(None,), daemon=True).start()\n"
         "time.sleep(0.3)\n")
@@ -434,33 +435,25 @@ def test_the_interpreter_exits_cleanly_while_a_daemon_thread_loads(tmp_path):
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "leaked" not in done.stderr, done.stderr
+
+
+def test_the_interpreter_exits_cleanly_while_a_daemon_thread_loads(tmp_path):
+    # A thread taking the GIL back during exit used to abort the process.
+    exits_cleanly_while_daemon_threads_load(tmp_path, (
+        "def loop(progress):\n"
+        "    while True:\n"
+        "        runtime.load(plan, progress=progress)\n"))
 
 
 def test_the_interpreter_exits_cleanly_while_a_daemon_threads_progress_callback_loads(tmp_path):
     # A callback that loads keeps the exit waiting for it: its load, and
     # that load's own callback, must not be parked (it hung for good).
-    save_file({f"w{i}": np.full((256, 256), i, np.float32) for i in range(16)},
-              str(tmp_path / "m.safetensors"))
-    (tmp_path / "devalloc.toml").write_text(
-        '[load]\nstaging = "64KiB"\nthreads = 2\ndirect = false\nverify = true\n')
-    script = (
-        "import sys, threading, time, devalloc\n"
-        "folder = sys.argv[1]\n"
-        "plan = devalloc.plan([folder + '/m.safetensors'], out=folder + '/plan.json')\n"
-        "runtime = devalloc.Runtime(folder + '/devalloc.toml')\n"
+    exits_cleanly_while_daemon_threads_load(tmp_path, (
         "def loop(inner_progress):\n"
         "    def progress(done, total):\n"
         "        runtime.load(plan, progress=inner_progress)\n"
         "    while True:\n"
-        "        runtime.load(plan, progress=progress)\n"
-        "threading.Thread(target=loop, args=(lambda d, t: None,), daemon=True).start()\n"
-        "threading.Thread(target=loop, args=(None,), daemon=True).start()\n"
-        "time.sleep(0.3)\n")
-    for _ in range(3):
-        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)],
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        assert "leaked" not in done.stderr, done.stderr
+        "        runtime.load(plan, progress=progress)\n"))
 
 
 def test_error_locations_are_read_only_where_a_message_starts(tmp_path, example):
