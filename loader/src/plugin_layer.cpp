@@ -527,13 +527,18 @@ devalloc_status PluginLayer::allocate(devalloc_instance* instance, devalloc_allo
     wrong = "returned address 0 for a non-zero size";
   } else if (nbytes != 0 && address % alignment != 0) {
     wrong = printed("returned address 0x%" PRIx64 ", not aligned to %" PRIu64, address, alignment);
+  } else if (nbytes != 0 && nbytes - 1 > UINT64_MAX - address) {
+    // A range may end exactly at 2^64 (its last byte is 2^64 - 1), not past it.
+    wrong = printed("returned address 0x%" PRIx64 ", whose %" PRIu64
+                    " bytes run past the end of the address space",
+                    address, nbytes);
   } else if (nbytes != 0) {
     auto& live = layer.allocations_[args->device];
     auto next = live.lower_bound(address);
     const bool overlaps_next = next != live.end() && next->first - address < nbytes;
     const bool overlaps_prev =
         next != live.begin() && address - std::prev(next)->first < std::prev(next)->second;
-    if (overlaps_next || overlaps_prev || address + nbytes < address) {
+    if (overlaps_next || overlaps_prev) {
       wrong = printed("returned [0x%" PRIx64 ", +%" PRIu64 "), which overlaps a live allocation",
                       address, nbytes);
     } else {

@@ -43,6 +43,11 @@
  *                                   addresses from the same base, so two instances
  *                                   hand out the same address (as a driver with
  *                                   per-context page tables would)
+ *   DEVALLOC_ZOO_TOP_ADDRESSES      breaks nothing by itself: allocation slot i starts at
+ *                                   2^64 - (i + 1) MiB whatever its size, so a 1 MiB
+ *                                   allocation in slot 0 ends exactly at 2^64; a larger
+ *                                   one there runs past it (PLUGIN-11), and one larger
+ *                                   than 1 MiB in another slot overlaps the slot below
  *   DEVALLOC_ZOO_MINOR_MISMATCH     PLUGIN-3: the table's abi_minor is 99, the
  *                                   negotiation answers the header's minor
  *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
@@ -73,7 +78,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
-    defined(DEVALLOC_ZOO_MINOR_MISMATCH)
+    defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -208,6 +213,10 @@ typedef struct zoo_allocation {
 /* Allocation slot i of every instance is at this base + i * stride. */
 #define ZOO_INSTANCE_BASE ((uint64_t)0x100000000000ULL)
 #define ZOO_SLOT_STRIDE ((uint64_t)1 << 31)
+#endif
+#if defined(DEVALLOC_ZOO_TOP_ADDRESSES)
+/* Allocation slot i starts at 2^64 - (i + 1) * this, whatever its size. */
+#define ZOO_TOP_SLOT ((uint64_t)1 << 20)
 #endif
 
 typedef struct zoo_release {
@@ -389,6 +398,9 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
   z->allocations[i].host = (unsigned char*)(uintptr_t)z->allocations[i].base;
 #if defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES)
   z->allocations[i].base = ZOO_INSTANCE_BASE + (uint64_t)i * ZOO_SLOT_STRIDE;
+#endif
+#if defined(DEVALLOC_ZOO_TOP_ADDRESSES)
+  z->allocations[i].base = (uint64_t)0 - ((uint64_t)i + 1) * ZOO_TOP_SLOT;
 #endif
   args->address = z->allocations[i].base;
   pthread_mutex_unlock(&z->mutex);

@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string zoo(const std::string& variant) {
   return std::string(DEVALLOC_PLUGIN_ZOO_DIR) + "/libdevalloc_zoo_" + variant + ".so";
@@ -140,6 +141,38 @@ TEST_F(ValidationLayer, GivenPluginReturningMisalignedAddresses_WhenAllocating_T
   auto a = plugin->allocate(0, 64, 256);
   EXPECT_EQ(a.status().code(), StatusCode::internal);
   EXPECT_THAT(a.status().message(), AllOf(HasSubstr("PLUGIN-11"), HasSubstr("not aligned to 256")));
+  EXPECT_EQ(plugin->layer_counters()->live_allocations, 0u);
+}
+
+TEST_F(ValidationLayer, GivenAnAllocationEndingExactlyAt2To64_WhenUsed_ThenNoBreach) {
+  // Slot 0 of top_addresses starts at 2^64 - 1 MiB: 1 MiB ends exactly at
+  // 2^64, the last byte addressable, which is no wrap and no overlap.
+  auto plugin = open("top_addresses");
+  ASSERT_TRUE(plugin);
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  auto top = plugin->allocate(0, kMiB, 256);
+  ASSERT_TRUE(top.ok()) << top.status().message();
+  EXPECT_EQ(*top, uint64_t{0} - kMiB);
+  auto below = plugin->allocate(0, 4096, 256);  // slot 1, right under it
+  ASSERT_TRUE(below.ok()) << below.status().message();
+  std::vector<uint8_t> bytes(64, 9), back(64);
+  ASSERT_TRUE(plugin->copy_to_device(0, *top + kMiB - 64, bytes.data(), 64).ok());
+  ASSERT_TRUE(plugin->copy_to_host(0, back.data(), *top + kMiB - 64, 64).ok());
+  EXPECT_EQ(back, bytes);
+  EXPECT_TRUE(plugin->deallocate(0, *top).ok());
+  EXPECT_TRUE(plugin->deallocate(0, *below).ok());
+  EXPECT_TRUE(rules().empty()) << validation_breaches().at(0).text();
+}
+
+TEST_F(ValidationLayer, GivenAnAllocationRunningPast2To64_WhenAllocating_ThenPlugin11SaysSoAndNothingLeaks) {
+  auto plugin = open("top_addresses");
+  ASSERT_TRUE(plugin);
+  auto past = plugin->allocate(0, 2 << 20, 256);  // slot 0: starts 1 MiB below 2^64
+  EXPECT_EQ(past.status().code(), StatusCode::internal);
+  EXPECT_THAT(past.status().message(),
+              AllOf(HasSubstr("PLUGIN-11"), HasSubstr("0xfffffffffff00000"),
+                    HasSubstr("2097152 bytes run past the end of the address space")));
+  EXPECT_THAT(past.status().message(), Not(HasSubstr("overlap")));
   EXPECT_EQ(plugin->layer_counters()->live_allocations, 0u);
 }
 

@@ -249,6 +249,32 @@ TEST_F(LoadFixture, GivenAMisalignedAddressThatCannotBeHandedBack_WhenLoading_Th
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// A buffer that ends exactly at 2^64 (top_addresses: slot 0 starts 1 MiB
+// below it) is no wrap: its last tensor loads, verifies and reads back,
+// through the validation layer too.
+TEST_F(LoadFixture, GivenABufferEndingExactlyAt2To64_WhenLoadingWithValidationAndVerify_ThenItsLastTensorIsRight) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  plan().buffers[0].size = kMiB;
+  plan().buffers[1].size = kMiB;
+  plan().tensors[1].offset = kMiB - 512;  // w.b at the end of buffer 0
+  plan().tensors[2].offset = kMiB - 256;  // head at the end of buffer 1
+  ASSERT_TRUE(validate_plan(plan()).ok()) << validate_plan(plan()).message();
+  RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_zoo_top_addresses.so").string() +
+                           "\"\nvalidate = true\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
+  c.load.verify = true;
+  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  int at_top = 0;
+  for (const char* name : {"w.a", "w.b", "head"}) {
+    const std::optional<LoadedTensor> t = (*program)->find(name);
+    ASSERT_TRUE(t) << name;
+    EXPECT_EQ(read_back(*t), source(name)) << name;
+    at_top += t->address() + t->nbytes() == 0;
+  }
+  EXPECT_EQ(at_top, 1);  // one of the two buffers got slot 0
+}
+
 class FaultyLoad : public LoadFixture {
  protected:
   Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
