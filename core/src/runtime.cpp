@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 namespace devalloc {
 
@@ -38,6 +39,17 @@ std::vector<std::string> load_warnings(const LoadReport& report) {
 
 std::shared_ptr<Runtime> Runtime::create(RuntimeConfig config) {
   return std::shared_ptr<Runtime>(new Runtime(std::move(config)));
+}
+
+void Runtime::set_progress(LoadProgress progress) {
+  LoadProgress old;  // destroyed outside the lock: it may hold anything
+  std::lock_guard lock(progress_mutex_);
+  old = std::exchange(progress_, std::move(progress));
+}
+
+LoadProgress Runtime::progress() const {
+  std::lock_guard lock(progress_mutex_);
+  return progress_;
 }
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
@@ -206,8 +218,11 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   const CopySchedule schedule = CopySchedule::build(std::move(requests));
   std::vector<DeviceLoadStats> stats;
   PipelineStats pipeline;
+  // The runtime-wide callback as set now: set_progress may replace it
+  // while this load runs.
+  const LoadProgress runtime_wide = progress ? LoadProgress() : runtime_->progress();
   if (Status s = schedule.execute(PipelineOptions::from(options), &stats, &pipeline,
-                                  progress ? progress : runtime_->progress());
+                                  progress ? progress : runtime_wide);
       !s.ok()) {
     return s;
   }

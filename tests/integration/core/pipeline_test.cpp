@@ -874,5 +874,55 @@ TEST_F(PipelineLoad, GivenAReleaseWithUserDataOneByteIntoATicket_WhenLoading_The
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// set_progress may replace the runtime-wide callback at any time, here from
+// inside it: the load that called it keeps calling the callback it started
+// with, to its last call (done == total), which stays alive to then; the
+// next load calls the new one.
+TEST_F(PipelineLoad, GivenTheRuntimeCallbackReplacedWhileALoadCallsIt_ThenThatLoadKeepsItAndTheNextLoadCallsTheNewOne) {
+  auto runtime = Runtime::create(
+      config_for("host", "staging = 16384\nthreads = 1\ndirect = false\n"));
+  std::vector<uint64_t> old_done, new_done;
+  auto token = std::make_shared<int>(0);
+  const std::weak_ptr<int> old_alive = token;
+  bool alive_in_every_call = true;
+  runtime->set_progress([&, token = std::move(token)](uint64_t done, uint64_t) {
+    old_done.push_back(done);
+    alive_in_every_call = alive_in_every_call && !old_alive.expired();
+    if (old_done.size() == 1) {
+      runtime->set_progress([&](uint64_t d, uint64_t) { new_done.push_back(d); });
+    }
+  });
+  auto first = runtime->load(plan_, {}, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_TRUE(new_done.empty()) << "the load called the replacement " << new_done.size() << " times";
+  ASSERT_GE(old_done.size(), 2u);
+  EXPECT_EQ(old_done.back(), kModelBytes + kTensorBytes);
+  EXPECT_TRUE(alive_in_every_call);
+  EXPECT_TRUE(old_alive.expired()) << "the runtime still holds the replaced callback";
+
+  auto second = runtime->load(plan_, {}, nullptr);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  ASSERT_FALSE(new_done.empty());
+  EXPECT_EQ(new_done.back(), kModelBytes + kTensorBytes);
+}
+
+// set_progress from another thread while loads run (TSan: no data race);
+// the loads succeed and call the callbacks set.
+TEST_F(PipelineLoad, GivenSetProgressCalledFromAnotherThreadDuringLoads_ThenNoDataRaceAndEveryLoadSucceeds) {
+  auto runtime = Runtime::create(config_for("host", "staging = 16384\ndirect = false\n"));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
+  std::thread setter([&] {
+    while (!stop) runtime->set_progress([&](uint64_t, uint64_t) { ++calls; });
+  });
+  for (int i = 0; i < 20; ++i) {
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+  }
+  stop = true;
+  setter.join();
+  EXPECT_GT(calls.load(), 0u);
+}
+
 }  // namespace
 }  // namespace devalloc::testing

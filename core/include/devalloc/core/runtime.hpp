@@ -151,13 +151,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
 
   DeviceRegistry& registry() { return registry_; }
   // The runtime-wide progress callback, for every load that gives none of
-  // its own; set it before the first load. Each load calls it one call at a
-  // time with its own done and total, but loads that run at once call it at
-  // once, each with its own bytes (`done` rises per load, not across loads):
-  // it must be thread-safe then, and it cannot tell the loads apart. A load
-  // that needs its own progress passes its own callback to load().
-  void set_progress(LoadProgress progress) { progress_ = std::move(progress); }
-  const LoadProgress& progress() const { return progress_; }
+  // its own. Each load calls it one call at a time with its own done and
+  // total, but loads that run at once call it at once, each with its own
+  // bytes (`done` rises per load, not across loads): it must be thread-safe
+  // then, and it cannot tell the loads apart. A load that needs its own
+  // progress passes its own callback to load(). It may be set at any time,
+  // from any thread: a load takes the callback set when its copies start
+  // and keeps calling that one (a copy of it) to its end.
+  void set_progress(LoadProgress progress);
+  LoadProgress progress() const;  // a copy of the current one
   const RuntimeConfig& config() const { return registry_.config(); }
 
   // Loads the methods of plan (all of them when methods is empty); `files`,
@@ -183,7 +185,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
  private:
   explicit Runtime(RuntimeConfig config) : registry_(std::move(config)) {}
   DeviceRegistry registry_;
-  LoadProgress progress_;
+  mutable std::mutex progress_mutex_;
+  LoadProgress progress_;  // guarded by progress_mutex_
 };
 
 }  // namespace devalloc
