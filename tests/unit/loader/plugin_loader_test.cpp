@@ -8,9 +8,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace devalloc {
 namespace {
@@ -319,6 +325,63 @@ TEST(PluginHandle, GivenAFailingSynchronize_ThenItIsCountedPerDeviceAndItsErrorK
   EXPECT_FALSE(plugin->synchronize(7).ok());
   EXPECT_EQ(plugin->synchronize_failures(7), 0u);
   EXPECT_EQ(plugin->synchronize_failures(0), 1u);
+}
+
+// A synchronize of another caller still running when a load asks may be the
+// one its failure is reported to: synchronize_failure_since waits for it.
+// The zoo's unknown_status releases pending copies inside synchronize, on
+// the caller's thread, and then fails it (status 42): a release that
+// blocks holds that synchronize open for as long as the test wants.
+TEST(PluginHandle, GivenAnotherCallersSynchronizeStillRunning_WhenAskingForFailuresSince_ThenItWaitsAndReportsThatOnesFailure) {
+  auto [plugin, error] =
+      PluginLoader().load(DEVALLOC_BINARY_DIR "/tests/plugin_zoo/libdevalloc_zoo_unknown_status.so", {});
+  ASSERT_NE(plugin, nullptr) << error.status.message();
+  const uint64_t mark = plugin->synchronize_failures(0);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  struct Hold {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool entered = false, let_go = false;
+  } hold;
+  static const std::vector<uint8_t> bytes(64, 3);
+  ASSERT_TRUE(plugin
+                  ->copy_to_device_until_released(
+                      0, *base, bytes.data(), 64,
+                      [](void* user_data) {
+                        auto& h = *static_cast<Hold*>(user_data);
+                        std::unique_lock lock(h.mutex);
+                        h.entered = true;
+                        h.changed.notify_all();
+                        h.changed.wait(lock, [&] { return h.let_go; });
+                      },
+                      &hold)
+                  .ok());
+  Status other;
+  std::thread synchronizing([&] { other = plugin->synchronize(0); });
+  {
+    std::unique_lock lock(hold.mutex);
+    hold.changed.wait(lock, [&] { return hold.entered; });  // inside its synchronize now
+  }
+  std::atomic<bool> answered{false};
+  Status since;
+  std::thread asking([&] {
+    since = plugin->synchronize_failure_since(0, mark);
+    answered = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(answered) << "it answered while the other synchronize was still running";
+  {
+    std::lock_guard lock(hold.mutex);
+    hold.let_go = true;
+  }
+  hold.changed.notify_all();
+  synchronizing.join();
+  asking.join();
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(since.code(), other.code());
+  EXPECT_EQ(since.message(), other.message());
+  EXPECT_TRUE(plugin->deallocate(0, *base).ok());
 }
 
 // A table of ABI 1.0's size still holds a get_memory_info pointer in memory
