@@ -121,7 +121,18 @@ void install() {
   guard.sa_sigaction = on_sigbus;
   guard.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&guard.sa_mask);
-  ::sigaction(SIGBUS, &guard, &g_replaced);
+  // The action to pass signals on to is known before the guard is: one
+  // sigaction call that installs and reports the old action writes that
+  // report after the guard is live, and a SIGBUS another thread takes in
+  // between would find no replaced action and take the default one.
+  ::sigaction(SIGBUS, nullptr, &g_replaced);
+  struct sigaction replaced {};
+  ::sigaction(SIGBUS, &guard, &replaced);
+  // Changed by another thread in between (racing sigaction calls have no
+  // order anyway): the one replaced counts.
+  if (replaced.sa_handler != g_replaced.sa_handler || replaced.sa_flags != g_replaced.sa_flags) {
+    g_replaced = replaced;
+  }
 }
 
 }  // namespace
