@@ -1,5 +1,6 @@
 #include "atomic_write.hpp"
 
+#include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
 #include <fcntl.h>
@@ -9,26 +10,28 @@
 #include <cerrno>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace devalloc::detail {
 
 namespace {
 
 Status io_error(const std::filesystem::path& path, const std::string& what, int error) {
-  return Status(StatusCode::invalid_argument,
-                path.string() + ": " + what + ": " + std::system_category().message(error));
+  return Status(StatusCode::invalid_argument, path_for_message(path.string()) + ": " + what +
+                                                  ": " + std::system_category().message(error));
 }
 
-Status write_all(int fd, const std::filesystem::path& path, std::span<const std::byte> bytes) {
+// 0, or the errno of the write that failed.
+int write_all(int fd, std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const ssize_t written = ::write(fd, bytes.data(), bytes.size());
     if (written < 0) {
       if (errno == EINTR) continue;
-      return io_error(path, "cannot write", errno);
+      return errno;
     }
     bytes = bytes.subspan(static_cast<size_t>(written));
   }
-  return Status();
+  return 0;
 }
 
 }  // namespace
@@ -42,21 +45,36 @@ Status write_file_atomically(const std::filesystem::path& path,
   static std::atomic<unsigned> counter{0};
   std::filesystem::path temporary = path;
   temporary += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  // Errors name the file asked for (the temporary one is gone by then):
+  // "<path>: not written: cannot write the temporary file <name>: <reason>".
+  const auto failed = [&](const char* what, int error) {
+    return io_error(path, std::string("not written: ") + what + " the temporary file " +
+                              escaped(temporary.filename().string()),
+                    error);
+  };
 
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(temporary, "cannot create", errno);
-  Status status;
+  if (fd < 0) return failed("cannot create", errno);
+  // Closed and removed however this ends, an exception included, unless
+  // renamed into place.
+  struct Temporary {
+    int fd;
+    const std::filesystem::path& path;
+    bool renamed = false;
+    ~Temporary() {
+      if (fd >= 0) ::close(fd);
+      if (!renamed) ::unlink(path.c_str());
+    }
+  } held{fd, temporary};
   for (std::span<const std::byte> part : parts) {
-    status = write_all(fd, temporary, part);
-    if (!status.ok()) break;
+    if (int error = write_all(held.fd, part); error != 0) return failed("cannot write", error);
   }
-  if (status.ok() && ::fsync(fd) != 0) status = io_error(temporary, "cannot flush", errno);
-  if (::close(fd) != 0 && status.ok()) status = io_error(temporary, "cannot close", errno);
-  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
-    status = io_error(path, "cannot rename " + temporary.filename().string() + " to it", errno);
-  }
-  if (!status.ok()) ::unlink(temporary.c_str());
-  return status;
+  if (::fsync(held.fd) != 0) return failed("cannot flush", errno);
+  const int closed = ::close(std::exchange(held.fd, -1));
+  if (closed != 0) return failed("cannot close", errno);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) return failed("cannot rename", errno);
+  held.renamed = true;
+  return Status();
 }
 
 }  // namespace devalloc::detail

@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -317,8 +319,42 @@ TEST(SafetensorsWriter, GivenMissingFolder_ThenErrorNamesTheFile) {
   TempDir dir;
   Status status = write_safetensors(dir / "no" / "m.safetensors", {});
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr((dir / "no" / "m.safetensors").string()));
-  EXPECT_THAT(status.message(), HasSubstr("cannot create: No such file or directory"));
+  EXPECT_THAT(status.message(),
+              HasSubstr((dir / "no" / "m.safetensors").string() +
+                        ": not written: cannot create the temporary file m.safetensors.tmp-"));
+  EXPECT_THAT(status.message(), HasSubstr(": No such file or directory"));
+}
+
+// A write that fails half-way (here past RLIMIT_FSIZE, with SIGXFSZ
+// ignored, as devalloc's program does): the error names the file asked for,
+// the file there is untouched, and no temporary file is left next to it.
+TEST(SafetensorsWriter, GivenAWriteThatFailsHalfWay_ThenTheOldFileStaysAndNoTemporaryIsLeft) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  const fs::path file = dir / "m.safetensors";
+  const std::vector<std::byte> small(64, std::byte{1}), large(64 << 10, std::byte{2});
+  const std::vector<SafetensorsWriteTensor> before_tensors = {{"w", DType::u8, {64}, small}};
+  const std::vector<SafetensorsWriteTensor> after_tensors = {{"w", DType::u8, {64 << 10}, large}};
+  ASSERT_TRUE(write_safetensors(file, before_tensors).ok());
+  const std::string before = test::read_file(file);
+  const auto child = [&]() -> int {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{};
+    limit.rlim_cur = 4096;
+    limit.rlim_max = RLIM_INFINITY;
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
+    const Status s = write_safetensors(file, after_tensors);
+    if (s.ok()) return 3;
+    const std::string expected = file.string() + ": not written: cannot write the temporary file ";
+    if (s.message().find(expected) != 0 || s.message().find("File too large") == std::string::npos) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 4;
+    }
+    return 0;
+  };
+  EXPECT_EXIT(std::_Exit(child()), ::testing::ExitedWithCode(0), "");
+  EXPECT_EQ(test::read_file(file), before);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
 // ---------------------------------------------------------------------------
