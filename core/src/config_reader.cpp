@@ -6,7 +6,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
-#include "no_exceptions.hpp"
+#include <devalloc/no_exceptions.hpp>
 
 #include <algorithm>
 #include <initializer_list>
@@ -783,11 +783,10 @@ std::string toml_reason(std::string_view description) {
 
 Result<RuntimeConfig> parse_config(std::string_view text,
                                    std::string_view source_name) {
-  std::error_code ec;
-  fs::path base_dir = fs::absolute(fs::path(source_name), ec).parent_path();
-  if (ec) base_dir.clear();
-
   return detail::without_exceptions(source_name, "the config", [&]() -> Result<RuntimeConfig> {
+    std::error_code ec;
+    fs::path base_dir = fs::absolute(fs::path(source_name), ec).parent_path();
+    if (ec) base_dir.clear();
     if (auto deep = find_too_deep(text)) {
       const SourceLocation where{std::string(source_name), deep->line, deep->column};
       return Status(StatusCode::invalid_argument,
@@ -807,9 +806,11 @@ Result<RuntimeConfig> parse_config(std::string_view text,
 }
 
 Result<RuntimeConfig> read_config(const fs::path& path) {
-  Result<std::string> text = read_regular_file(path, kMaxConfigBytes, "config");
-  if (!text.ok()) return text.status();
-  return parse_config(*text, path.string());
+  return detail::without_exceptions(path, "the config", [&]() -> Result<RuntimeConfig> {
+    Result<std::string> text = read_regular_file(path, kMaxConfigBytes, "config");
+    if (!text.ok()) return text.status();
+    return parse_config(*text, path.string());
+  });
 }
 
 }  // namespace devalloc

@@ -1,6 +1,7 @@
 #include <devalloc/core/copy_schedule.hpp>
 
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include "mapping_guard.hpp"
 
@@ -389,6 +390,20 @@ class Pipeline {
   }
 
   ~Pipeline() {
+    if (ledger_ != nullptr) {
+      // run() let an exception out (an allocation that failed) or returned
+      // early: a ledger that a release may still reach is kept, never freed;
+      // otherwise its slots are freed (a second free_slots does nothing).
+      {
+        std::lock_guard lock(g_ledgers_mutex);
+        ledger_->running = false;
+      }
+      if (ledger_->breach) {
+        abandon(std::move(ledger_));
+      } else {
+        for (Ring& r : ledger_->rings) r.free_slots();
+      }
+    }
     for (int fd : direct_fds_) ::close(fd);
   }
 
@@ -412,10 +427,15 @@ class Pipeline {
   Status force_progress(std::unique_lock<std::mutex>& lock, size_t ring);
   Status wait_released(std::unique_lock<std::mutex>& lock, size_t queue, uint64_t covered,
                        uint64_t up_to_id);
+  void work_claims();
   void finish();
   // Adds nbytes to the bytes issued and tells the progress callback; an
   // exception out of the callback comes back as a failure.
   Status report_progress(uint64_t nbytes);
+  // An exception out of a loading thread's work (an allocation that
+  // failed): kept, and the load stops; run() turns it into the failure.
+  void stop_for_exception() noexcept;
+  Status exception_status();
 
   const std::vector<CopyRequest>& requests_;
   const std::vector<DeviceCopyQueue>& queues_;
@@ -445,6 +465,8 @@ class Pipeline {
   uint64_t reported_ = 0;  // under progress_mutex_
   uint64_t total_ = 0;
   std::mutex stats_mutex_;
+  std::mutex exception_mutex_;
+  std::exception_ptr exception_;  // the first, under exception_mutex_
 };
 
 // A release whose user_data is no ticket of any ledger (PLUGIN-14): made
@@ -847,6 +869,17 @@ Status Pipeline::staged_piece(const Piece& p) {
   Ticket* ticket = nullptr;
   {
     std::lock_guard lock(ledger.mutex);
+    if (read.ok()) {
+      // The one allocation here, first: if it fails, nothing is
+      // registered and the slot goes back (free never outgrows its
+      // capacity, all the ring's slots).
+      try {
+        ledger.unreleased[p.queue].insert(ledger.tickets.size());
+      } catch (...) {
+        ledger.rings[c.ring].free.push_back(*taken);
+        throw;
+      }
+    }
     if (!read.ok()) {
       ledger.rings[c.ring].free.push_back(*taken);
     } else {
@@ -858,9 +891,8 @@ Status Pipeline::staged_piece(const Piece& p) {
       fresh.nbytes = p.nbytes;
       fresh.step = &s;
       fresh.offset = p.offset;
-      ledger.tickets.push_back(std::move(fresh));
+      ledger.tickets.push_back(std::move(fresh));  // reserved: does not throw
       ticket = &ledger.tickets.back();
-      ledger.unreleased[p.queue].insert(ticket->id);
       ledger.in_flight += p.nbytes;
       ledger.max_in_flight = std::max(ledger.max_in_flight, ledger.in_flight);
     }
@@ -895,6 +927,50 @@ Status Pipeline::staged_piece(const Piece& p) {
 }
 
 void Pipeline::work() {
+  // A loading thread lets no exception out (it would end the process), and
+  // the caller's thread none while the others run.
+  try {
+    work_claims();
+  } catch (...) {
+    stop_for_exception();
+  }
+}
+
+void Pipeline::stop_for_exception() noexcept {
+  {
+    std::lock_guard lock(exception_mutex_);
+    if (!exception_) exception_ = std::current_exception();
+  }
+  stop_ = true;
+  // Threads waiting for a slot look at stop_ when woken; the lock orders
+  // the store before their check.
+  { std::lock_guard lock(ledger_->mutex); }
+  ledger_->changed.notify_all();
+}
+
+Status Pipeline::exception_status() {
+  std::exception_ptr e;
+  {
+    std::lock_guard lock(exception_mutex_);
+    e = exception_;
+  }
+  if (!e) return Status();
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_host_memory,
+                  "copying: out of host memory on a loading thread; the load stopped");
+  } catch (const std::exception& error) {
+    return Status(StatusCode::internal, std::string("copying: internal error on a loading "
+                                                    "thread: ") +
+                                            escaped(error.what()) + "; the load stopped");
+  } catch (...) {
+    return Status(StatusCode::internal,
+                  "copying: internal error on a loading thread; the load stopped");
+  }
+}
+
+void Pipeline::work_claims() {
   // For the mmap reads (MappedFile::copy_to), once for all of them.
   const detail::SigbusUnblocked sigbus;
   // Pieces issued by this thread, per queue; added to the totals once.
@@ -1039,10 +1115,38 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
                                        std::min(cores, 4u));
     threads = static_cast<uint32_t>(std::min<size_t>(threads, claims_.size() - 1));
     std::vector<std::thread> pool;
-    for (uint32_t i = 1; i < threads; ++i) pool.emplace_back([this] { work(); });
+    if (threads > 1) {
+      try {
+        pool.reserve(threads - 1);
+        for (uint32_t i = 1; i < threads; ++i) pool.emplace_back([this] { work(); });
+      } catch (const std::exception&) {
+        // The system would not start another thread (a process or memory
+        // limit) or had no memory for it: the threads that started, and
+        // this one, do the work.
+      }
+      threads = static_cast<uint32_t>(pool.size()) + 1;
+    }
     work();
     for (auto& t : pool) t.join();
-    finish();
+    const auto fail_for_exception = [this] {
+      if (Status failed = exception_status(); !failed.ok()) {
+        std::lock_guard lock(ledger_->mutex);
+        ledger_->fail(std::move(failed));
+      }
+    };
+    fail_for_exception();
+    try {
+      finish();
+    } catch (...) {
+      // Part of the devices synchronized: a release may still come, so the
+      // ledger and its slots are kept, never freed (as for a breach).
+      stop_for_exception();
+      {
+        std::lock_guard lock(ledger_->mutex);
+        ledger_->breach = true;
+      }
+      fail_for_exception();
+    }
   }
 
   Ledger& ledger = *ledger_;
@@ -1166,8 +1270,10 @@ Status CopySchedule::execute(const PipelineOptions& options,
                              std::vector<DeviceLoadStats>* stats,
                              PipelineStats* pipeline,
                              const LoadProgress& progress) const {
-  Pipeline run(requests_, queues_, options, progress);
-  return run.run(stats, pipeline);
+  return detail::without_exceptions("copying", [&] {
+    Pipeline run(requests_, queues_, options, progress);
+    return run.run(stats, pipeline);
+  });
 }
 
 }  // namespace devalloc

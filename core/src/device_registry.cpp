@@ -2,6 +2,7 @@
 
 #include <devalloc/core/device_selection.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 namespace devalloc {
 
@@ -26,6 +27,14 @@ DeviceRegistry::DeviceRegistry(RuntimeConfig config)
     : config_(std::move(config)), loader_(plugin_search_options(config_)) {}
 
 Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin(std::string_view name) {
+  return detail::catch_as_status([&] { return plugin_or_throw(name); },
+                                 [&](StatusCode code, std::string_view what) {
+                                   return "plugin " + escaped(name) + ": " +
+                                          detail::failure_text(code, what);
+                                 });
+}
+
+Result<std::shared_ptr<Plugin>> DeviceRegistry::plugin_or_throw(std::string_view name) {
   std::lock_guard lock(mutex_);
   if (auto it = plugins_.find(name); it != plugins_.end()) return it->second;
   const PluginConfig pc = config_.plugin(name);
@@ -55,6 +64,15 @@ bool DeviceRegistry::drop_plugin(std::string_view name) {
 
 Result<ResolvedDevice> DeviceRegistry::resolve(
     std::string_view tag, std::optional<uint32_t> memory_id) {
+  return detail::catch_as_status([&] { return resolve_or_throw(tag, memory_id); },
+                                 [&](StatusCode code, std::string_view what) {
+                                   return "device " + quote(tag) + ": " +
+                                          detail::failure_text(code, what);
+                                 });
+}
+
+Result<ResolvedDevice> DeviceRegistry::resolve_or_throw(std::string_view tag,
+                                                        std::optional<uint32_t> memory_id) {
   auto candidates = candidate_bindings(config_, tag);
   if (!candidates.ok()) return candidates.status();
   std::vector<SelectionAttempt> attempts;

@@ -2,6 +2,7 @@
 #include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include <fnmatch.h>
 
@@ -79,9 +80,9 @@ Result<PlacementRule> parse_placement_rule(std::string_view text) {
   return rule;
 }
 
-Result<Plan> build_plan(std::span<const std::filesystem::path> files,
-                        const std::filesystem::path& plan_path,
-                        const PlanBuildOptions& options) {
+static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> files,
+                                        const std::filesystem::path& plan_path,
+                                        const PlanBuildOptions& options) {
   if (Status status = check_options(options); !status.ok()) return status;
   Plan plan;
   plan.path = plan_path;
@@ -154,6 +155,14 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
     plan.methods.push_back(std::move(method));
   }
   return plan;
+}
+
+Result<Plan> build_plan(std::span<const std::filesystem::path> files,
+                        const std::filesystem::path& plan_path,
+                        const PlanBuildOptions& options) {
+  return detail::catch_as_status(
+      [&] { return build_plan_or_throw(files, plan_path, options); },
+      detail::file_failure(plan_path, "building the plan"));
 }
 
 }  // namespace devalloc

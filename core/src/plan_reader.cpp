@@ -4,7 +4,7 @@
 
 #include "json_parse.hpp"
 #include "plain_json.hpp"
-#include "no_exceptions.hpp"
+#include <devalloc/no_exceptions.hpp>
 
 #include <cstdint>
 #include <initializer_list>
@@ -424,7 +424,7 @@ Result<Plan> read_plan_checked(const std::filesystem::path& path,
 }  // namespace
 
 Result<Plan> read_plan(const std::filesystem::path& path, detail::PlanReading mode) {
-  return detail::without_exceptions(path.string(), "the plan",
+  return detail::without_exceptions(path, "the plan",
                                     [&] { return read_plan_checked(path, mode); });
 }
 

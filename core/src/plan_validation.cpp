@@ -2,6 +2,7 @@
 #include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include "plan_errors.hpp"
 #include "source_files.hpp"
@@ -246,7 +247,8 @@ class Validator {
 }  // namespace
 
 Status validate_plan(const Plan& plan, const PlanValidationOptions& options) {
-  return Validator(plan, options).run();
+  return detail::catch_as_status([&] { return Validator(plan, options).run(); },
+                                 detail::file_failure(plan.path, "validating the plan"));
 }
 
 }  // namespace devalloc

@@ -1,5 +1,6 @@
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include "atomic_write.hpp"
 #include "json_text.hpp"
@@ -82,7 +83,7 @@ void append_array(PlanText& out, const char* key, const std::vector<T>& items, b
 
 }  // namespace
 
-Status write_plan(const Plan& plan, const std::filesystem::path& path) {
+static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path& path) {
   PlanText out;
   out.raw("{\n  \"format\": ");
   out.string(kPlanFormat, [] { return std::string("format"); });
@@ -100,6 +101,12 @@ Status write_plan(const Plan& plan, const std::filesystem::path& path) {
   }
   const std::span<const std::byte> parts[] = {std::as_bytes(std::span(out.text()))};
   return detail::write_file_atomically(path, parts);
+}
+
+Status write_plan(const Plan& plan, const std::filesystem::path& path) {
+  return detail::catch_as_status(
+      [&] { return write_plan_or_throw(plan, path); },
+      detail::file_failure(path, "writing the plan"));
 }
 
 }  // namespace devalloc

@@ -3,6 +3,7 @@
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/core/verify.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -56,15 +57,24 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     const Plan& plan, const std::vector<std::string>& methods,
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
     const LoadProgress& progress) {
-  return load(std::make_shared<const Plan>(plan), methods, report, files, verify, progress);
+  return detail::catch_as_status(
+      [&]() -> Result<std::shared_ptr<LoadedProgram>> {
+        return load(std::make_shared<const Plan>(plan), methods, report, files, verify,
+                    progress);
+      },
+      detail::file_failure(plan.path, "loading"));
 }
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     Plan&& plan, const std::vector<std::string>& methods,
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
     const LoadProgress& progress) {
-  return load(std::make_shared<const Plan>(std::move(plan)), methods, report, files, verify,
-              progress);
+  return detail::catch_as_status(
+      [&]() -> Result<std::shared_ptr<LoadedProgram>> {
+        return load(std::make_shared<const Plan>(std::move(plan)), methods, report, files,
+                    verify, progress);
+      },
+      detail::file_failure(plan.path, "loading"));
 }
 
 Result<std::shared_ptr<LoadedProgram>> Runtime::load(
@@ -74,15 +84,20 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
   if (plan == nullptr) {
     return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
   }
-  std::shared_ptr<LoadedProgram> program(
-      new LoadedProgram(shared_from_this(), std::move(plan)));
-  std::vector<std::string> names = methods;
-  if (names.empty()) {
-    for (const auto& m : program->plan().methods) names.push_back(m.name);
-  }
-  Status s = program->load_methods(names, report, files, verify, progress);
-  if (!s.ok()) return s;
-  return program;
+  const Plan& planned = *plan;
+  return detail::catch_as_status(
+      [&]() -> Result<std::shared_ptr<LoadedProgram>> {
+        std::shared_ptr<LoadedProgram> program(
+            new LoadedProgram(shared_from_this(), std::move(plan)));
+        std::vector<std::string> names = methods;
+        if (names.empty()) {
+          for (const auto& m : program->plan().methods) names.push_back(m.name);
+        }
+        Status s = program->load_methods(names, report, files, verify, progress);
+        if (!s.ok()) return s;
+        return program;
+      },
+      detail::file_failure(planned.path, "loading"));
 }
 
 LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, std::shared_ptr<const Plan> plan)
@@ -93,6 +108,15 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
                                    SafetensorsCache* files,
                                    std::optional<bool> verify,
                                    const LoadProgress& progress) {
+  return detail::catch_as_status(
+      [&] { return load_methods_or_throw(methods, report, files, verify, progress); },
+      detail::file_failure(plan_->path, "loading methods"));
+}
+
+Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& methods,
+                                            LoadReport* report, SafetensorsCache* files,
+                                            std::optional<bool> verify,
+                                            const LoadProgress& progress) {
   // Loads and unloads of this program run one at a time, so the members
   // below change only under load_mutex_: this thread may read them without
   // mutex_ until the commit, which writes them under both locks. Lookups
@@ -236,26 +260,33 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
   }
 
   // Commit, all at once for the lookups: nothing below can fail (every
-  // tensor's buffer was checked above).
+  // tensor's buffer was checked above). What it needs to allocate is made
+  // first, so that the commit itself cannot throw: an allocation that fails
+  // leaves the program as it was.
   const uint64_t allocated = fresh.size();
+  std::set<std::string, std::less<>> new_methods(methods.begin(), methods.end());
+  // needs->files[k] is new_files[file_id[k]]; files_ changes only under
+  // load_mutex_, held.
+  std::vector<std::filesystem::path> new_files = files_;
+  std::vector<size_t> file_id;
+  file_id.reserve(needs->files.size());
+  for (std::filesystem::path& path : needs->files) {
+    auto known = std::find(new_files.begin(), new_files.end(), path);
+    if (known == new_files.end()) known = new_files.insert(new_files.end(), std::move(path));
+    file_id.push_back(static_cast<size_t>(known - new_files.begin()));
+  }
   {
     std::lock_guard lock(mutex_);
-    for (auto& [id, buffer] : fresh) buffers_[id] = std::move(buffer);
+    buffers_.merge(fresh);        // ids not in buffers_: moves every node
+    methods_.merge(new_methods);  // a method loaded already stays behind
+    files_.swap(new_files);
     for (size_t i : request_tensor) tensors_[i].filled = true;
-    // needs->files[k] is files_[file_id[k]]
-    std::vector<size_t> file_id;
-    for (std::filesystem::path& path : needs->files) {
-      auto known = std::find(files_.begin(), files_.end(), path);
-      if (known == files_.end()) known = files_.insert(files_.end(), std::move(path));
-      file_id.push_back(static_cast<size_t>(known - files_.begin()));
-    }
     for (const NeededTensor& n : needs->tensors) {
       TensorState& state = tensors_[n.index];
       state.loaded = true;
       state.nbytes = n.nbytes;
       state.file = n.file == NeededTensor::kNoFile ? NeededTensor::kNoFile : file_id[n.file];
     }
-    methods_.insert(methods.begin(), methods.end());
   }
 
   if (report != nullptr) {
@@ -281,6 +312,11 @@ Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
 }
 
 Status LoadedProgram::unload_method(std::string_view method) {
+  return detail::catch_as_status([&] { return unload_method_or_throw(method); },
+                                 detail::file_failure(plan_->path, "unloading a method"));
+}
+
+Status LoadedProgram::unload_method_or_throw(std::string_view method) {
   std::lock_guard load_lock(load_mutex_);
   // Buffers dropped here are freed (through their plugin) after the lookup
   // lock is let go.
@@ -299,20 +335,23 @@ Status LoadedProgram::unload_method(std::string_view method) {
   }
   auto used = plan_->tensors_for_methods(staying);
   if (!used.ok()) return used.status();
-  methods_.erase(it);
-
+  // Everything allocated before anything changes: from the erase on,
+  // nothing throws.
   std::vector<char> still_used(tensors_.size(), 0);
   for (size_t i : used->tensors) still_used[i] = 1;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    // A constant no loaded method lists may be overwritten from now on by
-    // the scratch of a method that overlaps it: copy it again when needed.
-    if (still_used[i] == 0) tensors_[i] = TensorState{};
-  }
   // A buffer lives on while a staying method lists its memory id, or holds
   // a tensor a staying method lists (a plan that skipped validate_plan may
   // put a tensor outside its own method's memory ids).
   std::set<uint32_t> live_ids(used->memory_ids.begin(), used->memory_ids.end());
   for (size_t i : used->tensors) live_ids.insert(plan_->tensors[i].memory_id);
+  dropped.reserve(buffers_.size());
+
+  methods_.erase(it);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    // A constant no loaded method lists may be overwritten from now on by
+    // the scratch of a method that overlaps it: copy it again when needed.
+    if (still_used[i] == 0) tensors_[i] = TensorState{};
+  }
   for (auto b = buffers_.begin(); b != buffers_.end();) {
     if (live_ids.count(b->first) == 0) {
       dropped.push_back(std::move(b->second));
@@ -385,6 +424,11 @@ extern "C" void delete_dlpack_export(DLManagedTensor* managed) {
 }  // namespace
 
 Result<DLManagedTensor*> LoadedProgram::export_dlpack(std::string_view name) {
+  return detail::catch_as_status([&] { return export_dlpack_or_throw(name); },
+                                 detail::file_failure(plan_->path, "exporting a tensor"));
+}
+
+Result<DLManagedTensor*> LoadedProgram::export_dlpack_or_throw(std::string_view name) {
   const std::optional<LoadedTensor> found = find(name);
   if (!found) {
     return Status(StatusCode::invalid_argument,

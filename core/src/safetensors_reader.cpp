@@ -4,7 +4,7 @@
 
 #include "json_parse.hpp"
 #include "plain_json.hpp"
-#include "no_exceptions.hpp"
+#include <devalloc/no_exceptions.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -284,7 +284,7 @@ Status read_header_strict(std::string_view header, uint64_t data_offset,
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
     const std::filesystem::path& path, detail::HeaderReading mode) {
-  return detail::without_exceptions(path.string(), "the header",
+  return detail::without_exceptions(path, "the header",
                                     [&] { return open_checked(path, mode); });
 }
 

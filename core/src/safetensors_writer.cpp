@@ -1,5 +1,6 @@
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include "atomic_write.hpp"
 #include "json_text.hpp"
@@ -8,9 +9,9 @@
 
 namespace devalloc {
 
-Status write_safetensors(const std::filesystem::path& path,
-                         std::span<const SafetensorsWriteTensor> tensors,
-                         const std::map<std::string, std::string>& metadata) {
+static Status write_safetensors_or_throw(const std::filesystem::path& path,
+                                         std::span<const SafetensorsWriteTensor> tensors,
+                                         const std::map<std::string, std::string>& metadata) {
   const auto fail = [&](const std::string& reason) {
     return Status(StatusCode::invalid_argument, path.string() + ": " + reason);
   };
@@ -82,6 +83,13 @@ Status write_safetensors(const std::filesystem::path& path,
   parts.push_back(std::as_bytes(std::span(text)));
   for (const SafetensorsWriteTensor& tensor : tensors) parts.push_back(tensor.bytes);
   return detail::write_file_atomically(path, parts);
+}
+
+Status write_safetensors(const std::filesystem::path& path,
+                         std::span<const SafetensorsWriteTensor> tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  return detail::catch_as_status([&] { return write_safetensors_or_throw(path, tensors, metadata); },
+                                 detail::file_failure(path, "writing"));
 }
 
 }  // namespace devalloc

@@ -1,5 +1,6 @@
 #include <devalloc/core/verify.hpp>
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 
 #include "mapping_guard.hpp"
 
@@ -27,8 +28,8 @@ struct StateDeleter {
 
 }  // namespace
 
-Status verify_copies(const std::vector<CopyRequest>& requests,
-                     uint64_t chunk_bytes) {
+static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
+                                     uint64_t chunk_bytes) {
   chunk_bytes = std::max<uint64_t>(chunk_bytes, 4096);
   std::vector<std::byte> chunk;
   std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
@@ -73,6 +74,11 @@ Status verify_copies(const std::vector<CopyRequest>& requests,
     }
   }
   return Status();
+}
+
+Status verify_copies(const std::vector<CopyRequest>& requests, uint64_t chunk_bytes) {
+  return detail::without_exceptions("verify",
+                                    [&] { return verify_copies_or_throw(requests, chunk_bytes); });
 }
 
 }  // namespace devalloc

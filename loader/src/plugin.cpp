@@ -1,4 +1,5 @@
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 #include <devalloc/plugin.hpp>
 
 #include "guarded_call.hpp"
@@ -91,7 +92,12 @@ Status Plugin::call_checked(const char* function, Call&& call) const {
   devalloc_error error = make_error();
   const devalloc_status status =
       detail::guarded_call(function, &error, [&] { return call(&error); });
-  return check(status, error, function);
+  // Wording a failure allocates; if that fails, the failure keeps its code.
+  try {
+    return check(status, error, function);
+  } catch (...) {
+    return Status(status_code_from_abi(status), std::string());
+  }
 }
 
 std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
@@ -114,8 +120,9 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   const devalloc_status status =
       detail::guarded_call("create", &error, [&] { return api_in_use->create(&args, &error); });
 
-  const std::string who = "plugin " + library->name() + " (" +
-                          path_for_message(library->path().string()) + ")";
+  const auto who_text = [&] {
+    return "plugin " + library->name() + " (" + path_for_message(library->path().string()) + ")";
+  };
   if (status != DEVALLOC_STATUS_OK || args.instance == nullptr) {
     std::string message = message_text(error);
     if (status == DEVALLOC_STATUS_OK) message = "create returned no instance";
@@ -124,9 +131,22 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
             {PluginOutcome::create_failed,
              Status(status == DEVALLOC_STATUS_OK ? StatusCode::internal
                                                  : status_code_from_abi(status),
-                    who + ": create failed: " + message)}};
+                    who_text() + ": create failed: " + message)}};
   }
-  std::shared_ptr<Plugin> plugin(new Plugin(library, args.instance));
+  // The instance is the Plugin's from here (its destructor destroys it):
+  // an allocation that fails before then must not leave it behind.
+  Plugin* raw = nullptr;
+  try {
+    raw = new Plugin(library, args.instance);
+  } catch (...) {
+    detail::guarded_call("destroy", nullptr, [&] {
+      api_in_use->destroy(args.instance);
+      return DEVALLOC_STATUS_OK;
+    });
+    throw;
+  }
+  std::shared_ptr<Plugin> plugin(raw);  // deletes raw if this throws
+  const std::string who = who_text();
   if (const LayerSettings settings = layers.with_environment(); settings.active()) {
     PluginLayer* layer = PluginLayer::wrap(*api_in_use, args.instance, who, settings);
     plugin->layer_ = layer;
@@ -270,6 +290,14 @@ Status Plugin::copy_to_host(uint32_t device, void* dst, uint64_t src,
 }
 
 Status Plugin::synchronize(uint32_t device) {
+  return detail::catch_as_status([&] { return synchronize_or_throw(device); },
+                                 [&](StatusCode code, std::string_view what) {
+                                   return "plugin " + name() + ": synchronize: " +
+                                          detail::failure_text(code, what);
+                                 });
+}
+
+Status Plugin::synchronize_or_throw(uint32_t device) {
   const auto call = [&] {
     return call_checked("synchronize",
                         [&](devalloc_error* e) { return api().synchronize(instance_, device, e); });
@@ -279,8 +307,11 @@ Status Plugin::synchronize(uint32_t device) {
   uint64_t number = 0;
   {
     std::lock_guard lock(sync_mutex_);
+    // If this throws, nothing changed and the plugin is not called: a
+    // synchronize that ran unrecorded could take another caller's failure
+    // (PLUGIN-17) where no one would see it.
+    record.running.insert(record.began);
     number = record.began++;
-    record.running.insert(number);
   }
   Status status = call();
   {
@@ -288,7 +319,11 @@ Status Plugin::synchronize(uint32_t device) {
     record.running.erase(number);
     if (!status.ok()) {
       ++record.failures;
-      record.last_failure = status;
+      try {
+        record.last_failure = status;
+      } catch (...) {
+        record.last_failure = Status(status.code(), std::string());
+      }
     }
   }
   sync_returned_.notify_all();

@@ -1,4 +1,5 @@
 #include <devalloc/input_text.hpp>
+#include <devalloc/no_exceptions.hpp>
 #include <devalloc/plugin_loader.hpp>
 
 #include <dlfcn.h>
@@ -210,6 +211,23 @@ std::pair<fs::path, PluginError> PluginLoader::resolve(
 }
 
 std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load(
+    const std::string& spec, const PluginOptions& options,
+    const LayerSettings& layers, bool trusted) const {
+  // No exception leaves: one (an allocation that fails) is the load's error.
+  std::pair<std::shared_ptr<Plugin>, PluginError> loaded;
+  const Status s = detail::catch_as_status(
+      [&] {
+        loaded = load_or_throw(spec, options, layers, trusted);
+        return Status();
+      },
+      [&](StatusCode code, std::string_view what) {
+        return "plugin " + quote(spec) + ": " + detail::failure_text(code, what);
+      });
+  if (!s.ok()) return {nullptr, {PluginOutcome::open_failed, s}};
+  return loaded;
+}
+
+std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load_or_throw(
     const std::string& spec, const PluginOptions& options,
     const LayerSettings& layers, bool trusted) const {
   auto [path, resolve_error] = resolve(spec);

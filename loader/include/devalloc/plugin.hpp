@@ -170,6 +170,9 @@ class Plugin {
   PluginLayer* layer_ = nullptr;  // owned by instance_ when set
   Capabilities capabilities_;
   std::vector<DeviceInfo> devices_;
+  // synchronize(), which may throw (an allocation that fails).
+  Status synchronize_or_throw(uint32_t device);
+
   // Per device (indexed like devices_), under sync_mutex_: the synchronize
   // calls running now (by number), how many failed, and the last failure.
   struct SynchronizeRecord {

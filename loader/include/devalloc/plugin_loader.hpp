@@ -106,6 +106,8 @@ class PluginLoader {
 
   // resolve + check_plugin_file + PluginLibrary::open + Plugin::create
   // (with layers). trusted: [plugins.NAME] trust = true for this plugin.
+  // Nothing throws: an allocation that fails is an open_failed error
+  // (out_of_host_memory).
   std::pair<std::shared_ptr<Plugin>, PluginError> load(
       const std::string& name_or_path, const PluginOptions& options = {},
       const LayerSettings& layers = {}, bool trusted = false) const;
@@ -119,6 +121,9 @@ class PluginLoader {
       const std::map<std::string, PluginLoadSettings, std::less<>>& settings = {}) const;
 
  private:
+  std::pair<std::shared_ptr<Plugin>, PluginError> load_or_throw(
+      const std::string& name_or_path, const PluginOptions& options, const LayerSettings& layers,
+      bool trusted) const;
   std::pair<std::shared_ptr<Plugin>, PluginError> load_file(
       const std::filesystem::path& path, const PluginOptions& options,
       const LayerSettings& layers, bool trusted) const;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace devalloc {
 
@@ -27,6 +28,8 @@ class RegularFile {
   RegularFile& operator=(const RegularFile&) = delete;
 
   int fd() const { return fd_; }
+  // Hands the descriptor over (the caller closes it); fd() is -1 after.
+  int release() noexcept { return std::exchange(fd_, -1); }
   // From fstat at open.
   uint64_t size() const { return size_; }
   uint64_t device() const { return device_; }

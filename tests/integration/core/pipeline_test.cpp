@@ -13,16 +13,20 @@
 #include <gtest/gtest.h>
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -520,6 +524,69 @@ TEST_F(PipelineLoad, GivenACallerThatBlocksEverySignal_WhenTheFileIsTruncatedWhi
         ::testing::ExitedWithCode(0), "")
         << "verify = " << verify;
   }
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// The system starts no more threads (a process limit, or no address space
+// for a thread's stack: here RLIMIT_AS just above what the process maps):
+// the load asked for four goes on with the caller's thread alone, and loads
+// every byte, instead of ending the process (std::terminate, as it did) or
+// letting std::system_error out of Runtime::load.
+TEST_F(PipelineLoad, GivenTheSystemStartsNoMoreThreads_WhenLoadingWithFour_ThenTheCallersThreadLoadsItAll) {
+  if (kSanitized) GTEST_SKIP() << "a sanitizer's shadow memory does not fit under RLIMIT_AS";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // Run in a child process; its exit code says where it stopped.
+  const auto child = [this]() -> int {
+    // The sync host plugin: the async one starts a thread of its own.
+    auto parsed = parse_config(
+        "[plugins.host]\noptions = { async = false }\n"
+        "[load]\nstaging = 16384\nthreads = 4\ndirect = false\nverify = true\n",
+        (dir_ / "devalloc.toml").string());
+    if (!parsed.ok()) return 2;
+    auto runtime = Runtime::create(*parsed);
+    // The plugin opened before the limit, and no thread started yet (the
+    // C library would keep a finished thread's stack for the next one).
+    if (!runtime->registry().plugin("host").ok()) return 3;
+    uint64_t mapped_kib = 0;
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmSize:", 0) == 0) mapped_kib = std::stoull(line.substr(7));
+    }
+    if (mapped_kib == 0) return 4;
+    rlimit limit{};
+    limit.rlim_cur = (mapped_kib + 2048) << 10;
+    limit.rlim_max = RLIM_INFINITY;
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) return 5;
+    try {
+      std::thread probe([] {});
+      probe.join();
+      return 6;  // threads still start: the test would show nothing
+    } catch (const std::system_error&) {
+    }
+    LoadReport report;
+    auto program = runtime->load(plan_, {}, &report);
+    if (!program.ok()) {
+      std::fprintf(stderr, "%s\n", program.status().message().c_str());
+      return 7;
+    }
+    if (report.pipeline.threads != 1) return 8;
+    for (uint64_t i = 0; i <= kTensors; ++i) {
+      const std::optional<LoadedTensor> t = (*program)->find(name(i));
+      std::vector<std::byte> back(kTensorBytes);
+      if (!t ||
+          !t->device().plugin->copy_to_host(0, back.data(), t->address(), kTensorBytes).ok() ||
+          back != data_[i]) {
+        return 9;
+      }
+    }
+    return 0;
+  };
+  EXPECT_EXIT(std::_Exit(child()), ::testing::ExitedWithCode(0), "");
 }
 
 // Four threads add their bytes in one order and would report them in

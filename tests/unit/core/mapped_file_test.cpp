@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +46,32 @@ TEST(MappedFile, GivenEmptyFile_WhenOpened_ThenEmptyWithoutMapping) {
   EXPECT_EQ((*file)->size(), 0u);
   EXPECT_EQ((*file)->data(), nullptr);
   EXPECT_TRUE((*file)->bytes().empty());
+}
+
+// One descriptor left under RLIMIT_NOFILE: the file opens, and the
+// descriptor kept for pread is the one it was opened with (a duplicate,
+// which the limit refused, left -1 and a later pread failed with "Bad file
+// descriptor").
+TEST(MappedFile, GivenOneDescriptorLeft_WhenOpened_ThenItsDescriptorReads) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  test::write_file(dir / "a.bin", "hello, descriptor");
+  const auto child = [&]() -> int {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 2;
+    limit.rlim_cur = 64;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 2;
+    std::vector<int> held;
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held.push_back(fd);
+    if (held.empty()) return 3;
+    ::close(held.back());  // the one left
+    auto file = MappedFile::open(dir / "a.bin");
+    if (!file.ok()) return 4;
+    char out[8] = {};
+    if ((*file)->fd() < 0 || ::pread((*file)->fd(), out, 5, 7) != 5) return 5;
+    return std::string(out, 5) == "descr" ? 0 : 6;
+  };
+  EXPECT_EXIT(std::_Exit(child()), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(MappedFile, GivenMissingFile_ThenErrorNamesFileAndErrno) {

@@ -69,6 +69,11 @@ class DeviceRegistry {
                                  std::optional<uint32_t> memory_id);
 
  private:
+  // plugin() and resolve(), which may throw (an allocation that fails); the
+  // public ones turn an exception into a Status.
+  Result<std::shared_ptr<Plugin>> plugin_or_throw(std::string_view name);
+  Result<ResolvedDevice> resolve_or_throw(std::string_view tag, std::optional<uint32_t> memory_id);
+
   RuntimeConfig config_;
   PluginLoader loader_;
   std::mutex mutex_;

@@ -129,6 +129,13 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   };
   // Plan tensor i as a LoadedTensor; mutex_ held, tensors_[i].loaded.
   LoadedTensor loaded_tensor(size_t i) const;
+  // The calls above, which may throw (an allocation that fails); each
+  // public one turns an exception into a Status, with nothing changed.
+  Status load_methods_or_throw(const std::vector<std::string>& methods, LoadReport* report,
+                               SafetensorsCache* files, std::optional<bool> verify,
+                               const LoadProgress& progress);
+  Status unload_method_or_throw(std::string_view method);
+  Result<DLManagedTensor*> export_dlpack_or_throw(std::string_view name);
 
   std::shared_ptr<Runtime> runtime_;
   const std::shared_ptr<const Plan> plan_;  // never null
