@@ -1,9 +1,15 @@
 #include "commands.hpp"
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <new>
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"devalloc: put the planned constants of a model into device "
                "memory through vendor plugins"};
   app.require_subcommand(1);
@@ -23,10 +29,36 @@ int main(int argc, char** argv) {
     app.exit(e);
     return devalloc::cli::kExitUsage;
   }
+  return action();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A write past RLIMIT_FSIZE then fails with EFBIG, an error that names the
+  // file, instead of SIGXFSZ ending the process with a temporary file left.
+  std::signal(SIGXFSZ, SIG_IGN);
+  int code = devalloc::cli::kExitFailure;
   try {
-    return action();
+    code = run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fputs("devalloc: out of host memory\n", stderr);
+    return devalloc::cli::kExitFailure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "devalloc: internal error: %s\n", e.what());
     return devalloc::cli::kExitFailure;
   }
+  // What was printed must have arrived: a full disk, a closed or full
+  // standard output (--json > /dev/full) is a failure, not success with
+  // nothing or half a document written.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error = errno;
+  if (!flushed || std::ferror(stdout) != 0) {
+    // errno tells why only for the flush; an earlier write failed alike.
+    std::fprintf(stderr, "devalloc: cannot write to standard output: %s\n",
+                 !flushed && error != 0 ? std::strerror(error) : "a write failed");
+    return code == devalloc::cli::kExitOk ? devalloc::cli::kExitFailure : code;
+  }
+  return code;
 }

@@ -396,6 +396,25 @@ PY
   expect_failure 3 'model.safetensors: not a regular file \(a FIFO\)' \
     timeout 20 "$devalloc" load plan.json
   ;;
+output_that_cannot_be_written_fails)
+  # What devalloc prints must arrive: a full or closed standard output is a
+  # failure (exit 1), not success with the output lost.
+  expect_failure 1 'devalloc: cannot write to standard output: No space left on device' \
+    sh -c '"$0" plugins --json > /dev/full' "$devalloc"
+  expect_failure 1 'devalloc: cannot write to standard output: Bad file descriptor' \
+    sh -c '"$0" plugins >&-' "$devalloc"
+  "$devalloc" plugins --json > plugins.json
+  # A plan written past the file size limit (1 KiB; the plan of 40 tensors
+  # is larger): an error naming the file asked for, as SIGXFSZ does not end
+  # the program, and nothing left behind.
+  header='{'
+  for i in $(seq 10 49); do header="$header\"tensor_$i\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[$((i - 10)),$((i - 9))]},"; done
+  header="${header%,}}"
+  "$python" -c 'import struct, sys; h = sys.argv[1].encode(); open("m.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + bytes(40))' "$header"
+  expect_failure 3 'out_plan.json: not written: cannot write the temporary file out_plan.json.tmp-[0-9]+-[0-9]+: File too large' \
+    sh -c 'ulimit -f 1; exec "$0" plan m.safetensors -o out_plan.json' "$devalloc"
+  [ "$(ls)" = "$(printf 'err.txt\nm.safetensors\nout.txt\nplugins.json')" ] || fail "left behind: $(ls)"
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"
