@@ -46,3 +46,21 @@ function(devalloc_needs_test_python)
     set_tests_properties(${ARGN} PROPERTIES DISABLED TRUE)
   endif()
 endfunction()
+
+# gtest_discover_tests passes each item of a list in PROPERTIES as an
+# argument of its own, so `PROPERTIES ENVIRONMENT "A=1;B=2" LABELS x` sets A
+# alone and misreads the rest (B=2 as a property named "B=2", LABELS lost).
+# Tests discovered with TEST_LIST <list> get several variables from here,
+# applied by ctest after the discovered tests are added:
+#   gtest_discover_tests(x TEST_LIST x_tests PROPERTIES LABELS concurrent)
+#   devalloc_gtest_environment(x_tests "A=1" "B=2")
+function(devalloc_gtest_environment test_list)
+  set(script "${CMAKE_CURRENT_BINARY_DIR}/${test_list}_environment.cmake")
+  # GENERATE: the values may hold generator expressions ($<TARGET_FILE:...>).
+  file(GENERATE OUTPUT "${script}" CONTENT
+       "foreach(test IN LISTS ${test_list})
+  set_tests_properties(\"\${test}\" PROPERTIES ENVIRONMENT \"${ARGN}\")
+endforeach()
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${script}")
+endfunction()
