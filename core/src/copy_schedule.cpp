@@ -1128,8 +1128,15 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     }
     work();
     for (auto& t : pool) t.join();
-    const auto fail_for_exception = [this] {
-      if (Status failed = exception_status(); !failed.ok()) {
+    // Must not throw itself: copies may be in flight until finish().
+    const auto fail_for_exception = [this]() noexcept {
+      Status failed;
+      try {
+        failed = exception_status();
+      } catch (...) {
+        failed = Status(StatusCode::out_of_host_memory, std::string());
+      }
+      if (!failed.ok()) {
         std::lock_guard lock(ledger_->mutex);
         ledger_->fail(std::move(failed));
       }

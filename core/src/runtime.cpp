@@ -87,8 +87,8 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
   const Plan& planned = *plan;
   return detail::catch_as_status(
       [&]() -> Result<std::shared_ptr<LoadedProgram>> {
-        std::shared_ptr<LoadedProgram> program(
-            new LoadedProgram(shared_from_this(), std::move(plan)));
+        // Shared, not moved: `planned` must outlive a constructor that throws.
+        std::shared_ptr<LoadedProgram> program(new LoadedProgram(shared_from_this(), plan));
         std::vector<std::string> names = methods;
         if (names.empty()) {
           for (const auto& m : program->plan().methods) names.push_back(m.name);
