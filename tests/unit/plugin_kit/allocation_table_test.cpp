@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <new>
+#include <string>
 #include <vector>
 
 namespace devalloc::plugin {
@@ -34,6 +35,29 @@ TEST(AllocationTable, FreeThatFails_KeepsTheAllocationForAnotherTry) {
   EXPECT_EQ(freed, std::vector<uint64_t>{0x1000});
   EXPECT_EQ(table.size(), 0u);
   EXPECT_THROW(table.free(address, [](uint64_t) {}), Failure);
+}
+
+// Two threads freeing one address: the second must be refused while the
+// first is inside the runtime's free, or the runtime frees it twice. Here
+// the second free runs from inside the first one's free_base, which the
+// table calls without its lock held.
+TEST(AllocationTable, FreeWhileAnotherFreeOfTheAddressRuns_IsRefusedAndTheRuntimeFreesOnce) {
+  AllocationTable table;
+  const uint64_t address = table.adopt(0x1000, 64, 256, [](uint64_t) {});
+  int runtime_frees = 0;
+  std::string second;
+  table.free(address, [&](uint64_t) {
+    ++runtime_frees;
+    try {
+      table.free(address, [&](uint64_t) { ++runtime_frees; });
+    } catch (const Failure& f) {
+      second = f.message;
+    }
+  });
+  EXPECT_EQ(runtime_frees, 1);
+  EXPECT_NE(second.find("is not a live allocation of this device (PLUGIN-12)"), std::string::npos)
+      << second;
+  EXPECT_EQ(table.size(), 0u);
 }
 
 TEST(AllocationTable, LiveBytes_CountWhatWasAskedForUntilFreedAndSurviveAFailedFree) {
