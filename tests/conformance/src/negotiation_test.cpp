@@ -99,6 +99,18 @@ TEST_F(Negotiation, HostSpeakingOnlyAFutureMajor_IsRefusedWithoutATable) {
   EXPECT_LE(n.plugin_min_major, n.plugin_major);
 }
 
+// A range that ends below the plugin's majors holds none of them either:
+// PLUGIN-2 has the plugin refuse it, not answer its own major.
+TEST_F(Negotiation, HostSpeakingOnlyAnOlderMajor_IsRefusedWithoutATable) {
+  devalloc_negotiation n = request(0, 0);
+  RawError error;
+  EXPECT_TRUE(RawFailure(negotiate_(&n, error.get()),
+                         DEVALLOC_STATUS_UNSUPPORTED, error));
+  EXPECT_EQ(n.api, nullptr) << "a refusal hands out no table";
+  EXPECT_NE(n.plugin_major, kUnwritten) << "plugin_major was not reported";
+  EXPECT_GE(n.plugin_min_major, 1u);
+}
+
 TEST_F(Negotiation, RefusalWithoutAnErrorBuffer_StillRefuses) {
   devalloc_negotiation n = request(kFutureMajor, kFutureMajor);
   EXPECT_NE(negotiate_(&n, nullptr), DEVALLOC_STATUS_OK);
