@@ -134,8 +134,11 @@ devalloc::Result<ResolvedDevice> DevallocDeviceAllocator::check_range(
   auto it = allocations_.upper_bound(address);
   if (it != allocations_.begin()) {
     --it;
-    const uint64_t end = it->first + it->second.nbytes;
-    if (it->second.index == index && address >= it->first && nbytes <= end - address) {
+    // address >= it->first here; past the end of the allocation the offset
+    // is above nbytes (nbytes - offset would wrap and let anything through).
+    const uint64_t offset = address - it->first;
+    if (it->second.index == index && offset <= it->second.nbytes &&
+        nbytes <= it->second.nbytes - offset) {
       return it->second.device;
     }
   }

@@ -211,6 +211,33 @@ TEST_F(ExecuTorchAllocator, GivenCopyPastTheAllocation_WhenCopying_ThenInvalidAr
   take_log();
 }
 
+// An address past the end of the allocation below it is in none of this
+// allocator's memory, however far past: the adapter refuses it itself and
+// never hands it to the plugin, where it could land in memory that another
+// user of the plugin owns.
+TEST_F(ExecuTorchAllocator, GivenAddressBeyondTheEndOfItsLastAllocation_WhenCopying_ThenTheAdapterRefusesIt) {
+  auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  // Its own adapter: its only allocation is the one below the address.
+  devalloc::executorch::DevallocDeviceAllocator allocator(
+      devalloc::Runtime::create(std::move(*config)), DeviceType::CUDA, "cuda");
+  auto memory = allocator.allocate(256, 0, 256);
+  ASSERT_TRUE(memory.ok()) << take_log();
+  auto* past = static_cast<uint8_t*>(*memory) + 512;
+  std::vector<uint8_t> bytes(16, 7);
+  EXPECT_EQ(allocator.copy_host_to_device(past, bytes.data(), bytes.size(), 0),
+            et::Error::InvalidArgument);
+  EXPECT_NE(take_log().find("is not inside a live allocation of cuda:0 made by this allocator"),
+            std::string::npos);
+  EXPECT_EQ(allocator.copy_device_to_host(bytes.data(), past, bytes.size(), 0),
+            et::Error::InvalidArgument);
+  EXPECT_NE(take_log().find("is not inside a live allocation of cuda:0 made by this allocator"),
+            std::string::npos);
+  EXPECT_EQ(bytes, std::vector<uint8_t>(16, 7));
+  allocator.deallocate(*memory, 0);
+  EXPECT_EQ(take_log(), "");
+}
+
 TEST_F(ExecuTorchAllocator, GivenIndexWithoutDevice_WhenAllocating_ThenErrorNamingTheTag) {
   // "cuda:5" has no config entry, so it means plugin cuda, device 5.
   auto buffer = DeviceMemoryBuffer::create(64, DeviceType::CUDA, 5);
