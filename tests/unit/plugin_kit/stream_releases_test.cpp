@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace devalloc::plugin {
@@ -133,6 +138,47 @@ TEST(StreamReleases, QuiesceWithoutAccessToTheRuntime_StillDestroysTheStreamOnce
   EXPECT_EQ(stream.destroyed, 1);
   EXPECT_EQ(stream.waits, 0);
   EXPECT_EQ(counter.fired, 1);
+}
+
+// A release popped by a callback thread counts until its on_release has
+// returned: quiesce() waits with wait_for_earlier() before destroy returns,
+// and a host may free the release's user_data once destroy returned.
+TEST(ReleaseQueue, WaitForEarlier_ReturnsOnlyAfterAReleaseBeingFiredHasReturned) {
+  struct Gate {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool entered = false;
+    bool open = false;
+    std::atomic<bool> returned{false};
+    static void on_release(void* self) {
+      auto& gate = *static_cast<Gate*>(self);
+      std::unique_lock lock(gate.mutex);
+      gate.entered = true;
+      gate.changed.notify_all();
+      gate.changed.wait(lock, [&] { return gate.open; });
+      gate.returned = true;
+    }
+  } gate;
+  ReleaseQueue queue;
+  queue.push(Release(&Gate::on_release, &gate));
+  std::thread callback([&] { queue.complete_oldest(); });
+  {
+    std::unique_lock lock(gate.mutex);
+    gate.changed.wait(lock, [&] { return gate.entered; });
+  }
+  // Lets the release return a little later; a wait_for_earlier that does
+  // not wait for it returns before that.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::lock_guard lock(gate.mutex);
+    gate.open = true;
+    gate.changed.notify_all();
+  });
+  queue.wait_for_earlier();
+  EXPECT_TRUE(gate.returned) << "wait_for_earlier returned while the release was still running";
+  opener.join();
+  callback.join();
+  EXPECT_EQ(queue.pending(), 0u);
 }
 
 }  // namespace
