@@ -68,6 +68,18 @@ TEST_F(HipPluginTest, AllocationBeyondDeviceMemory_NamesHipMallocAndHipGetErrorN
       << address.status().message();
 }
 
+// Pinned staging that HIP cannot give for lack of memory is host memory
+// that ran out, as docs/plugins/hip.md says, not a device error.
+TEST_F(HipPluginTest, PinnedAllocationOutOfMemory_IsOutOfHostMemoryNamingHipHostMalloc) {
+  fake().fail_next("hipHostMalloc", hipErrorOutOfMemory);
+  const Result<void*> pinned = plugin().allocate_host(kChunk);
+  EXPECT_EQ(pinned.status().code(), StatusCode::out_of_host_memory);
+  EXPECT_TRUE(contains(pinned.status().message(),
+                       "hipHostMalloc(size = 65536, flags = hipHostMallocPortable) failed: "
+                       "hipErrorOutOfMemory"))
+      << pinned.status().message();
+}
+
 TEST_F(HipPluginTest, CallerHasDevice1Current_CallsOnDevice0LandThereAndDevice1StaysCurrent) {
   set_current_device(1);
   Result<uint64_t> base = plugin().allocate(0, kChunk, 4096);
