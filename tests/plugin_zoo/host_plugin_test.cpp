@@ -177,6 +177,28 @@ TEST(HostPlugin, GivenZeroBytesUntilReleased_ThenSourceIsStillReleasedOnce) {
   EXPECT_EQ(released.calls, 1);
 }
 
+// PLUGIN-14 releases a failed until-released copy too, also one refused
+// before the plugin looked at its instance: the kit takes the release first.
+TEST(HostPlugin, GivenNullInstance_WhenCopyingUntilReleased_ThenInvalidArgumentAndSourceReleasedOnce) {
+  auto host = open_host(async_mode);
+  ASSERT_TRUE(host);
+  const uint8_t byte = 1;
+  devalloc_copy_to_device_args args{};
+  args.struct_size = sizeof args;
+  args.dst = 0x1000;
+  args.src = &byte;
+  args.nbytes = 1;
+  args.src_lifetime = DEVALLOC_SRC_UNTIL_RELEASED;
+  ReleaseCounter released;
+  args.on_release = ReleaseCounter::on_release;
+  args.user_data = &released;
+  auto error = empty_error();
+  EXPECT_EQ(host->api().copy_host_to_device(nullptr, &args, &error),
+            DEVALLOC_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(error.message, HasSubstr("instance is NULL"));
+  EXPECT_EQ(released.calls, 1);
+}
+
 TEST(HostPlugin, GivenImpossibleSize_WhenAllocating_ThenOutOfDeviceMemoryNamesTheCall) {
   auto host = open_host(sync_mode);
   ASSERT_TRUE(host);
