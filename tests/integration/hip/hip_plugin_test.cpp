@@ -157,6 +157,35 @@ TEST_F(HipPluginTest, CallbackCannotBeQueued_ReleasedOnceAfterTheCopy_ErrorNames
   EXPECT_TRUE(plugin().deallocate(0, *base).ok());
 }
 
+// A failed hipStreamSynchronize on a stream that still runs (hipStreamQuery:
+// hipErrorNotReady) is not a lost stream: the copy may still read its
+// source, so its release waits for the stream's callback.
+TEST_F(HipPluginTest, SynchronizeFailsWhileTheStreamStillRuns_NoReleaseBeforeTheCopyRan) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
+  const auto expected = pattern(kChunk, 4);
+  std::copy(expected.begin(), expected.end(), static_cast<uint8_t*>(*pinned));
+  ReleaseCounter counter;
+  fake().pause(true);
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(0, *base, *pinned, kChunk,
+                                                 ReleaseCounter::on_release, &counter)
+                  .ok());
+  fake().fail_next("hipStreamSynchronize", hipErrorUnknown);
+  const Status failed = plugin().synchronize(0);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(failed.message(), "hipStreamSynchronize")) << failed.message();
+  EXPECT_EQ(counter.releases, 0) << "released while the paused stream had not run the copy";
+  fake().pause(false);
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_EQ(fake().read(*base, kChunk), expected);
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
   Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
   ASSERT_TRUE(base.ok());
