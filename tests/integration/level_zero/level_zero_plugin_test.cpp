@@ -153,6 +153,29 @@ TEST_F(LevelZeroCopies,
   EXPECT_TRUE(plugin().deallocate(1, *base).ok());
 }
 
+// Commands of one immediate list may overlap unless a barrier orders them
+// (the fake runs them in order, so only the barrier itself shows): a read
+// back appends one before its copy, so that it reads after every earlier
+// copy to the device (PLUGIN-16); a copy to the device needs none.
+TEST_F(LevelZeroCopies, DeviceToHost_AppendsABarrierBeforeItsCopy) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  const std::vector<uint8_t> source = pattern(kChunk, 8);
+  ReleaseCounter counter;
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(kDevice, *base, source.data(), kChunk,
+                                                 ReleaseCounter::on_release, &counter)
+                  .ok());
+  EXPECT_EQ(fake().calls("zeCommandListAppendBarrier"), 0u);
+  std::vector<uint8_t> back(kChunk);
+  ASSERT_TRUE(plugin().copy_to_host(kDevice, back.data(), *base, kChunk).ok());
+  EXPECT_EQ(fake().calls("zeCommandListAppendBarrier"), 1u);
+  EXPECT_EQ(back, source);
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
 TEST_F(LevelZeroCopies,
        CopiesFromFourThreadsOnOneDevice_TheCommandListIsNeverSharedAtOnce) {
   constexpr int kThreads = 4;
