@@ -259,6 +259,34 @@ TEST_F(LevelZeroErrors,
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
 }
 
+// An until-released copy whose event waits all fail (not a lost device)
+// fails on the completion thread, after its call returned OK: the next
+// synchronize reports it, even though its own barrier completes, and the
+// one after that is clean again.
+TEST_F(LevelZeroErrors, UntilReleasedCopyWhoseWaitsFail_NextSynchronizeReportsIt) {
+  // Read by the copy after its wait failed: alive until the plugin goes.
+  static const std::vector<uint8_t> source = pattern(kChunk, 6);
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  ReleaseCounter counter;
+  fake().fail_calls("zeEventHostSynchronize", ZE_RESULT_ERROR_UNKNOWN, 3);
+  ASSERT_TRUE(plugin()
+                  .copy_to_device_until_released(kDevice, *base, source.data(), kChunk,
+                                                 ReleaseCounter::on_release, &counter)
+                  .ok());
+  // Released once the completion thread gave up on the event.
+  ASSERT_TRUE(wait_for_releases(counter, 1));
+  const Status sync = plugin().synchronize(kDevice);
+  EXPECT_EQ(sync.code(), StatusCode::device_error);
+  EXPECT_NE(sync.message().find("an earlier copy failed"), std::string::npos) << sync.message();
+  EXPECT_NE(sync.message().find("zeEventHostSynchronize(host to device copy, device 0)"),
+            std::string::npos)
+      << sync.message();
+  EXPECT_TRUE(plugin().synchronize(kDevice).ok()) << "the failure is reported once";
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
 // Every wait for a copy's event fails (not a lost device): the call fails
 // and the event is retired, but the copy may still run. Destroy waits for
 // it (a barrier with an event) before it destroys the events and the list
