@@ -190,6 +190,19 @@ def test_an_exception_in_progress_reaches_the_caller(example):
         devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json", progress=fail)
 
 
+def test_a_progress_that_raised_is_not_called_again(example):
+    # The load goes on to its end, but the callback, whose exception the
+    # caller gets, hears of it no more.
+    calls = []
+
+    def fail(done, total):
+        calls.append(done)
+        raise RuntimeError("stop at call %d" % len(calls))
+    with pytest.raises(RuntimeError, match="^stop at call 1$"):
+        devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json", progress=fail)
+    assert len(calls) == 1
+
+
 def test_config_error_carries_file_and_line(tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text('[load]\nstaging = "lots"\n')
