@@ -238,6 +238,25 @@ TEST_F(ExecuTorchAllocator, GivenAddressBeyondTheEndOfItsLastAllocation_WhenCopy
   EXPECT_EQ(take_log(), "");
 }
 
+// ExecuTorch names the device of every free: memory of cuda:0 freed as
+// cuda:1's is refused and stays allocated, so the right free still works.
+TEST_F(ExecuTorchAllocator, GivenFreeNamingAnotherIndex_WhenDeallocating_ThenRefusedAndTheMemoryStaysLive) {
+  auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  devalloc::executorch::DevallocDeviceAllocator allocator(
+      devalloc::Runtime::create(std::move(*config)), DeviceType::CUDA, "cuda");
+  auto memory = allocator.allocate(256, 0, 256);
+  ASSERT_TRUE(memory.ok()) << take_log();
+  allocator.deallocate(*memory, 1);
+  EXPECT_NE(take_log().find("on cuda:1 was not allocated by this allocator"), std::string::npos);
+  EXPECT_EQ(allocator.live_allocations(), 1u);
+  const auto bytes = pattern(256, 3);
+  EXPECT_EQ(allocator.copy_host_to_device(*memory, bytes.data(), bytes.size(), 0), et::Error::Ok);
+  allocator.deallocate(*memory, 0);
+  EXPECT_EQ(allocator.live_allocations(), 0u);
+  EXPECT_EQ(take_log(), "");
+}
+
 TEST_F(ExecuTorchAllocator, GivenIndexWithoutDevice_WhenAllocating_ThenErrorNamingTheTag) {
   // "cuda:5" has no config entry, so it means plugin cuda, device 5.
   auto buffer = DeviceMemoryBuffer::create(64, DeviceType::CUDA, 5);
