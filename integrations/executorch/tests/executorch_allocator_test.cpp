@@ -332,6 +332,41 @@ TEST_F(ExecuTorchAllocator, GivenADroppedPluginInstance_ThenNewMemoryComesFromTh
   EXPECT_EQ(take_log(), "");
 }
 
+// synchronize(index) covers every instance that holds memory of the index:
+// a failure of the dropped instance's synchronize (the fake's second
+// cuStreamSynchronize; the fresh instance's comes first) is reported. On
+// the fake CUDA driver whichever backend the registered adapter uses.
+TEST_F(ExecuTorchAllocator, GivenMemoryOfADroppedInstance_WhenSynchronizing_ThenThatInstanceIsSynchronizedToo) {
+  if (kFakeDriver.empty()) GTEST_SKIP() << "needs the fake CUDA driver's failure injection";
+  auto config = devalloc::parse_config("[plugins.cuda]\noptions = { runtime_library = \"" +
+                                           kFakeDriver +
+                                           "\" }\n[devices.\"cuda:0\"]\nuse = [\"cuda\", { index = 1 }]\n",
+                                       "executorch_test.toml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto runtime = devalloc::Runtime::create(std::move(*config));
+  devalloc::executorch::DevallocDeviceAllocator allocator(runtime, DeviceType::CUDA, "cuda");
+  auto old_memory = allocator.allocate(256, 0, 64);
+  ASSERT_TRUE(old_memory.ok()) << take_log();
+  ASSERT_TRUE(runtime->registry().drop_plugin("cuda"));
+  auto fresh_memory = allocator.allocate(256, 0, 64);
+  ASSERT_TRUE(fresh_memory.ok()) << take_log();
+
+  void* fake = ::dlopen(kFakeDriver.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  using FailAfter = void (*)(const char*, int, int, int);
+  auto fail_after = reinterpret_cast<FailAfter>(::dlsym(fake, "devalloc_fake_cuda_fail_calls_after"));
+  ASSERT_NE(fail_after, nullptr);
+  fail_after("cuStreamSynchronize", 1, 999 /* CUDA_ERROR_UNKNOWN */, 1);
+  ::dlclose(fake);
+  EXPECT_EQ(allocator.synchronize(0), et::Error::AccessFailed);
+  EXPECT_NE(take_log().find("cuStreamSynchronize"), std::string::npos);
+  EXPECT_EQ(allocator.synchronize(0), et::Error::Ok);
+
+  allocator.deallocate(*old_memory, 0);
+  allocator.deallocate(*fresh_memory, 0);
+  EXPECT_EQ(take_log(), "");
+}
+
 TEST_F(ExecuTorchAllocator, GivenZeroByteAllocations_ThenNullNothingTrackedAndFreeingIsQuiet) {
   const uint64_t before = adapter()->live_allocations();
   auto first = adapter()->allocate(0, 0, 0);
