@@ -84,6 +84,14 @@ devalloc::executorch::DevallocDeviceAllocator* adapter() {
   return registered;
 }
 
+// A runtime of its own, for a test's own adapter (the registered one is
+// left as it is).
+std::shared_ptr<devalloc::Runtime> own_runtime(const std::string& text = config_text()) {
+  auto config = devalloc::parse_config(text, "executorch_test.toml");
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  return devalloc::Runtime::create(config.ok() ? std::move(*config) : devalloc::default_config());
+}
+
 std::vector<uint8_t> pattern(size_t nbytes, uint8_t seed) {
   std::vector<uint8_t> bytes(nbytes);
   for (size_t i = 0; i < nbytes; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
@@ -216,11 +224,8 @@ TEST_F(ExecuTorchAllocator, GivenCopyPastTheAllocation_WhenCopying_ThenInvalidAr
 // never hands it to the plugin, where it could land in memory that another
 // user of the plugin owns.
 TEST_F(ExecuTorchAllocator, GivenAddressBeyondTheEndOfItsLastAllocation_WhenCopying_ThenTheAdapterRefusesIt) {
-  auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
-  ASSERT_TRUE(config.ok()) << config.status().message();
   // Its own adapter: its only allocation is the one below the address.
-  devalloc::executorch::DevallocDeviceAllocator allocator(
-      devalloc::Runtime::create(std::move(*config)), DeviceType::CUDA, "cuda");
+  devalloc::executorch::DevallocDeviceAllocator allocator(own_runtime(), DeviceType::CUDA, "cuda");
   auto memory = allocator.allocate(256, 0, 256);
   ASSERT_TRUE(memory.ok()) << take_log();
   auto* past = static_cast<uint8_t*>(*memory) + 512;
@@ -241,10 +246,7 @@ TEST_F(ExecuTorchAllocator, GivenAddressBeyondTheEndOfItsLastAllocation_WhenCopy
 // ExecuTorch names the device of every free: memory of cuda:0 freed as
 // cuda:1's is refused and stays allocated, so the right free still works.
 TEST_F(ExecuTorchAllocator, GivenFreeNamingAnotherIndex_WhenDeallocating_ThenRefusedAndTheMemoryStaysLive) {
-  auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  devalloc::executorch::DevallocDeviceAllocator allocator(
-      devalloc::Runtime::create(std::move(*config)), DeviceType::CUDA, "cuda");
+  devalloc::executorch::DevallocDeviceAllocator allocator(own_runtime(), DeviceType::CUDA, "cuda");
   auto memory = allocator.allocate(256, 0, 256);
   ASSERT_TRUE(memory.ok()) << take_log();
   allocator.deallocate(*memory, 1);
@@ -297,9 +299,7 @@ TEST_F(ExecuTorchAllocator, GivenNoRuntimeOrABadTagName_WhenRegistering_ThenRefu
 // adapter follows it for new allocations, and keeps copying to, copying
 // from and freeing older memory through the instance that allocated it.
 TEST_F(ExecuTorchAllocator, GivenADroppedPluginInstance_ThenNewMemoryComesFromTheFreshOneAndOldMemoryStaysWithItsOwn) {
-  auto config = devalloc::parse_config(config_text(), "executorch_test.toml");
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  auto runtime = devalloc::Runtime::create(std::move(*config));
+  auto runtime = own_runtime();
   // Its own adapter and runtime: the registered one is left as it is.
   devalloc::executorch::DevallocDeviceAllocator allocator(runtime, DeviceType::CUDA, "cuda");
   const std::string plugin = on_fake_cuda() ? "cuda" : "host";
@@ -338,12 +338,8 @@ TEST_F(ExecuTorchAllocator, GivenADroppedPluginInstance_ThenNewMemoryComesFromTh
 // the fake CUDA driver whichever backend the registered adapter uses.
 TEST_F(ExecuTorchAllocator, GivenMemoryOfADroppedInstance_WhenSynchronizing_ThenThatInstanceIsSynchronizedToo) {
   if (kFakeDriver.empty()) GTEST_SKIP() << "needs the fake CUDA driver's failure injection";
-  auto config = devalloc::parse_config("[plugins.cuda]\noptions = { runtime_library = \"" +
-                                           kFakeDriver +
-                                           "\" }\n[devices.\"cuda:0\"]\nuse = [\"cuda\", { index = 1 }]\n",
-                                       "executorch_test.toml");
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  auto runtime = devalloc::Runtime::create(std::move(*config));
+  auto runtime = own_runtime("[plugins.cuda]\noptions = { runtime_library = \"" + kFakeDriver +
+                             "\" }\n[devices.\"cuda:0\"]\nuse = [\"cuda\", { index = 1 }]\n");
   devalloc::executorch::DevallocDeviceAllocator allocator(runtime, DeviceType::CUDA, "cuda");
   auto old_memory = allocator.allocate(256, 0, 64);
   ASSERT_TRUE(old_memory.ok()) << take_log();

@@ -36,6 +36,43 @@ class HipPluginTest : public fake_test::PluginWithFake<FakeHip> {
   void set_current_device(int device) const {
     EXPECT_EQ(fake().get<hipError_t (*)(int)>("hipSetDevice")(device), hipSuccess);
   }
+
+  // An until-released copy of `expected` (kChunk bytes) from pinned staging
+  // to a fresh allocation, issued while the stream is paused: it has not
+  // run when this returns (the stream stays paused).
+  struct PausedCopy {
+    uint64_t base = 0;
+    void* pinned = nullptr;
+    std::vector<uint8_t> expected;
+  };
+  PausedCopy paused_copy(uint8_t seed, ReleaseCounter& counter) {
+    PausedCopy copy;
+    Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+    EXPECT_TRUE(base.ok()) << base.status().message();
+    Result<void*> pinned = plugin().allocate_host(kChunk);
+    EXPECT_TRUE(pinned.ok()) << pinned.status().message();
+    if (!base.ok() || !pinned.ok()) return copy;
+    copy.base = *base;
+    copy.pinned = *pinned;
+    copy.expected = pattern(kChunk, seed);
+    std::copy(copy.expected.begin(), copy.expected.end(), static_cast<uint8_t*>(copy.pinned));
+    fake().pause(true);
+    EXPECT_TRUE(plugin()
+                    .copy_to_device_until_released(0, copy.base, copy.pinned, kChunk,
+                                                   ReleaseCounter::on_release, &counter)
+                    .ok());
+    return copy;
+  }
+  // Lets the stream run: synchronize releases the copy once, its bytes
+  // landed, and its memory is freed.
+  void resume_and_check(const PausedCopy& copy, const ReleaseCounter& counter) {
+    fake().pause(false);
+    ASSERT_TRUE(plugin().synchronize(0).ok());
+    EXPECT_EQ(counter.releases, 1);
+    EXPECT_EQ(fake().read(copy.base, kChunk), copy.expected);
+    EXPECT_TRUE(plugin().free_host(copy.pinned).ok());
+    EXPECT_TRUE(plugin().deallocate(0, copy.base).ok());
+  }
 };
 
 TEST(HipRuntime, NoRuntimeAtThePath_CreateIsRuntimeUnavailableNamingTheFile) {
@@ -97,25 +134,11 @@ TEST_F(HipPluginTest, CallerHasDevice1Current_CallsOnDevice0LandThereAndDevice1S
 }
 
 TEST_F(HipPluginTest, UntilReleasedCopyFromPinnedStaging_ReleasedOnlyAfterTheStreamRanIt) {
-  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
-  ASSERT_TRUE(base.ok());
-  Result<void*> pinned = plugin().allocate_host(kChunk);
-  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
-  const auto expected = pattern(kChunk, 2);
-  std::copy(expected.begin(), expected.end(), static_cast<uint8_t*>(*pinned));
   ReleaseCounter counter;
-  fake().pause(true);
-  ASSERT_TRUE(plugin()
-                  .copy_to_device_until_released(0, *base, *pinned, kChunk,
-                                                 ReleaseCounter::on_release, &counter)
-                  .ok());
+  const PausedCopy copy = paused_copy(2, counter);
+  ASSERT_NE(copy.pinned, nullptr);
   EXPECT_EQ(counter.releases, 0);
-  fake().pause(false);
-  ASSERT_TRUE(plugin().synchronize(0).ok());
-  EXPECT_EQ(counter.releases, 1);
-  EXPECT_EQ(fake().read(*base, kChunk), expected);
-  EXPECT_TRUE(plugin().free_host(*pinned).ok());
-  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+  resume_and_check(copy, counter);
 }
 
 TEST_F(HipPluginTest, PinnedSourceChangedBeforeItsRelease_FakeReportsTheChangedSource) {
@@ -161,29 +184,15 @@ TEST_F(HipPluginTest, CallbackCannotBeQueued_ReleasedOnceAfterTheCopy_ErrorNames
 // hipErrorNotReady) is not a lost stream: the copy may still read its
 // source, so its release waits for the stream's callback.
 TEST_F(HipPluginTest, SynchronizeFailsWhileTheStreamStillRuns_NoReleaseBeforeTheCopyRan) {
-  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
-  ASSERT_TRUE(base.ok());
-  Result<void*> pinned = plugin().allocate_host(kChunk);
-  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
-  const auto expected = pattern(kChunk, 4);
-  std::copy(expected.begin(), expected.end(), static_cast<uint8_t*>(*pinned));
   ReleaseCounter counter;
-  fake().pause(true);
-  ASSERT_TRUE(plugin()
-                  .copy_to_device_until_released(0, *base, *pinned, kChunk,
-                                                 ReleaseCounter::on_release, &counter)
-                  .ok());
+  const PausedCopy copy = paused_copy(4, counter);
+  ASSERT_NE(copy.pinned, nullptr);
   fake().fail_next("hipStreamSynchronize", hipErrorUnknown);
   const Status failed = plugin().synchronize(0);
   EXPECT_EQ(failed.code(), StatusCode::device_error);
   EXPECT_TRUE(contains(failed.message(), "hipStreamSynchronize")) << failed.message();
   EXPECT_EQ(counter.releases, 0) << "released while the paused stream had not run the copy";
-  fake().pause(false);
-  ASSERT_TRUE(plugin().synchronize(0).ok());
-  EXPECT_EQ(counter.releases, 1);
-  EXPECT_EQ(fake().read(*base, kChunk), expected);
-  EXPECT_TRUE(plugin().free_host(*pinned).ok());
-  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+  resume_and_check(copy, counter);
 }
 
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
