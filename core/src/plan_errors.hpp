@@ -5,6 +5,7 @@
 #include <devalloc/input_text.hpp>
 
 #include <string>
+#include <system_error>
 
 namespace devalloc::detail {
 
@@ -18,9 +19,19 @@ inline std::string plan_name(const Plan& plan) {
   return plan.path.empty() ? "plan (no file)" : path_for_message(plan.path.string());
 }
 
-inline Status plan_error(const Plan& plan, const std::string& place, const std::string& reason) {
-  return Status(StatusCode::invalid_argument,
-                plan_name(plan) + ": " + (place.empty() ? "" : place + ": ") + reason);
+// invalid_argument unless the reason is another's failure that keeps its
+// own code (a source file that could not be read for want of memory is no
+// bad input).
+inline Status plan_error(const Plan& plan, const std::string& place, const std::string& reason,
+                         StatusCode code = StatusCode::invalid_argument) {
+  return Status(code, plan_name(plan) + ": " + (place.empty() ? "" : place + ": ") + reason);
+}
+
+// What a failed filesystem call on a plan's paths is: out_of_host_memory
+// for ENOMEM, else invalid_argument.
+inline StatusCode path_error_code(const std::error_code& error) {
+  return error == std::errc::not_enough_memory ? StatusCode::out_of_host_memory
+                                               : StatusCode::invalid_argument;
 }
 
 // Plan::source_path with errors placed at `place` (may be empty).

@@ -48,13 +48,14 @@ Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const Pla
   std::filesystem::path folder = std::filesystem::absolute(plan.directory(), error);
   if (!error) folder = std::filesystem::weakly_canonical(folder, error);
   if (error) {
-    return plan_error(plan, place, "cannot resolve the plan's folder: " + error.message());
+    return plan_error(plan, place, "cannot resolve the plan's folder: " + error.message(),
+                      path_error_code(error));
   }
   const std::filesystem::path resolved =
       std::filesystem::weakly_canonical(file.is_absolute() ? file : folder / file, error);
   if (error) {
-    return plan_error(plan, place,
-                      "cannot resolve source file " + quoted + ": " + error.message());
+    return plan_error(plan, place, "cannot resolve source file " + quoted + ": " + error.message(),
+                      path_error_code(error));
   }
   if (!plan.allow_external_files && !is_within(resolved, folder)) {
     return plan_error(plan, place,

@@ -208,7 +208,8 @@ class Validator {
       if (*id == opened.size()) {
         Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(sources.paths()[*id]);
         if (!file.ok()) {
-          return error(tensor_place(i), "source file: " + file.status().message());
+          return detail::plan_error(plan_, tensor_place(i), "source file: " + file.status().message(),
+                                    file.status().code());
         }
         opened.push_back(std::move(*file));
       }
