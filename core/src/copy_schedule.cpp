@@ -391,9 +391,10 @@ class Pipeline {
 
   ~Pipeline() {
     if (ledger_ != nullptr) {
-      // run() let an exception out (an allocation that failed) or returned
-      // early: a ledger that a release may still reach is kept, never freed;
-      // otherwise its slots are freed (a second free_slots does nothing).
+      // However run() ended (an exception included): a ledger that a
+      // release may still reach (a breach: a release may still come, and a
+      // copy may still read its slot) is kept, never freed; otherwise its
+      // slots are freed.
       {
         std::lock_guard lock(g_ledgers_mutex);
         ledger_->running = false;
@@ -1189,22 +1190,10 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     }
     *stats = per_device_;
   }
-  if (!status.ok()) {
-    for (Ring& r : ledger.rings) r.free_slots();
-    return status;
-  }
-  Status result;
-  {
-    std::lock_guard lock(ledger.mutex);
-    result = ledger.failure;
-  }
-  if (ledger.breach) {
-    // A release may still come, and a copy may still read its slot.
-    abandon(std::move(ledger_));
-  } else {
-    for (Ring& r : ledger.rings) r.free_slots();
-  }
-  return result;
+  // The slots are freed, or the ledger kept after a breach, by ~Pipeline.
+  if (!status.ok()) return status;
+  std::lock_guard lock(ledger.mutex);
+  return ledger.failure;
 }
 
 }  // namespace
