@@ -63,7 +63,7 @@ Status MappedFile::copy_to(uint64_t offset, uint64_t nbytes, void* dst) const {
   }
   if (nbytes == 0) return Status();
   const std::byte* from = data_ + offset;
-  auto copy = [&] { std::memcpy(dst, from, nbytes); };
+  auto copy = [&]() noexcept { std::memcpy(dst, from, nbytes); };
   uint64_t fault = 0;
   if (detail::guarded_read(from, nbytes, copy, &fault)) return Status();
   return detail::lost_to_truncation(*this, offset + fault);

@@ -137,8 +137,8 @@ void install() {
 
 }  // namespace
 
-bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*), void* context,
-                         uint64_t* fault_offset) {
+bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*) noexcept,
+                         void* context, uint64_t* fault_offset) {
   std::call_once(g_installed, install);
   Frame frame;
   frame.begin = reinterpret_cast<uintptr_t>(begin);

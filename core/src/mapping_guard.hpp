@@ -22,7 +22,10 @@
 // loading threads it starts inherit its mask), and blocks it again after.
 //
 // `work` must only read the range and write memory of its own: no locks, no
-// allocation, nothing a jump out of the middle would leave half done.
+// allocation, nothing a jump out of the middle would leave half done. It is
+// noexcept in its type: an exception thrown through a guarded read would
+// leave this thread's guard pointing at a frame that is gone (and SIGBUS
+// unblocked), so a read that could throw does not compile.
 #pragma once
 
 #include <devalloc/core/mapped_file.hpp>
@@ -35,15 +38,16 @@ namespace devalloc::detail {
 // Runs work(context), which reads [begin, begin + nbytes). True when it
 // returned; false when a read in that range raised SIGBUS, and then
 // *fault_offset (if given) is the offset from begin of the byte it read.
-bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*), void* context,
-                         uint64_t* fault_offset = nullptr);
+bool run_mapping_guarded(const void* begin, uint64_t nbytes, void (*work)(void*) noexcept,
+                         void* context, uint64_t* fault_offset = nullptr);
 
 // run_mapping_guarded for a callable, run once on this thread: read() must
-// keep to what `work` may do (above).
+// keep to what `work` may do (above), noexcept included.
 template <typename Read>
 bool guarded_read(const void* begin, uint64_t nbytes, Read& read, uint64_t* fault_offset) {
+  static_assert(noexcept(read()), "a guarded read must not throw: declare it noexcept");
   return run_mapping_guarded(
-      begin, nbytes, [](void* r) { (*static_cast<Read*>(r))(); }, &read, fault_offset);
+      begin, nbytes, [](void* r) noexcept { (*static_cast<Read*>(r))(); }, &read, fault_offset);
 }
 
 // Keeps SIGBUS unblocked on this thread while it lives, then blocks it

@@ -58,7 +58,7 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
     // Guarded: the file may have been truncated since the load mapped it.
     const std::byte* from = r.file->data() + r.file_offset;
     XXH64_hash_t in_file = 0;
-    auto hash = [&] { in_file = XXH3_64bits(from, r.nbytes); };
+    auto hash = [&]() noexcept { in_file = XXH3_64bits(from, r.nbytes); };
     uint64_t fault = 0;
     if (!detail::guarded_read(from, r.nbytes, hash, &fault)) {
       return detail::lost_to_truncation(*r.file, r.file_offset + fault)
