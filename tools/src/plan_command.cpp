@@ -98,7 +98,7 @@ int run_plan(const PlanOptions& o) {
 void add_plan_command(CLI::App& app, Action* run) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "Write a plan for safetensors files");
-  cmd->add_option("files", o->files, "Safetensors files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("files", o->files, "Safetensors files")->required();
   cmd->add_option("--place", o->place,
                   "GLOB=DEVICE: tensors whose name matches GLOB go to DEVICE "
                   "(repeatable; the first match wins)")

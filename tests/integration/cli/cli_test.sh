@@ -382,6 +382,13 @@ PY
     timeout 20 "$devalloc" plan huge_number.safetensors -o out_plan.json
   expect_failure 3 'huge_number_plan.json: invalid JSON at line 1, column [0-9]+: number 1e400' \
     timeout 20 "$devalloc" load huge_number_plan.json
+  # A safetensors argument that is missing or a folder is bad input (3),
+  # in devalloc's words, like the plan and config arguments.
+  expect_failure 3 'missing.safetensors: cannot open: No such file or directory' \
+    "$devalloc" plan missing.safetensors -o out_plan.json
+  mkdir -p a_folder.safetensors
+  expect_failure 3 'a_folder.safetensors: not a regular file \(a directory\)' \
+    "$devalloc" plan a_folder.safetensors -o out_plan.json
   mkfifo fifo.safetensors fifo_plan.json fifo.toml
   expect_failure 3 'fifo.safetensors: not a regular file \(a FIFO\)' \
     timeout 20 "$devalloc" plan fifo.safetensors -o out_plan.json
