@@ -2,12 +2,17 @@
 #include <devalloc/plugin.hpp>
 #include <devalloc/regular_file.hpp>
 
+#include "dynamic_linker.hpp"
 #include "elf_check.hpp"
 #include "guarded_call.hpp"
 
 #include <boost/dll/shared_library.hpp>
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string_view>
 #include <system_error>
 
@@ -20,7 +25,50 @@ struct PluginLibrary::Impl {
 PluginLibrary::PluginLibrary(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 
-PluginLibrary::~PluginLibrary() = default;
+namespace {
+
+// Set for good when a plugin's static initializer threw out of dlopen
+// (PLUGIN-7). The exception unwound through glibc's dlopen, past the code
+// that would have released the dynamic linker's lock: the thread that
+// opened the plugin holds it for ever, and every dlopen, dlsym, dladdr or
+// dlclose of another thread waits for it for ever. Nothing can repair that;
+// the loader calls into the dynamic linker no more and refuses every later
+// plugin at once, saying why.
+std::atomic<bool> g_linker_left_locked{false};
+std::mutex g_linker_left_locked_mutex;
+std::string g_linker_left_locked_by;  // the plugin's path, for messages
+
+void record_linker_left_locked(const std::filesystem::path& path) noexcept {
+  g_linker_left_locked.store(true);
+  try {
+    std::lock_guard lock(g_linker_left_locked_mutex);
+    if (g_linker_left_locked_by.empty()) {
+      g_linker_left_locked_by = path_for_message(path.string());
+    }
+  } catch (...) {
+    // The flag is set; only the name of the plugin is missing.
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> detail::dynamic_linker_left_locked() {
+  if (!g_linker_left_locked.load()) return std::nullopt;
+  std::lock_guard lock(g_linker_left_locked_mutex);
+  const std::string who = g_linker_left_locked_by.empty() ? std::string("a plugin")
+                                                          : "plugin " + g_linker_left_locked_by;
+  return "the static initializer of " + who +
+         " threw a C++ exception out of dlopen (PLUGIN-7), which left the dynamic linker "
+         "locked: this process can open no other plugin and must be restarted";
+}
+
+PluginLibrary::~PluginLibrary() {
+  // dlclose would wait for the lock another thread may hold for ever: the
+  // library stays mapped (the process has to be restarted anyway).
+  if (g_linker_left_locked.load() && impl_ != nullptr) {
+    static_cast<void>(impl_.release());
+  }
+}
 
 namespace {
 
@@ -28,21 +76,6 @@ PluginError refuse(PluginOutcome outcome, StatusCode code,
                    const std::filesystem::path& path,
                    const std::string& reason) {
   return {outcome, Status(code, "plugin " + path_for_message(path.string()) + ": " + reason)};
-}
-
-// Boost.DLL's what() wraps dlerror's text: "boost::dll::shared_library::
-// load() failed (dlerror system message: TEXT): Bad file descriptor", the
-// last part a stale errno. TEXT alone, or all of what() if it reads
-// otherwise.
-std::string_view dlerror_text(std::string_view what) {
-  constexpr std::string_view kOpen = "(dlerror system message: ";
-  const size_t start = what.find(kOpen);
-  const size_t end = what.rfind("): ");
-  if (start == std::string_view::npos || end == std::string_view::npos ||
-      end < start + kOpen.size()) {
-    return what;
-  }
-  return what.substr(start + kOpen.size(), end - start - kOpen.size());
 }
 
 std::string message_of(const devalloc_error& error) {
@@ -87,6 +120,12 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
 
 std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
     const std::filesystem::path& path, const RegularFile& file) {
+  // Into the dynamic linker no more: another thread's call would never
+  // return, and this thread's dlopen state was unwound from under it.
+  if (auto locked = detail::dynamic_linker_left_locked()) {
+    return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::internal, path,
+                            "not opened: " + *locked)};
+  }
   // glibc's dlopen maps what the program headers say and dies of SIGBUS on
   // a page past the end of a truncated file: read them first.
   if (auto problem = detail::elf_shared_object_problem(file.fd(), file.size())) {
@@ -96,17 +135,49 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
   }
 
   auto impl = std::make_unique<Impl>();
+  // The error_code overload: a failure of dlopen is an error code (and
+  // dlerror's text, below), never an exception. So an exception out of
+  // load() can only come from the library's own code that dlopen ran, its
+  // static initializers (PLUGIN-7), and it has left dlopen without
+  // releasing the dynamic linker's lock. (Boost.DLL itself allocates only a
+  // copy of the path before dlopen: were that to fail, later plugins would
+  // be refused needlessly, never left hanging.)
+  std::error_code load_error;
+  bool initializer_threw = false;
+  std::string thrown;
   try {
     // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
     // RTLD_NOW reports a missing symbol here instead of at first call.
-    impl->library.load(path, boost::dll::load_mode::rtld_now |
-                                 boost::dll::load_mode::rtld_local);
+    impl->library.load(path,
+                       boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local,
+                       load_error);
   } catch (const std::exception& e) {
+    record_linker_left_locked(path);  // before anything else can fail
+    initializer_threw = true;
+    try {
+      thrown = ": " + escaped(e.what(), 8192);
+    } catch (...) {
+    }
+  } catch (...) {
+    record_linker_left_locked(path);
+    initializer_threw = true;
+  }
+  if (initializer_threw) {
+    return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::internal, path,
+                            "refused: its static initializer threw a C++ exception out of "
+                            "dlopen (PLUGIN-7)" + thrown + "; the dynamic linker is left "
+                            "locked: this process can open no other plugin and must be "
+                            "restarted")};
+  }
+  if (load_error) {
     // dlerror's own words (they name a missing dependency), escaped: they
-    // repeat the file name.
+    // repeat the file name. Boost.DLL called nothing of the dynamic linker
+    // after the failed dlopen, so they are still this thread's.
+    const char* text = dlerror();
+    const std::string reason = text != nullptr ? std::string(text) : load_error.message();
     return {nullptr, refuse(PluginOutcome::open_failed,
                             StatusCode::runtime_unavailable, path,
-                            "cannot be opened: " + escaped(dlerror_text(e.what()), 8192))};
+                            "cannot be opened: " + escaped(reason, 8192))};
   }
 
   if (!impl->library.has(DEVALLOC_PLUGIN_ENTRY_POINT_NAME)) {

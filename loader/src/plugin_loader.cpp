@@ -138,7 +138,9 @@ std::string PluginLoader::file_name_for(const std::string& name) {
   return kFilePrefix + name + kFileSuffix;
 }
 
-fs::path PluginLoader::installed_plugin_dir() {
+namespace {
+
+fs::path find_installed_plugin_dir() {
   // The object that contains this code: the main program (devalloc, a
   // program linking the static loader) or a shared object (the Python
   // module). Any address of this file's code or data names it.
@@ -170,6 +172,29 @@ fs::path PluginLoader::installed_plugin_dir() {
   if (ec || self.empty()) return {};
   return (self.parent_path() / DEVALLOC_PLUGIN_DIR_FROM_BIN).lexically_normal();
 }
+
+// Found once, when the program (or the shared object containing the loader)
+// starts: dladdr waits for the dynamic linker's lock, which a plugin whose
+// static initializer threw out of dlopen leaves held for ever (see
+// dynamic_linker.hpp); asked after that, on another thread, it would never
+// return.
+const fs::path& installed_plugin_dir_once() noexcept {
+  static const fs::path dir = []() noexcept {
+    try {
+      return find_installed_plugin_dir();
+    } catch (...) {
+      return fs::path();
+    }
+  }();
+  return dir;
+}
+
+[[maybe_unused]] const bool g_installed_plugin_dir_found_at_start =
+    (installed_plugin_dir_once(), true);
+
+}  // namespace
+
+fs::path PluginLoader::installed_plugin_dir() { return installed_plugin_dir_once(); }
 
 std::string PluginLoader::ignored_sources() const {
   std::string out;

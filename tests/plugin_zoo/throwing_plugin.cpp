@@ -4,6 +4,12 @@
 // works on one device of host memory. The loader must turn each throw into
 // the call's failure (loader/src/guarded_call.hpp), never let it reach a
 // caller that expects a status, and never end the process.
+//
+// Built a second time with DEVALLOC_ZOO_THROWING_INITIALIZER: then a static
+// initializer throws, inside dlopen. The exception leaves glibc's dlopen
+// with the dynamic linker's lock held; the loader must refuse the plugin,
+// say that the process is spoilt, and refuse every later plugin at once
+// instead of hanging in the dynamic linker.
 #include <devalloc/plugin_abi.h>
 
 #include <cstdint>
@@ -129,6 +135,13 @@ devalloc_status copy_device_to_host(devalloc_instance*, const devalloc_copy_to_h
 devalloc_status synchronize(devalloc_instance*, uint32_t, devalloc_error*) {
   return DEVALLOC_STATUS_OK;
 }
+
+#if defined(DEVALLOC_ZOO_THROWING_INITIALIZER)
+struct ThrowsWhenConstructed {
+  ThrowsWhenConstructed() { throw std::runtime_error("zoo_throws: static initializer threw"); }
+};
+const ThrowsWhenConstructed throws_when_constructed;
+#endif
 
 const devalloc_plugin_api_v1 kApi = [] {
   devalloc_plugin_api_v1 api{};

@@ -198,7 +198,11 @@ class PluginLibrary {
   // file is read as an ELF shared object of this machine (class, byte
   // order, e_machine, ET_DYN, every segment inside the file): a truncated
   // copy or another architecture's file is refused as open_failed, never
-  // mapped (a truncated file mapped by dlopen raises SIGBUS).
+  // mapped (a truncated file mapped by dlopen raises SIGBUS). A library
+  // whose static initializer throws out of dlopen (PLUGIN-7) leaves the
+  // dynamic linker locked for good: it is refused as open_failed
+  // (internal), and so is every later open in the process, at once, without
+  // a call into the dynamic linker (docs/abi.md, PLUGIN-7).
   static std::pair<std::shared_ptr<PluginLibrary>, PluginError> open(
       const std::filesystem::path& path);
   // The same, with path already open as `file` (check_plugin_file's

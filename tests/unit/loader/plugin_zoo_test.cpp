@@ -5,8 +5,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <future>
 #include <map>
+#include <thread>
 #include <vector>
 
 namespace devalloc {
@@ -25,6 +31,81 @@ PluginError open_error(const std::string& variant) {
   auto [library, error] = PluginLibrary::open(zoo(variant));
   EXPECT_EQ(library, nullptr) << variant << " was accepted";
   return error;
+}
+
+// PLUGIN-7 broken in a static initializer: the exception unwinds out of
+// glibc's dlopen with the dynamic linker's lock held, and nothing can
+// release it. The plugin is refused saying so; every later open in the
+// process is refused at once, from any thread, instead of hanging in the
+// dynamic linker (a PluginLoader made on another thread, which used to ask
+// dladdr for its installed folder, included). Opens it, then a good plugin
+// from another thread and from this one; the exit status of a child process
+// (0: as expected), whose stderr says what was not.
+int open_throwing_initializer_then_others(const std::filesystem::path& throwing) {
+  const std::string spoilt =
+      "the static initializer of plugin " + throwing.string() +
+      " threw a C++ exception out of dlopen (PLUGIN-7), which left the dynamic linker "
+      "locked: this process can open no other plugin and must be restarted";
+  bool ok = true;
+  const auto expect = [&](bool condition, const std::string& what) {
+    if (!condition) {
+      std::fprintf(stderr, "%s\n", what.c_str());
+      ok = false;
+    }
+  };
+  auto [library, error] = PluginLibrary::open(throwing);
+  expect(library == nullptr, "the plugin was accepted");
+  expect(error.outcome == PluginOutcome::open_failed,
+         std::string("outcome ") + to_string(error.outcome));
+  expect(error.status.code() == StatusCode::internal,
+         std::string("code ") + to_string(error.status.code()));
+  expect(error.status.message() ==
+             "plugin " + throwing.string() +
+                 ": refused: its static initializer threw a C++ exception out of dlopen "
+                 "(PLUGIN-7): zoo_throws: static initializer threw; the dynamic linker is "
+                 "left locked: this process can open no other plugin and must be restarted",
+         "first refusal: " + error.status.message());
+
+  // Another thread: without the refusal it waits for the dynamic linker's
+  // lock for ever.
+  std::promise<PluginError> later;
+  std::future<PluginError> answer = later.get_future();
+  std::thread other([&] {
+    PluginLoader loader;
+    later.set_value(loader.load(zoo("well_behaved").string()).second);
+  });
+  if (answer.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    std::fprintf(stderr, "another thread's load hung\n");
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
+  other.join();
+  const PluginError other_error = answer.get();
+  expect(other_error.outcome == PluginOutcome::open_failed,
+         std::string("other thread: outcome ") + to_string(other_error.outcome));
+  expect(other_error.status.message() ==
+             "plugin " + zoo("well_behaved").string() + ": not opened: " + spoilt,
+         "other thread: " + other_error.status.message());
+
+  // The thread that opened it: refused the same way.
+  auto [again, again_error] = PluginLibrary::open(zoo("well_behaved"));
+  expect(again == nullptr, "same thread: a later plugin was accepted");
+  expect(again_error.status.message() ==
+             "plugin " + zoo("well_behaved").string() + ": not opened: " + spoilt,
+         "same thread: " + again_error.status.message());
+  std::fflush(stderr);
+  return ok ? 0 : 1;
+}
+
+// Run in a child process: the process that opens the plugin is spoilt for
+// good.
+TEST(PluginZooDeathTest,
+     GivenPluginWhoseStaticInitializerThrows_WhenOpening_ThenRefusedAndEveryLaterOpenIsRefusedAtOnceFromAnyThread) {
+  const std::filesystem::path throwing =
+      DEVALLOC_BINARY_DIR "/tests/plugin_zoo_initializer/libdevalloc_zoo_throwing_initializer.so";
+  ASSERT_TRUE(std::filesystem::exists(throwing));
+  EXPECT_EXIT(std::_Exit(open_throwing_initializer_then_others(throwing)),
+              ::testing::ExitedWithCode(0), "");
 }
 
 // PLUGIN-7 broken: what a plugin throws through the C ABI becomes the
