@@ -2,6 +2,7 @@
 #include <devalloc/no_exceptions.hpp>
 #include <devalloc/plugin.hpp>
 
+#include "capability_flags.hpp"
 #include "guarded_call.hpp"
 #include "plugin_layer.hpp"
 
@@ -148,7 +149,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   std::shared_ptr<Plugin> plugin(raw);  // deletes raw if this throws
   const std::string who = who_text();
   if (const LayerSettings settings = layers.with_environment(); settings.active()) {
-    PluginLayer* layer = PluginLayer::wrap(*api_in_use, args.instance, who, settings);
+    PluginLayer* layer =
+        PluginLayer::wrap(*api_in_use, args.instance, library->abi_minor(), who, settings);
     plugin->layer_ = layer;
     plugin->api_ = &layer->table();
     plugin->instance_ = layer->instance();
@@ -170,15 +172,18 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
       !s.ok()) {
     return create_failed(s);
   }
+  // Only the flags the negotiated minor defines: a 1.0 plugin's bit 2 is no
+  // HOST_ADDRESSABLE (it would have the host write through its addresses).
+  const uint64_t flags = caps.flags & detail::capability_flags_of_minor(library->abi_minor());
   plugin->capabilities_.async_copy =
-      (caps.flags & DEVALLOC_CAPABILITY_ASYNC_COPY) != 0;
+      (flags & DEVALLOC_CAPABILITY_ASYNC_COPY) != 0;
   plugin->capabilities_.host_staging =
-      (caps.flags & DEVALLOC_CAPABILITY_HOST_STAGING) != 0 &&
+      (flags & DEVALLOC_CAPABILITY_HOST_STAGING) != 0 &&
       api.struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1,
                                               free_host) &&
       api.allocate_host != nullptr && api.free_host != nullptr;
   plugin->capabilities_.host_addressable =
-      (caps.flags & DEVALLOC_CAPABILITY_HOST_ADDRESSABLE) != 0;
+      (flags & DEVALLOC_CAPABILITY_HOST_ADDRESSABLE) != 0;
   plugin->capabilities_.max_alignment = caps.max_alignment;
 
   uint32_t count = 0;

@@ -1,5 +1,7 @@
 #include "plugin_layer.hpp"
 
+#include "capability_flags.hpp"
+
 #include <devalloc/status.hpp>
 
 #include <algorithm>
@@ -172,9 +174,10 @@ struct PluginLayer::Call {
 };
 
 PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* real_instance,
-                         std::string plugin, LayerSettings settings)
+                         uint32_t abi_minor, std::string plugin, LayerSettings settings)
     : real_(real),
       real_instance_(real_instance),
+      known_flags_(detail::capability_flags_of_minor(abi_minor)),
       plugin_(std::move(plugin)),
       settings_(settings) {
   table_.struct_size = sizeof table_;
@@ -210,9 +213,9 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
 }
 
 PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
-                               devalloc_instance* real_instance, std::string plugin,
-                               LayerSettings settings) {
-  auto* layer = new PluginLayer(real, real_instance, std::move(plugin), settings);
+                               devalloc_instance* real_instance, uint32_t abi_minor,
+                               std::string plugin, LayerSettings settings) {
+  auto* layer = new PluginLayer(real, real_instance, abi_minor, std::move(plugin), settings);
   // The device count bounds the device checks; a plugin that cannot say
   // fails Plugin::create through the layer anyway.
   devalloc_error error{};
@@ -387,6 +390,7 @@ devalloc_status PluginLayer::get_capabilities(devalloc_instance* instance,
         (capabilities == nullptr || capabilities->struct_size < sizeof(size_t))) {
       return layer.fail_breach(call, "PLUGIN-4", "accepted a NULL or size-less struct");
     }
+    if (call.status == DEVALLOC_STATUS_OK) capabilities->flags &= layer.known_flags_;
     return call.status;
   }
   Guarded guarded(capabilities, capabilities->struct_size);
@@ -398,6 +402,12 @@ devalloc_status PluginLayer::get_capabilities(devalloc_instance* instance,
                                  std::to_string(capabilities->struct_size) + " bytes it was given");
   }
   guarded.copy_to(capabilities);
+  // Flags beyond the negotiated minor are ignored (docs/abi.md): the caller
+  // sees what Plugin::create keeps.
+  if (call.status == DEVALLOC_STATUS_OK &&
+      capabilities->struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_capabilities, flags)) {
+    capabilities->flags &= layer.known_flags_;
+  }
   return layer.finish(call);
 }
 

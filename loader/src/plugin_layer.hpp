@@ -19,10 +19,12 @@ namespace devalloc {
 class PluginLayer {
  public:
   // Wraps a created instance. The layer owns it from now on: the layer's
-  // destroy destroys it, then frees the layer.
+  // destroy destroys it, then frees the layer. abi_minor: the minor that
+  // negotiation agreed on; the layer's get_capabilities hands on only the
+  // flags it defines.
   static PluginLayer* wrap(const devalloc_plugin_api_v1& real,
-                           devalloc_instance* real_instance, std::string plugin,
-                           LayerSettings settings);
+                           devalloc_instance* real_instance, uint32_t abi_minor,
+                           std::string plugin, LayerSettings settings);
 
   const devalloc_plugin_api_v1& table() const { return table_; }
   devalloc_instance* instance() {
@@ -35,7 +37,7 @@ class PluginLayer {
   struct Call;    // one call in progress: its text, status and error
 
   PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* real_instance,
-              std::string plugin, LayerSettings settings);
+              uint32_t abi_minor, std::string plugin, LayerSettings settings);
   static PluginLayer* self(devalloc_instance* instance) {
     return reinterpret_cast<PluginLayer*>(instance);
   }
@@ -86,6 +88,7 @@ class PluginLayer {
   devalloc_plugin_api_v1 table_{};
   const devalloc_plugin_api_v1& real_;
   devalloc_instance* real_instance_;
+  const uint64_t known_flags_;  // the capability flags of the negotiated minor
   const std::string plugin_;
   const LayerSettings settings_;
   std::atomic<uint64_t> breaches_{0};

@@ -50,6 +50,11 @@
  *                                   than 1 MiB in another slot overlaps the slot below
  *   DEVALLOC_ZOO_MINOR_MISMATCH     PLUGIN-3: the table's abi_minor is 99, the
  *                                   negotiation answers the header's minor
+ *   DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE
+ *                                   negotiates ABI 1.0 (a 1.0 table, abi_minor 0) and
+ *                                   sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE, which 1.1
+ *                                   added: a flag a 1.0 plugin cannot mean (its device
+ *                                   addresses are host pointers all the same)
  *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
  *                                   with a NULL pointer (plugin_abi.h: only for 0 bytes)
  *   DEVALLOC_ZOO_HOSTILE_NAMES      breaks nothing, but its version and device name
@@ -78,7 +83,8 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
-    defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES)
+    defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
+    defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -310,6 +316,9 @@ static devalloc_status zoo_get_capabilities(devalloc_instance* z,
   c.flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
 #if defined(DEVALLOC_ZOO_NULL_STAGING)
   c.flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
+#endif
+#if defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
+  c.flags |= DEVALLOC_CAPABILITY_HOST_ADDRESSABLE;
 #endif
   c.max_alignment = ZOO_MAX_ALIGNMENT;
   memcpy(capabilities, &c, sizeof c);
@@ -566,6 +575,8 @@ static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_
 const devalloc_plugin_api_v1 devalloc_zoo_api = {
 #if defined(DEVALLOC_ZOO_SMALL_TABLE)
     16,
+#elif defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
+    DEVALLOC_PLUGIN_API_V1_MIN_SIZE,
 #else
     sizeof(devalloc_plugin_api_v1),
 #endif
@@ -576,6 +587,8 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
 #endif
 #if defined(DEVALLOC_ZOO_MINOR_MISMATCH)
     99,
+#elif defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
+    0,
 #else
     DEVALLOC_ABI_VERSION_MINOR,
 #endif
@@ -604,7 +617,11 @@ devalloc_status devalloc_plugin_negotiate(devalloc_negotiation* negotiation,
                     "zoo: negotiation struct is NULL or too small");
   }
   negotiation->plugin_major = DEVALLOC_ABI_VERSION_MAJOR;
+#if defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
+  negotiation->plugin_minor = 0;
+#else
   negotiation->plugin_minor = DEVALLOC_ABI_VERSION_MINOR;
+#endif
   negotiation->plugin_min_major = DEVALLOC_ABI_VERSION_MAJOR;
   negotiation->api = NULL;
 #if defined(DEVALLOC_ZOO_REFUSES)

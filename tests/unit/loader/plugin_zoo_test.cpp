@@ -146,6 +146,33 @@ TEST(PluginZoo, GivenPluginReturningAnUnknownStatus_WhenCalled_ThenInternalNamin
             "(PLUGIN-5), taken as internal, and gave no message");
 }
 
+// HOST_ADDRESSABLE is bit 2 of ABI 1.1: a plugin that negotiated 1.0 cannot
+// mean it, and the host that believed it would write straight into its
+// device addresses. Flags beyond the negotiated minor are ignored, by the
+// loader and by the validation layer alike; those of 1.0 are kept.
+TEST(PluginZoo, GivenPluginOfAbi1_0SettingTheHostAddressableFlagOf1_1_WhenLoading_ThenTheFlagIsIgnored) {
+  for (const bool validate : {false, true}) {
+    SCOPED_TRACE(validate ? "with the validation layer" : "without a layer");
+    LayerSettings layers;
+    layers.validate = validate;
+    auto [plugin, error] =
+        PluginLoader().load(zoo("v1_0_host_addressable").string(), {}, layers);
+    ASSERT_TRUE(plugin) << error.status.message();
+    EXPECT_EQ(plugin->abi_minor(), 0u);
+    EXPECT_FALSE(plugin->capabilities().host_addressable);
+    EXPECT_TRUE(plugin->capabilities().async_copy);
+    if (validate) {
+      devalloc_capabilities c{};
+      c.struct_size = sizeof c;
+      devalloc_error e{};
+      e.struct_size = sizeof e;
+      ASSERT_EQ(plugin->api().get_capabilities(plugin->instance(), &c, &e), DEVALLOC_STATUS_OK)
+          << e.message;
+      EXPECT_EQ(c.flags, DEVALLOC_CAPABILITY_ASYNC_COPY);
+    }
+  }
+}
+
 TEST(PluginZoo, GivenFileWithoutEntryPoint_WhenOpening_ThenRefusedAsNoEntryPoint) {
   PluginError e = open_error("no_entry");
   EXPECT_EQ(e.outcome, PluginOutcome::no_entry_point);
