@@ -9,6 +9,8 @@
 #include <boost/dll/shared_library.hpp>
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <atomic>
 #include <cstring>
@@ -82,6 +84,77 @@ std::string message_of(const devalloc_error& error) {
   const size_t n = strnlen(error.message, sizeof error.message);
   return n == 0 ? std::string("(no message)")
                 : escaped(std::string_view(error.message, n), sizeof error.message);
+}
+
+const char* symbol_type_name(unsigned type) {
+  switch (type) {
+    case STT_OBJECT: return "a data object (STT_OBJECT)";
+    case STT_TLS: return "a thread-local variable (STT_TLS)";
+    case STT_COMMON: return "a common block (STT_COMMON)";
+    case STT_SECTION: return "a section (STT_SECTION)";
+    case STT_FILE: return "a file name (STT_FILE)";
+    default: return nullptr;
+  }
+}
+
+// Whether address lies in a loaded segment that is executable: 1, in one
+// that is not: 0, in none: -1.
+int executable_at(const void* address) {
+  struct Search {
+    uintptr_t address;
+    int answer = -1;
+  } search{reinterpret_cast<uintptr_t>(address)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_LOAD) continue;
+          const uintptr_t start = info->dlpi_addr + segment.p_vaddr;
+          if (s->address >= start && s->address - start < segment.p_memsz) {
+            s->answer = (segment.p_flags & PF_X) != 0 ? 1 : 0;
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &search);
+  return search.answer;
+}
+
+// Why what dlsym found by the entry point's name cannot be called, or
+// nothing. dlsym finds a data object by that name as well as a function;
+// calling it would jump into data. The dynamic symbol says what it is
+// (STT_FUNC, or STT_GNU_IFUNC: then dlsym returned what its resolver
+// picked, which no dynamic symbol may name); whatever it is, it must lie in
+// executable code.
+std::optional<std::string> entry_point_problem(const void* entry) {
+  constexpr const char* kMust = "; the entry point must be a function (PLUGIN-1)";
+  Dl_info info{};
+  void* found = nullptr;
+  if (dladdr1(entry, &info, &found, RTLD_DL_SYMENT) != 0 && found != nullptr &&
+      info.dli_sname != nullptr &&
+      std::strcmp(info.dli_sname, DEVALLOC_PLUGIN_ENTRY_POINT_NAME) == 0) {
+    const auto* symbol = static_cast<const ElfW(Sym)*>(found);
+#if __ELF_NATIVE_CLASS == 64
+    const unsigned type = ELF64_ST_TYPE(symbol->st_info);
+#else
+    const unsigned type = ELF32_ST_TYPE(symbol->st_info);
+#endif
+    if (type == STT_FUNC || type == STT_GNU_IFUNC) return std::nullopt;
+    if (const char* name = symbol_type_name(type)) {
+      return std::string(DEVALLOC_PLUGIN_ENTRY_POINT_NAME
+                         " is not a function: its dynamic symbol is ") +
+             name + kMust;
+    }
+  }
+  if (executable_at(entry) != 1) {
+    return std::string(DEVALLOC_PLUGIN_ENTRY_POINT_NAME
+                       " is not a function: it lies outside the executable code of the "
+                       "loaded libraries") +
+           kMust;
+  }
+  return std::nullopt;
 }
 
 // Every v1 function a host needs; allocate_host/free_host are optional.
@@ -190,6 +263,10 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
   }
   auto& negotiate = impl->library.get<std::remove_pointer_t<
       devalloc_plugin_negotiate_fn>>(DEVALLOC_PLUGIN_ENTRY_POINT_NAME);
+  if (auto problem = entry_point_problem(reinterpret_cast<const void*>(&negotiate))) {
+    return {nullptr, refuse(PluginOutcome::no_entry_point, StatusCode::unsupported, path,
+                            *problem)};
+  }
 
   devalloc_negotiation n{};
   n.struct_size = sizeof n;

@@ -55,6 +55,9 @@
  *                                   sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE, which 1.1
  *                                   added: a flag a 1.0 plugin cannot mean (its device
  *                                   addresses are host pointers all the same)
+ *   DEVALLOC_ZOO_IFUNC_ENTRY        breaks nothing: its devalloc_plugin_negotiate is a GNU
+ *                                   indirect function (STT_GNU_IFUNC) whose resolver picks a
+ *                                   hidden function, which dlsym returns
  *   DEVALLOC_ZOO_NULL_STAGING       offers HOST_STAGING, and allocate_host answers OK
  *                                   with a NULL pointer (plugin_abi.h: only for 0 bytes)
  *   DEVALLOC_ZOO_HOSTILE_NAMES      breaks nothing, but its version and device name
@@ -84,7 +87,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
     defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
-    defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
+    defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -609,8 +612,15 @@ const devalloc_plugin_api_v1 devalloc_zoo_api = {
     NULL,
 };
 
-devalloc_status devalloc_plugin_negotiate(devalloc_negotiation* negotiation,
-                                          devalloc_error* error) {
+#if defined(DEVALLOC_ZOO_IFUNC_ENTRY)
+/* The entry point's code, picked by the resolver below. */
+static devalloc_status zoo_negotiate(devalloc_negotiation* negotiation, devalloc_error* error);
+#define ZOO_NEGOTIATE zoo_negotiate
+#else
+#define ZOO_NEGOTIATE devalloc_plugin_negotiate
+#endif
+
+devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error* error) {
   if (negotiation == NULL ||
       negotiation->struct_size < DEVALLOC_STRUCT_SIZE(devalloc_negotiation, api)) {
     return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT,
@@ -642,5 +652,11 @@ devalloc_status devalloc_plugin_negotiate(devalloc_negotiation* negotiation,
   return DEVALLOC_STATUS_OK;
 #endif
 }
+
+#if defined(DEVALLOC_ZOO_IFUNC_ENTRY)
+static devalloc_plugin_negotiate_fn zoo_resolve_negotiate(void) { return zoo_negotiate; }
+devalloc_status devalloc_plugin_negotiate(devalloc_negotiation* negotiation, devalloc_error* error)
+    __attribute__((ifunc("zoo_resolve_negotiate")));
+#endif
 
 #endif

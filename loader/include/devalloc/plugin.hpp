@@ -29,7 +29,7 @@ enum class PluginOutcome {
   loaded,
   not_found,           // no such file, or no file of that name on the path
   open_failed,         // dlopen failed (dlerror text in the message)
-  no_entry_point,      // devalloc_plugin_negotiate is not exported
+  no_entry_point,      // devalloc_plugin_negotiate is not exported, or not a function
   negotiation_failed,  // the entry point refused or returned garbage
   version_mismatch,    // no ABI major in common
   table_too_small,     // struct_size of the function table is too small

@@ -102,6 +102,7 @@ plugins_lists_zoo_reasons_and_host)
   grep -A2 '^zoo_create_fails ' out.txt | grep -q 'libzoo.so.3 not found' || fail "create_fails reason"
   grep -A2 '^zoo_truncated ' out.txt | grep -q 'cannot be opened: truncated: segment' || fail "truncated reason"
   grep -A2 '^zoo_not_a_library ' out.txt | grep -q 'cannot be opened: not an ELF file$' || fail "not_a_library reason"
+  grep -A2 '^zoo_entry_is_data ' out.txt | grep -q 'devalloc_plugin_negotiate is not a function' || fail "entry_is_data reason"
   DEVALLOC_PLUGIN_PATH="$zoo_dir" "$devalloc" plugins --json > out.json
   "$python" -c "
 import json; p = {x['name']: x for x in json.load(open('out.json'))['plugins']}

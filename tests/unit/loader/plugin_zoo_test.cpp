@@ -181,6 +181,27 @@ TEST(PluginZoo, GivenFileWithoutEntryPoint_WhenOpening_ThenRefusedAsNoEntryPoint
                     HasSubstr("does not export devalloc_plugin_negotiate")));
 }
 
+// dlsym finds a data object by the entry point's name as well as a
+// function: calling it jumped into data (a crash that `devalloc plugins`
+// died of without a word).
+TEST(PluginZoo, GivenEntryPointThatIsADataObject_WhenOpening_ThenRefusedAsNotAFunction) {
+  PluginError e = open_error("entry_is_data");
+  EXPECT_EQ(e.outcome, PluginOutcome::no_entry_point);
+  EXPECT_EQ(e.status.code(), StatusCode::unsupported);
+  EXPECT_EQ(e.status.message(),
+            "plugin " + zoo("entry_is_data").string() +
+                ": devalloc_plugin_negotiate is not a function: its dynamic symbol is a data "
+                "object (STT_OBJECT); the entry point must be a function (PLUGIN-1)");
+}
+
+// A GNU indirect function is a function: dlsym returns what its resolver
+// picked, a hidden function that no dynamic symbol names.
+TEST(PluginZoo, GivenEntryPointThatIsAnIndirectFunction_WhenLoading_ThenItLoads) {
+  auto [plugin, error] = PluginLoader().load(zoo("ifunc_entry").string());
+  ASSERT_TRUE(plugin) << error.status.message();
+  EXPECT_EQ(plugin->devices().size(), 1u);
+}
+
 TEST(PluginZoo, GivenEntryPointThatFails_WhenOpening_ThenRefusedWithPluginsMessage) {
   PluginError e = open_error("refuses");
   EXPECT_EQ(e.outcome, PluginOutcome::negotiation_failed);
@@ -272,6 +293,7 @@ TEST(PluginZoo, GivenZooOnSearchPath_WhenDiscovering_ThenEachBadOneHasItsReasonA
       {"zoo_missing_dep", PluginOutcome::open_failed},
       {"zoo_not_a_library", PluginOutcome::open_failed},
       {"zoo_truncated", PluginOutcome::open_failed},  // never mapped: no SIGBUS
+      {"zoo_entry_is_data", PluginOutcome::no_entry_point},  // never called
   };
   for (const auto& [name, outcome] : expected) {
     ASSERT_TRUE(by_name.count(name)) << name << " was not listed";
