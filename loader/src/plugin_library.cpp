@@ -12,6 +12,7 @@
 #include <elf.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -315,26 +316,38 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                             DEVALLOC_PLUGIN_ENTRY_POINT_NAME
                             " returned OK without a function table")};
   }
-  const auto* api = static_cast<const devalloc_plugin_api_v1*>(n.api);
-  if (api->struct_size < DEVALLOC_PLUGIN_API_V1_MIN_SIZE) {
+  // PLUGIN-3: the table is read once, here. The loader keeps a copy of what
+  // it knows of it (up to the plugin's struct_size), checks the copy and
+  // calls through it only: a plugin that changes its table later (one in
+  // writable memory) changes nothing, and a function the checks found is
+  // never NULL when called.
+  const auto* plugin_table = static_cast<const unsigned char*>(n.api);
+  size_t table_size = 0;
+  std::memcpy(&table_size, plugin_table, sizeof table_size);
+  if (table_size < DEVALLOC_PLUGIN_API_V1_MIN_SIZE) {
     return {nullptr,
             refuse(PluginOutcome::table_too_small, StatusCode::unsupported,
                    path,
-                   "function table is " + std::to_string(api->struct_size) +
+                   "function table is " + std::to_string(table_size) +
                        " bytes, ABI " +
                        std::to_string(DEVALLOC_ABI_VERSION_MAJOR) +
                        ".0 needs at least " +
                        std::to_string(DEVALLOC_PLUGIN_API_V1_MIN_SIZE))};
   }
-  if (api->abi_major != DEVALLOC_ABI_VERSION_MAJOR) {
+  devalloc_plugin_api_v1 copy{};
+  const size_t known = std::min(table_size, sizeof copy);
+  std::memcpy(&copy, plugin_table, known);
+  copy.struct_size = known;
+  const devalloc_plugin_api_v1& api = copy;
+  if (api.abi_major != DEVALLOC_ABI_VERSION_MAJOR) {
     return {nullptr,
             refuse(PluginOutcome::version_mismatch, StatusCode::unsupported,
                    path,
                    "function table says ABI " +
-                       std::to_string(api->abi_major) + ", negotiated " +
+                       std::to_string(api.abi_major) + ", negotiated " +
                        std::to_string(n.plugin_major))};
   }
-  if (const char* missing = first_missing_required(*api)) {
+  if (const char* missing = first_missing_required(api)) {
     return {nullptr, refuse(PluginOutcome::negotiation_failed,
                             StatusCode::unsupported, path,
                             std::string("function table has no ") + missing +
@@ -353,11 +366,11 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
     return escaped(std::string_view(text, kMaxQuotedBytes)) + "... (over " +
            std::to_string(kLongest) + " bytes)";
   };
-  library->name_ = own_text(api->plugin_name);
-  library->version_ = own_text(api->plugin_version);
+  library->name_ = own_text(api.plugin_name);
+  library->version_ = own_text(api.plugin_version);
   library->abi_major_ = n.plugin_major;
   library->abi_minor_ = n.plugin_minor;
-  library->api_ = api;
+  library->api_ = copy;
   return {std::move(library), {PluginOutcome::loaded, Status()}};
 }
 

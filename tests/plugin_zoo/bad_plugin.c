@@ -55,6 +55,11 @@
  *                                   sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE, which 1.1
  *                                   added: a flag a 1.0 plugin cannot mean (its device
  *                                   addresses are host pointers all the same)
+ *   DEVALLOC_ZOO_MUTABLE_TABLE      PLUGIN-3: its table lies in writable memory, and it
+ *                                   changes it after the loader read it: create clears
+ *                                   copy_host_to_device; allocate clears copy_device_to_host,
+ *                                   synchronize and deallocate (a second open in the same
+ *                                   process then finds them missing)
  *   DEVALLOC_ZOO_IFUNC_ENTRY        breaks nothing: its devalloc_plugin_negotiate is a GNU
  *                                   indirect function (STT_GNU_IFUNC) whose resolver picks a
  *                                   hidden function, which dlsym returns
@@ -87,9 +92,19 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
     defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
-    defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY)
+    defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
+    defined(DEVALLOC_ZOO_MUTABLE_TABLE)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
+
+#if defined(DEVALLOC_ZOO_MUTABLE_TABLE)
+#define ZOO_TABLE_CONST
+#else
+#define ZOO_TABLE_CONST const
+#endif
+/* Defined below. Not static: the variants that refuse to negotiate never
+ * hand it out, and hidden visibility keeps it unexported all the same. */
+extern ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api;
 
 #if defined(DEVALLOC_ZOO_HOSTILE_NAMES)
 /* 7 + 300 bytes: longer than a message shows, so it ends in its length. */
@@ -293,6 +308,9 @@ static devalloc_status zoo_create(devalloc_create_args* args, devalloc_error* er
   if (z == NULL) return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, "zoo: calloc failed");
   pthread_mutex_init(&z->mutex, NULL);
   args->instance = z;
+#if defined(DEVALLOC_ZOO_MUTABLE_TABLE)
+  devalloc_zoo_api.copy_host_to_device = NULL;
+#endif
   return DEVALLOC_STATUS_OK;
 }
 
@@ -373,6 +391,11 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
   void* raw;
   if (args == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL args");
   if (args->device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+#if defined(DEVALLOC_ZOO_MUTABLE_TABLE)
+  devalloc_zoo_api.copy_device_to_host = NULL;
+  devalloc_zoo_api.synchronize = NULL;
+  devalloc_zoo_api.deallocate = NULL;
+#endif
   alignment = args->alignment == 0 ? 256 : args->alignment;
   if ((alignment & (alignment - 1)) != 0) {
     return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: alignment not a power of two");
@@ -573,9 +596,7 @@ static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_
 #define ZOO_FREE_HOST NULL
 #endif
 
-/* Not static: the variants that refuse to negotiate never hand it out, and
- * hidden visibility keeps it unexported all the same. */
-const devalloc_plugin_api_v1 devalloc_zoo_api = {
+ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api = {
 #if defined(DEVALLOC_ZOO_SMALL_TABLE)
     16,
 #elif defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)

@@ -215,7 +215,11 @@ class PluginLibrary {
   const std::string& version() const { return version_; }
   uint32_t abi_major() const { return abi_major_; }
   uint32_t abi_minor() const { return abi_minor_; }
-  const devalloc_plugin_api_v1& api() const { return *api_; }
+  // The loader's copy of the plugin's function table, taken and checked at
+  // negotiation (PLUGIN-3: the table is read once): what the plugin's table
+  // held then, up to the smaller of its struct_size and this header's
+  // (struct_size says which), the rest zero. Every call goes through it.
+  const devalloc_plugin_api_v1& api() const { return api_; }
 
  private:
   struct Impl;
@@ -226,7 +230,7 @@ class PluginLibrary {
   std::string version_;
   uint32_t abi_major_ = 0;
   uint32_t abi_minor_ = 0;
-  const devalloc_plugin_api_v1* api_ = nullptr;
+  devalloc_plugin_api_v1 api_{};
 };
 
 }  // namespace devalloc

@@ -173,6 +173,31 @@ TEST(PluginZoo, GivenPluginOfAbi1_0SettingTheHostAddressableFlagOf1_1_WhenLoadin
   }
 }
 
+// PLUGIN-3: the function table is read once, at negotiation. A plugin whose
+// table lies in writable memory and that changes it afterwards (create
+// clears copy_host_to_device; allocate clears copy_device_to_host,
+// synchronize and deallocate) changes nothing: the loader, and the
+// validation layer over it, call through the loader's checked copy.
+TEST(PluginZoo, GivenPluginThatClearsEntriesOfItsTableAfterTheChecks_WhenCalled_ThenTheLoadersCopyIsCalled) {
+  for (const bool validate : {false, true}) {
+    SCOPED_TRACE(validate ? "with the validation layer" : "without a layer");
+    LayerSettings layers;
+    layers.validate = validate;
+    // Each plugin is closed before the next open, which maps a fresh table.
+    auto [plugin, error] = PluginLoader().load(zoo("mutable_table").string(), {}, layers);
+    ASSERT_TRUE(plugin) << error.status.message();
+    EXPECT_NE(plugin->library().api().copy_host_to_device, nullptr);
+    auto address = plugin->allocate(0, 64, 0);
+    ASSERT_TRUE(address.ok()) << address.status().message();
+    std::vector<uint8_t> bytes(64, 7), back(64, 0);
+    EXPECT_TRUE(plugin->copy_to_device(0, *address, bytes.data(), bytes.size()).ok());
+    EXPECT_TRUE(plugin->synchronize(0).ok());
+    EXPECT_TRUE(plugin->copy_to_host(0, back.data(), *address, back.size()).ok());
+    EXPECT_EQ(back, bytes);
+    EXPECT_TRUE(plugin->deallocate(0, *address).ok());
+  }
+}
+
 TEST(PluginZoo, GivenFileWithoutEntryPoint_WhenOpening_ThenRefusedAsNoEntryPoint) {
   PluginError e = open_error("no_entry");
   EXPECT_EQ(e.outcome, PluginOutcome::no_entry_point);
