@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <string_view>
@@ -269,7 +270,21 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                             *problem)};
   }
 
-  devalloc_negotiation n{};
+  // The struct is followed by slack, as every output struct the loader
+  // hands out: a plugin that writes past the struct_size it was handed
+  // (PLUGIN-4; one built against a header whose struct grew) scribbles into
+  // the slack, not over the loader's stack, and is refused. The slack holds
+  // a pattern in which no two neighbouring bytes are equal, so that any
+  // fill is seen.
+  struct NegotiationWithSlack {
+    devalloc_negotiation value;
+    unsigned char slack[512];
+  };
+  static_assert(offsetof(NegotiationWithSlack, slack) == sizeof(devalloc_negotiation));
+  const auto slack_byte = [](size_t i) { return static_cast<unsigned char>(0xa5 ^ i); };
+  NegotiationWithSlack buffer{};
+  for (size_t i = 0; i < sizeof buffer.slack; ++i) buffer.slack[i] = slack_byte(i);
+  devalloc_negotiation& n = buffer.value;
   n.struct_size = sizeof n;
   n.host_min_major = DEVALLOC_ABI_VERSION_MAJOR;
   n.host_max_major = DEVALLOC_ABI_VERSION_MAJOR;
@@ -278,6 +293,16 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
   error.struct_size = sizeof error;
   const devalloc_status status = detail::guarded_call(
       DEVALLOC_PLUGIN_ENTRY_POINT_NAME, &error, [&] { return negotiate(&n, &error); });
+  for (size_t i = 0; i < sizeof buffer.slack; ++i) {
+    if (buffer.slack[i] != slack_byte(i)) {
+      return {nullptr, refuse(PluginOutcome::negotiation_failed, StatusCode::internal, path,
+                              DEVALLOC_PLUGIN_ENTRY_POINT_NAME " wrote past the struct_size of " +
+                                  std::to_string(sizeof n) + " bytes it was handed (byte " +
+                                  std::to_string(sizeof n + i) +
+                                  " changed), which PLUGIN-4 forbids (built against another "
+                                  "header?)")};
+    }
+  }
 
   const std::string loader_speaks =
       "this loader speaks " + std::to_string(DEVALLOC_ABI_VERSION_MAJOR) +

@@ -10,6 +10,11 @@
  *                             says abi_major 2
  *   DEVALLOC_ZOO_CREATE_FAILS create() finds no vendor runtime
  *   DEVALLOC_ZOO_MISSING_DEP  needs a library the dynamic linker cannot find
+ *   DEVALLOC_ZOO_NEGOTIATION_SCRIBBLE
+ *                             answers OK with its table, and writes 32 bytes of 0xff
+ *                             past the negotiation struct, whatever struct_size it was
+ *                             given (PLUGIN-4), as one built against a header whose
+ *                             struct grew would
  * Every function of a table other than create() answers UNSUPPORTED: the
  * loader must refuse these plugins before it calls any of them.
  *
@@ -73,6 +78,7 @@
 #include <devalloc/plugin_abi.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #if defined(DEVALLOC_ZOO_NO_ENTRY)
 
@@ -667,6 +673,10 @@ devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error*
   negotiation->plugin_minor = 0;
   negotiation->plugin_min_major = 2;
   negotiation->api = &devalloc_zoo_api;
+  return DEVALLOC_STATUS_OK;
+#elif defined(DEVALLOC_ZOO_NEGOTIATION_SCRIBBLE)
+  negotiation->api = &devalloc_zoo_api;
+  memset((char*)negotiation + sizeof *negotiation, 0xff, 32);
   return DEVALLOC_STATUS_OK;
 #else
   negotiation->api = &devalloc_zoo_api;

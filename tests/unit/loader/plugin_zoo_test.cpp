@@ -234,6 +234,22 @@ TEST(PluginZoo, GivenEntryPointThatFails_WhenOpening_ThenRefusedWithPluginsMessa
   EXPECT_THAT(e.status.message(), HasSubstr("refused with internal"));
 }
 
+// PLUGIN-4 broken in negotiation, as by a plugin built against a header
+// whose negotiation struct grew: it writes past the struct_size it was
+// handed. The struct is followed by slack, as every output struct the
+// loader hands out, so the loader's stack is safe; the plugin is refused.
+TEST(PluginZoo, GivenEntryPointWritingPastTheNegotiationStruct_WhenOpening_ThenRefusedWithPlugin4) {
+  PluginError e = open_error("negotiation_scribble");
+  EXPECT_EQ(e.outcome, PluginOutcome::negotiation_failed);
+  EXPECT_EQ(e.status.code(), StatusCode::internal);
+  EXPECT_EQ(e.status.message(),
+            "plugin " + zoo("negotiation_scribble").string() +
+                ": devalloc_plugin_negotiate wrote past the struct_size of " +
+                std::to_string(sizeof(devalloc_negotiation)) +
+                " bytes it was handed (byte " + std::to_string(sizeof(devalloc_negotiation)) +
+                " changed), which PLUGIN-4 forbids (built against another header?)");
+}
+
 TEST(PluginZoo, GivenPluginWithMajor2_WhenOpening_ThenRejectedWithBothVersions) {
   PluginError e = open_error("major2");
   EXPECT_EQ(e.outcome, PluginOutcome::version_mismatch);
@@ -319,6 +335,7 @@ TEST(PluginZoo, GivenZooOnSearchPath_WhenDiscovering_ThenEachBadOneHasItsReasonA
       {"zoo_not_a_library", PluginOutcome::open_failed},
       {"zoo_truncated", PluginOutcome::open_failed},  // never mapped: no SIGBUS
       {"zoo_entry_is_data", PluginOutcome::no_entry_point},  // never called
+      {"zoo_negotiation_scribble", PluginOutcome::negotiation_failed},
   };
   for (const auto& [name, outcome] : expected) {
     ASSERT_TRUE(by_name.count(name)) << name << " was not listed";
