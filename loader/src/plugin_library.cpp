@@ -378,6 +378,17 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                             std::string("function table has no ") + missing +
                                 ", which ABI 1 requires")};
   }
+  // Every message names the plugin by it: without one they would read
+  // `plugin ""`.
+  if (api.plugin_name == nullptr) {
+    return {nullptr, refuse(PluginOutcome::negotiation_failed, StatusCode::unsupported, path,
+                            "function table has no plugin_name (NULL), which PLUGIN-3 "
+                            "requires")};
+  }
+  if (api.plugin_name[0] == '\0') {
+    return {nullptr, refuse(PluginOutcome::negotiation_failed, StatusCode::unsupported, path,
+                            "function table has an empty plugin_name, which PLUGIN-3 forbids")};
+  }
 
   std::shared_ptr<PluginLibrary> library(new PluginLibrary(std::move(impl)));
   library->path_ = path;

@@ -15,6 +15,8 @@
  *                             past the negotiation struct, whatever struct_size it was
  *                             given (PLUGIN-4), as one built against a header whose
  *                             struct grew would
+ *   DEVALLOC_ZOO_NULL_NAME    answers OK with a table whose plugin_name is NULL
+ *   DEVALLOC_ZOO_EMPTY_NAME   answers OK with a table whose plugin_name is ""
  * Every function of a table other than create() answers UNSUPPORTED: the
  * loader must refuse these plugins before it calls any of them.
  *
@@ -622,7 +624,13 @@ ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api = {
 #else
     DEVALLOC_ABI_VERSION_MINOR,
 #endif
+#if defined(DEVALLOC_ZOO_NULL_NAME)
+    NULL,
+#elif defined(DEVALLOC_ZOO_EMPTY_NAME)
+    "",
+#else
     "zoo",
+#endif
     ZOO_VERSION,
     zoo_create,
     zoo_destroy,

@@ -283,6 +283,23 @@ TEST(PluginZoo, GivenTableOfAnotherMajorThanNegotiated_WhenOpening_ThenRefusedNa
               AllOf(HasSubstr("function table says ABI 2"), HasSubstr("negotiated 1")));
 }
 
+// PLUGIN-3: a table names its plugin. Without a name every message would
+// read `plugin ""`.
+TEST(PluginZoo, GivenTableWithoutPluginName_WhenOpening_ThenRefusedNamingPlugin3) {
+  PluginError e = open_error("null_name");
+  EXPECT_EQ(e.outcome, PluginOutcome::negotiation_failed);
+  EXPECT_EQ(e.status.code(), StatusCode::unsupported);
+  EXPECT_EQ(e.status.message(), "plugin " + zoo("null_name").string() +
+                                    ": function table has no plugin_name (NULL), which "
+                                    "PLUGIN-3 requires");
+  e = open_error("empty_name");
+  EXPECT_EQ(e.outcome, PluginOutcome::negotiation_failed);
+  EXPECT_EQ(e.status.code(), StatusCode::unsupported);
+  EXPECT_EQ(e.status.message(), "plugin " + zoo("empty_name").string() +
+                                    ": function table has an empty plugin_name, which "
+                                    "PLUGIN-3 forbids");
+}
+
 TEST(PluginZoo, GivenCreateThatFails_WhenLoading_ThenRefusedWithPluginsOwnMessage) {
   PluginLoader loader;
   auto [plugin, e] = loader.load(zoo("create_fails").string());
@@ -336,6 +353,8 @@ TEST(PluginZoo, GivenZooOnSearchPath_WhenDiscovering_ThenEachBadOneHasItsReasonA
       {"zoo_truncated", PluginOutcome::open_failed},  // never mapped: no SIGBUS
       {"zoo_entry_is_data", PluginOutcome::no_entry_point},  // never called
       {"zoo_negotiation_scribble", PluginOutcome::negotiation_failed},
+      {"zoo_null_name", PluginOutcome::negotiation_failed},
+      {"zoo_empty_name", PluginOutcome::negotiation_failed},
   };
   for (const auto& [name, outcome] : expected) {
     ASSERT_TRUE(by_name.count(name)) << name << " was not listed";
