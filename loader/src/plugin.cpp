@@ -4,6 +4,7 @@
 
 #include "capability_flags.hpp"
 #include "guarded_call.hpp"
+#include "plugin_status.hpp"
 #include "plugin_layer.hpp"
 
 #include <cstring>
@@ -70,14 +71,10 @@ Status Plugin::check(devalloc_status status, const devalloc_error& error,
                      const char* call) const {
   if (status == DEVALLOC_STATUS_OK) return Status();
   std::string message = message_text(error);
-  const bool known = status >= DEVALLOC_STATUS_OK && status <= DEVALLOC_STATUS_INTERNAL;
-  if (!known) {
+  if (!detail::abi_defines(status)) {
     // PLUGIN-5: a status the header does not define becomes internal; the
     // caller learns which call gave it and what it was.
-    message = std::string(call) + " returned status " + std::to_string(status) +
-              ", which the ABI does not define (PLUGIN-5), taken as internal" +
-              (message.empty() ? std::string(", and gave no message")
-                               : ": " + message);
+    message = detail::undefined_status_text(call, status, message);
   } else if (message.empty()) {
     // PLUGIN rule: every failure carries a message. Say who broke it.
     message = std::string(call) + " failed with " +
@@ -126,7 +123,11 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   };
   if (status != DEVALLOC_STATUS_OK || args.instance == nullptr) {
     std::string message = message_text(error);
-    if (status == DEVALLOC_STATUS_OK) message = "create returned no instance";
+    if (status == DEVALLOC_STATUS_OK) {
+      message = "create returned no instance";
+    } else if (!detail::abi_defines(status)) {
+      message = detail::undefined_status_text("create", status, message);
+    }
     if (message.empty()) message = "(no message)";
     return {nullptr,
             {PluginOutcome::create_failed,

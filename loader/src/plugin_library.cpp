@@ -5,6 +5,7 @@
 #include "dynamic_linker.hpp"
 #include "elf_check.hpp"
 #include "guarded_call.hpp"
+#include "plugin_status.hpp"
 
 #include <boost/dll/shared_library.hpp>
 
@@ -311,6 +312,18 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
     return "ABI " + std::to_string(n.plugin_major) + "." +
            std::to_string(n.plugin_minor) + " offered";
   };
+  if (status != DEVALLOC_STATUS_OK && !detail::abi_defines(status)) {
+    // PLUGIN-5, worded as for every other call; its out fields are not
+    // believed either.
+    const size_t length = strnlen(error.message, sizeof error.message);
+    return {nullptr,
+            refuse(PluginOutcome::negotiation_failed, StatusCode::internal, path,
+                   detail::undefined_status_text(
+                       DEVALLOC_PLUGIN_ENTRY_POINT_NAME, status,
+                       length == 0 ? std::string()
+                                   : escaped(std::string_view(error.message, length),
+                                             sizeof error.message)))};
+  }
   if (status != DEVALLOC_STATUS_OK) {
     const bool other_major = n.plugin_major != 0 &&
                              (n.plugin_major != DEVALLOC_ABI_VERSION_MAJOR ||

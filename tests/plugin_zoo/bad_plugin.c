@@ -17,6 +17,11 @@
  *                             struct grew would
  *   DEVALLOC_ZOO_NULL_NAME    answers OK with a table whose plugin_name is NULL
  *   DEVALLOC_ZOO_EMPTY_NAME   answers OK with a table whose plugin_name is ""
+ *   DEVALLOC_ZOO_NEGOTIATE_STATUS42
+ *                             the entry point answers status 42, which the ABI does
+ *                             not define (PLUGIN-5), with a message
+ *   DEVALLOC_ZOO_CREATE_STATUS42
+ *                             create() answers status 42 (PLUGIN-5), with a message
  * Every function of a table other than create() answers UNSUPPORTED: the
  * loader must refuse these plugins before it calls any of them.
  *
@@ -149,6 +154,8 @@ static devalloc_status zoo_create(devalloc_create_args* args, devalloc_error* er
 #if defined(DEVALLOC_ZOO_CREATE_FAILS)
   return zoo_fail(error, DEVALLOC_STATUS_RUNTIME_UNAVAILABLE,
                   "zoo: vendor runtime libzoo.so.3 not found");
+#elif defined(DEVALLOC_ZOO_CREATE_STATUS42)
+  return zoo_fail(error, 42, "zoo: create answers a status of its own");
 #elif defined(DEVALLOC_ZOO_MISSING_DEP)
   return zoo_fail(error, DEVALLOC_STATUS_UNSUPPORTED,
                   devalloc_zoo_dependency_answer() == 42 ? "zoo: unsupported"
@@ -671,6 +678,8 @@ devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error*
   negotiation->api = NULL;
 #if defined(DEVALLOC_ZOO_REFUSES)
   return zoo_fail(error, DEVALLOC_STATUS_INTERNAL, "zoo: refusing to negotiate");
+#elif defined(DEVALLOC_ZOO_NEGOTIATE_STATUS42)
+  return zoo_fail(error, 42, "zoo: negotiation answers a status of its own");
 #elif defined(DEVALLOC_ZOO_MAJOR2)
   negotiation->plugin_major = 2;
   negotiation->plugin_minor = 0;

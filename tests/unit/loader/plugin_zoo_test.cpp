@@ -198,6 +198,29 @@ TEST(PluginZoo, GivenPluginThatClearsEntriesOfItsTableAfterTheChecks_WhenCalled_
   }
 }
 
+// PLUGIN-5 broken by the entry point and by create: they are worded as for
+// every other call (synchronize above), with the value and the rule.
+TEST(PluginZoo, GivenEntryPointReturningAnUnknownStatus_WhenOpening_ThenInternalNamingTheValueAndPlugin5) {
+  PluginError e = open_error("negotiate_status42");
+  EXPECT_EQ(e.outcome, PluginOutcome::negotiation_failed);
+  EXPECT_EQ(e.status.code(), StatusCode::internal);
+  EXPECT_EQ(e.status.message(),
+            "plugin " + zoo("negotiate_status42").string() +
+                ": devalloc_plugin_negotiate returned status 42, which the ABI does not define "
+                "(PLUGIN-5), taken as internal: zoo: negotiation answers a status of its own");
+}
+
+TEST(PluginZoo, GivenCreateReturningAnUnknownStatus_WhenLoading_ThenInternalNamingTheValueAndPlugin5) {
+  auto [plugin, e] = PluginLoader().load(zoo("create_status42").string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(e.outcome, PluginOutcome::create_failed);
+  EXPECT_EQ(e.status.code(), StatusCode::internal);
+  EXPECT_EQ(e.status.message(),
+            "plugin zoo (" + zoo("create_status42").string() +
+                "): create failed: create returned status 42, which the ABI does not define "
+                "(PLUGIN-5), taken as internal: zoo: create answers a status of its own");
+}
+
 TEST(PluginZoo, GivenFileWithoutEntryPoint_WhenOpening_ThenRefusedAsNoEntryPoint) {
   PluginError e = open_error("no_entry");
   EXPECT_EQ(e.outcome, PluginOutcome::no_entry_point);
@@ -355,6 +378,8 @@ TEST(PluginZoo, GivenZooOnSearchPath_WhenDiscovering_ThenEachBadOneHasItsReasonA
       {"zoo_negotiation_scribble", PluginOutcome::negotiation_failed},
       {"zoo_null_name", PluginOutcome::negotiation_failed},
       {"zoo_empty_name", PluginOutcome::negotiation_failed},
+      {"zoo_negotiate_status42", PluginOutcome::negotiation_failed},
+      {"zoo_create_status42", PluginOutcome::create_failed},
   };
   for (const auto& [name, outcome] : expected) {
     ASSERT_TRUE(by_name.count(name)) << name << " was not listed";
