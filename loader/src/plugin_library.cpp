@@ -5,6 +5,7 @@
 #include "dynamic_linker.hpp"
 #include "elf_check.hpp"
 #include "guarded_call.hpp"
+#include "loaded_libraries.hpp"
 #include "plugin_status.hpp"
 
 #include <boost/dll/shared_library.hpp>
@@ -210,6 +211,14 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                             "cannot be opened: " + *problem)};
   }
 
+  // The dynamic linker hands out an object already loaded under this name
+  // without opening the file: a file renamed over the one still loaded
+  // would be "opened" as the old code, every check above done on the new.
+  if (auto replaced = detail::replaced_while_loaded(path, file)) {
+    return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::runtime_unavailable, path,
+                            "not opened: " + *replaced)};
+  }
+
   auto impl = std::make_unique<Impl>();
   // The error_code overload: a failure of dlopen is an error code (and
   // dlerror's text, below), never an exception. So an exception out of
@@ -255,6 +264,7 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                             StatusCode::runtime_unavailable, path,
                             "cannot be opened: " + escaped(reason, 8192))};
   }
+  detail::remember_loaded(path, file);
 
   if (!impl->library.has(DEVALLOC_PLUGIN_ENTRY_POINT_NAME)) {
     return {nullptr,

@@ -202,6 +202,40 @@ TEST(PluginLoader, GivenLivePlugin_WhenLibraryHandleDropped_ThenLibraryStaysUnti
   fs::remove(copy);
 }
 
+TEST(PluginLoader, GivenFileRenamedOverAPluginStillLoaded_WhenOpeningItsPath_ThenRefusedUntilTheOldOneIsReleased) {
+  // The dynamic linker would hand out the loaded object for that name
+  // without reading the new file: the old code, under the new file's checks.
+  const fs::path dir = fs::temp_directory_path() / ("devalloc_replaced_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path path = dir / "libdevalloc_replaced.so";
+  fs::copy_file(kHost, path, fs::copy_options::overwrite_existing);
+  {
+    auto [old_version, old_error] = PluginLibrary::open(path);
+    ASSERT_NE(old_version, nullptr) << old_error.status.message();
+    // Opening the same file again while it is loaded is fine.
+    auto [again, again_error] = PluginLibrary::open(path);
+    ASSERT_NE(again, nullptr) << again_error.status.message();
+    again.reset();
+
+    // An update the usual way: a new file renamed over the old one.
+    fs::copy_file(kHost, dir / "update.tmp", fs::copy_options::overwrite_existing);
+    fs::rename(dir / "update.tmp", path);
+    auto [refused, refusal] = PluginLibrary::open(path);
+    EXPECT_EQ(refused, nullptr);
+    EXPECT_EQ(refusal.status.code(), StatusCode::runtime_unavailable);
+    EXPECT_THAT(refusal.status.message(),
+                AllOf(HasSubstr(path.string()), HasSubstr("replaced on disk"),
+                      HasSubstr("earlier version is still loaded")));
+    EXPECT_TRUE(library_is_loaded(path));
+  }
+  // The old version released: the new file is what opens.
+  EXPECT_FALSE(library_is_loaded(path));
+  auto [new_version, new_error] = PluginLibrary::open(path);
+  EXPECT_NE(new_version, nullptr) << new_error.status.message();
+  new_version.reset();
+  fs::remove_all(dir);
+}
+
 TEST(PluginHandle, GivenHostPlugin_WhenCopyingThroughIt_ThenStatusesAndBytesAreRight) {
   PluginLoader loader;
   auto [plugin, error] = loader.load(kHost.string(), {{"async", "true"}});
