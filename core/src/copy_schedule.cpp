@@ -430,6 +430,9 @@ class Pipeline {
                        uint64_t up_to_id);
   void work_claims();
   void finish();
+  // Each file of the load still the version it was when opened
+  // (MappedFile::check_unchanged), `when` saying since when.
+  Status check_files(std::string_view when) const;
   // Adds nbytes to the bytes issued and tells the progress callback; an
   // exception out of the callback comes back as a failure.
   Status report_progress(uint64_t nbytes);
@@ -444,6 +447,7 @@ class Pipeline {
   const LoadProgress& progress_;
   std::unique_ptr<Ledger> ledger_;
   std::vector<QueueContext> contexts_;
+  std::vector<const MappedFile*> files_;  // the steps' files, each once
   std::vector<Piece> pieces_;
   // Claim c is pieces_[claims_[c], claims_[c + 1]); next_ counts claims.
   std::vector<size_t> claims_;
@@ -724,6 +728,27 @@ Status Pipeline::set_up() {
   claims_.push_back(pieces_.size());
   // A ticket per staged piece at most; never reallocated from here on.
   ledger.tickets.reserve(pieces_.size());
+
+  // The files, each once (steps of one file mostly follow each other: one
+  // comparison per step, a lookup per change of file), and the last thing
+  // before the first copy: each is still the version it was when opened,
+  // the one whose header gave the offsets (one fstat per file).
+  std::set<const MappedFile*> seen;
+  const MappedFile* last = nullptr;
+  for (const DeviceCopyQueue& q : queues_) {
+    for (const CopyStep& s : q.steps) {
+      if (s.file == last) continue;
+      last = s.file;
+      if (seen.insert(s.file).second) files_.push_back(s.file);
+    }
+  }
+  return check_files("since it was opened");
+}
+
+Status Pipeline::check_files(std::string_view when) const {
+  for (const MappedFile* file : files_) {
+    if (Status s = file->check_unchanged(when); !s.ok()) return s;
+  }
   return Status();
 }
 
@@ -1154,6 +1179,21 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
         ledger_->breach = true;
       }
       fail_for_exception();
+    }
+    // Every copy landed and was released: a file written in place during
+    // the copies (a piece read before the write, another after, or a
+    // header that no longer matches) fails the load here, before success
+    // is reported; its buffers are freed with it.
+    bool copied = false;
+    {
+      std::lock_guard lock(ledger_->mutex);
+      copied = ledger_->failure.ok();
+    }
+    if (copied) {
+      if (Status s = check_files("while it was being loaded"); !s.ok()) {
+        std::lock_guard lock(ledger_->mutex);
+        ledger_->fail(std::move(s));
+      }
     }
   }
 

@@ -8,12 +8,15 @@
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/core/safetensors.hpp>
+#include <devalloc/core/verify.hpp>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -105,6 +109,50 @@ class PipelineLoad : public ::testing::Test {
     auto parsed = parse_config(text, (dir_ / "devalloc.toml").string());
     EXPECT_TRUE(parsed.ok()) << parsed.status().message();
     return parsed.ok() ? *parsed : default_config();
+  }
+
+  // The model's bytes with each byte xor 0x5a: same names, shapes and
+  // layout, other bytes.
+  std::vector<std::vector<std::byte>> flipped() const {
+    std::vector<std::vector<std::byte>> other = data_;
+    for (auto& t : other) {
+      for (std::byte& b : t) b ^= std::byte{0x5a};
+    }
+    return other;
+  }
+
+  // Writes `tensors` over the model IN PLACE (the same inode, as `cp` onto
+  // it does; its size is unchanged), then sets its modification time to
+  // one of its own in 2001, never the same twice: the kernel stamps times
+  // at its clock tick, and a write in the tick of the open could leave them
+  // as they were.
+  void rewrite_in_place(const std::vector<std::vector<std::byte>>& tensors) {
+    static int rewrites = 0;
+    std::vector<SafetensorsWriteTensor> out;
+    for (uint64_t i = 0; i <= kTensors; ++i) out.push_back({name(i), DType::u8, {kTensorBytes}, tensors[i]});
+    const std::filesystem::path staged = dir_ / "rewritten.safetensors";
+    ASSERT_TRUE(write_safetensors(staged, out).ok());
+    std::ifstream in(staged, std::ios::binary);
+    const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const int fd = ::open((dir_ / "model.safetensors").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+    const timespec times[2] = {{0, UTIME_OMIT}, {1'000'000'000 + ++rewrites, 0}};
+    ASSERT_EQ(::futimens(fd, times), 0);
+    ::close(fd);
+  }
+
+  // A request per tensor of `file`, tensor i to bytes i * kTensorBytes of
+  // `buffer`.
+  static std::vector<CopyRequest> requests_for(const SafetensorsFile& file,
+                                               const std::shared_ptr<DeviceBuffer>& buffer) {
+    std::vector<CopyRequest> requests;
+    for (const SafetensorsTensor& t : file.tensors()) {
+      const uint64_t i = std::stoull(t.name.substr(1)) - 1000;
+      requests.push_back(CopyRequest{buffer, i * kTensorBytes, file.mapping(), t.offset, t.nbytes,
+                                     t.name});
+    }
+    return requests;
   }
 
   void expect_loaded_right(const LoadedProgram& program) {
@@ -463,11 +511,13 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedWhileLoadingThroughTheMapping_ThenTheL
   }
 }
 
-// Truncated after every copy was issued, before the verify pass hashes the
-// file's bytes through the mapping: the verify pass fails naming the file.
-TEST_F(PipelineLoad, GivenTheFileTruncatedBeforeVerify_ThenVerifyFailsNamingItInsteadOfCrashing) {
+// Truncated after every copy was issued: the copies are done, the file
+// they came from is not the one opened any more, and the load fails when
+// it ends (before its verify pass), saying so.
+TEST_F(PipelineLoad, GivenTheFileTruncatedAfterTheLastCopyWasIssued_ThenTheLoadFailsSayingItWasModifiedWhileLoading) {
   const std::filesystem::path model = dir_ / "model.safetensors";
-  const uint64_t keep = std::filesystem::file_size(model) - kModelBytes + 8192;
+  const uint64_t size = std::filesystem::file_size(model);
+  const uint64_t keep = size - kModelBytes + 8192;
   const uint64_t before = DeviceBuffer::live_count();
   auto runtime = Runtime::create(config_for(
       "host", "staging = 16384\nthreads = 1\nread = \"pread\"\ndirect = false\nverify = true\n"));
@@ -481,17 +531,44 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedBeforeVerify_ThenVerifyFailsNamingItIn
   ASSERT_TRUE(truncated);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("model.safetensors: modified in place while it was being loaded "
+                              "(its size went from " +
+                              std::to_string(size) + " to " + std::to_string(keep) + " bytes"),
+                    HasSubstr("renaming it over the old one")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// The verify pass hashes the file through its mapping, guarded: a file
+// truncated after the copies, before the pass reads it, fails the pass
+// naming the file and the page, instead of ending the process.
+TEST_F(PipelineLoad, GivenTheFileTruncatedBeforeVerifyReadsIt_ThenVerifyFailsNamingItInsteadOfCrashing) {
+  const std::filesystem::path model = dir_ / "model.safetensors";
+  const uint64_t keep = std::filesystem::file_size(model) - kModelBytes + 8192;
+  auto runtime = Runtime::create(config_for("host", "direct = false\n"));
+  auto file = SafetensorsFile::open(model);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto device = runtime->registry().resolve("host", std::nullopt);
+  ASSERT_TRUE(device.ok()) << device.status().message();
+  auto buffer = DeviceBuffer::allocate(*device, 0, (kTensors + 1) * kTensorBytes, 4096);
+  ASSERT_TRUE(buffer.ok()) << buffer.status().message();
+  const CopySchedule schedule = CopySchedule::build(requests_for(**file, *buffer));
+  std::vector<DeviceLoadStats> stats;
+  ASSERT_TRUE(schedule.execute(PipelineOptions{}, &stats).ok());
+  ASSERT_EQ(::truncate(model.c_str(), static_cast<off_t>(keep)), 0);
+  const Status verified = verify_copies(schedule.requests(), 4096);
+  ASSERT_FALSE(verified.ok());
+  EXPECT_THAT(verified.message(),
               AllOf(HasSubstr("verify: reading tensor \"t10"),
                     HasSubstr("model.safetensors: the page at offset "),
                     HasSubstr("the file was truncated after it was opened")));
-  EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
 // A caller that blocks every signal (to leave them to sigwait, say): the
 // loading threads inherit its mask, and the kernel ends the process for a
 // SIGBUS it raises while SIGBUS is blocked, whatever the handler. The
 // load's mmap reads and the verify pass unblock it while they read: the
-// truncation fails the load, and the caller's mask is as it was.
+// truncation fails the load (or the verify pass, of a file truncated after
+// its copies), and the caller's mask is as it was.
 TEST_F(PipelineLoad, GivenACallerThatBlocksEverySignal_WhenTheFileIsTruncatedWhileRead_ThenTheLoadFailsNamingIt) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::filesystem::path model = dir_ / "model.safetensors";
@@ -502,28 +579,40 @@ TEST_F(PipelineLoad, GivenACallerThatBlocksEverySignal_WhenTheFileIsTruncatedWhi
           sigset_t all;
           sigfillset(&all);
           ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
-          auto runtime = Runtime::create(config_for(
-              // Staged (direct = false): 4 KiB pieces in claims of 16, so
-              // whichever thread reports first truncates while claims are
-              // left to read. Read directly, the model was two pieces, and
-              // both could be read before the first report (the load then
-              // succeeded: seen once under a busy machine).
-              "host", verify ? "staging = 16384\nthreads = 2\nread = \"pread\"\nverify = true\n"
-                             : "staging = 16384\nthreads = 2\nread = \"mmap\"\ndirect = false\n"));
           bool truncated = false;
-          runtime->set_progress([&](uint64_t done, uint64_t total) {
-            if (!truncated && (!verify || done == total)) {
-              truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
-            }
-          });
-          auto program = runtime->load(plan_, {}, nullptr);
+          Status failed;
+          if (!verify) {
+            auto runtime = Runtime::create(config_for(
+                // Staged (direct = false): 4 KiB pieces in claims of 16, so
+                // whichever thread reports first truncates while claims are
+                // left to read. Read directly, the model was two pieces, and
+                // both could be read before the first report (the load then
+                // succeeded: seen once under a busy machine).
+                "host", "staging = 16384\nthreads = 2\nread = \"mmap\"\ndirect = false\n"));
+            runtime->set_progress([&](uint64_t, uint64_t) {
+              if (!truncated) truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
+            });
+            auto program = runtime->load(plan_, {}, nullptr);
+            failed = program.ok() ? Status() : program.status();
+          } else {
+            // The copies done, then the file cut, then the verify pass.
+            auto runtime = Runtime::create(config_for("host", "direct = false\n"));
+            auto file = SafetensorsFile::open(model);
+            auto device = runtime->registry().resolve("host", std::nullopt);
+            if (!file.ok() || !device.ok()) std::_Exit(6);
+            auto buffer = DeviceBuffer::allocate(*device, 0, (kTensors + 1) * kTensorBytes, 4096);
+            if (!buffer.ok()) std::_Exit(6);
+            const CopySchedule schedule = CopySchedule::build(requests_for(**file, *buffer));
+            std::vector<DeviceLoadStats> stats;
+            if (!schedule.execute(PipelineOptions{}, &stats).ok()) std::_Exit(6);
+            truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
+            failed = verify_copies(schedule.requests(), 4096);
+          }
           sigset_t after;
           ::pthread_sigmask(SIG_BLOCK, nullptr, &after);
           if (!truncated) std::_Exit(3);
-          if (program.ok() ||
-              program.status().message().find("could not be read (SIGBUS)") == std::string::npos) {
-            std::fprintf(stderr, "%s\n",
-                         program.ok() ? "the load succeeded" : program.status().message().c_str());
+          if (failed.ok() || failed.message().find("could not be read (SIGBUS)") == std::string::npos) {
+            std::fprintf(stderr, "%s\n", failed.ok() ? "it succeeded" : failed.message().c_str());
             std::_Exit(4);
           }
           std::_Exit(sigismember(&after, SIGBUS) == 1 ? 0 : 5);
@@ -865,32 +954,31 @@ TEST_F(PipelineLoad, GivenATensorOfSeveralVerifyChunks_WhenVerified_ThenEachChun
 }
 
 
-// A source file cut short after it was opened: a read that comes back
-// short fails the load naming the file, never copies what the slot or the
-// buffer held before. (read = pread: an mmap read of the lost pages would
-// fault instead.)
-TEST_F(PipelineLoad, GivenASourceTruncatedAfterOpening_WhenReadWithPread_ThenTheLoadFailsSayingSo) {
+// A source file cut short while it loads: a read that comes back short
+// fails the load naming the file, never copies what the slot or the buffer
+// held before. (read = pread: an mmap read of the lost pages would fault
+// instead.)
+TEST_F(PipelineLoad, GivenASourceTruncatedWhileLoading_WhenReadWithPread_ThenTheLoadFailsSayingSo) {
   const uint64_t before = DeviceBuffer::live_count();
   const std::filesystem::path model = std::filesystem::canonical(dir_ / "model.safetensors");
   const uint64_t size = std::filesystem::file_size(model);
   for (const bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "direct reads" : "staged");
-    ASSERT_TRUE(write_safetensors(model, [&] {
-                  std::vector<SafetensorsWriteTensor> out;
-                  for (uint64_t i = 0; i <= kTensors; ++i) {
-                    out.push_back({name(i), DType::u8, {kTensorBytes}, data_[i]});
-                  }
-                  return out;
-                }())
-                    .ok());
-    SafetensorsCache files;
-    ASSERT_TRUE(files.open(model).ok());
-    std::filesystem::resize_file(model, size - kTensorBytes / 2);  // half of t1064 gone
-    auto program =
-        Runtime::create(config_for("host", std::string("staging = 16384\nread = \"pread\"\n"
-                                                       "threads = 1\ndirect = ") +
-                                               (direct ? "true" : "false") + "\n"))
-            ->load(plan_, {}, nullptr, &files);
+    ASSERT_TRUE(write_safetensors(model, written()).ok());
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = 16384\nread = \"pread\"\nthreads = 1\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    // After the first claim (64 KiB staged, the 256 KiB range read
+    // directly): half of t1064, the last tensor, gone.
+    bool truncated = false;
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (!truncated) {
+        std::filesystem::resize_file(model, size - kTensorBytes / 2);
+        truncated = true;
+      }
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_TRUE(truncated);
     ASSERT_FALSE(program.ok());
     EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
     EXPECT_THAT(program.status().message(),
@@ -900,6 +988,94 @@ TEST_F(PipelineLoad, GivenASourceTruncatedAfterOpening_WhenReadWithPread_ThenThe
   }
 }
 
+// The file rewritten in place after it was opened, before the schedule
+// runs: its header's offsets no longer describe its bytes. Nothing is
+// copied; the error names the file and says it was modified since it was
+// opened.
+TEST_F(PipelineLoad, GivenAFileRewrittenInPlaceAfterItWasOpened_WhenTheScheduleRuns_ThenNothingIsCopiedAndTheErrorSaysSo) {
+  auto runtime = Runtime::create(config_for("host", "staging = 16384\n"));
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", written()).ok());
+    auto file = SafetensorsFile::open(dir_ / "model.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    rewrite_in_place(flipped());
+    auto device = runtime->registry().resolve("host", std::nullopt);
+    ASSERT_TRUE(device.ok()) << device.status().message();
+    auto buffer = DeviceBuffer::allocate(*device, 0, (kTensors + 1) * kTensorBytes, 4096);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().message();
+    const CopySchedule schedule = CopySchedule::build(requests_for(**file, *buffer));
+    PipelineOptions options;
+    options.direct = direct;
+    std::vector<DeviceLoadStats> stats;
+    const Status copied = schedule.execute(options, &stats);
+    ASSERT_FALSE(copied.ok());
+    EXPECT_EQ(copied.code(), StatusCode::invalid_argument);
+    EXPECT_THAT(copied.message(),
+                AllOf(HasSubstr("model.safetensors: modified in place since it was opened (its "
+                                "modification time went from "),
+                      HasSubstr("renaming it over the old one")));
+    ASSERT_EQ(stats.size(), 1u);
+    EXPECT_EQ(stats[0].copies, 0u);
+    EXPECT_EQ(stats[0].direct_reads, 0u);
+  }
+}
+
+// The file rewritten in place while it loads (here after the first claim
+// of pieces was issued: the load has read some of the old bytes, and reads
+// the rest from the new ones). The load must not succeed: it fails naming
+// the file, and leaves nothing allocated. With verify on too: the load
+// fails before its verify pass, which would hash the same mixed mapping.
+TEST_F(PipelineLoad, GivenTheFileRewrittenInPlaceWhileLoading_ThenTheLoadFailsAndNothingIsLeft) {
+  const uint64_t before = DeviceBuffer::live_count();
+  for (const char* load :
+       {"staging = 16384\nthreads = 1\ndirect = false\nread = \"mmap\"\n",
+        "staging = 16384\nthreads = 1\ndirect = false\nread = \"pread\"\n",
+        "threads = 1\ndirect = true\n",
+        "staging = 16384\nthreads = 1\ndirect = false\nverify = true\n"}) {
+    SCOPED_TRACE(load);
+    ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", written()).ok());
+    auto runtime = Runtime::create(config_for("host", load));
+    int calls = 0;
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (++calls == 1) rewrite_in_place(flipped());
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_GE(calls, 1);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_THAT(program.status().message(),
+                AllOf(HasSubstr("model.safetensors: modified in place while it was being loaded "
+                                "(its modification time went from "),
+                      HasSubstr("replace a file by writing a new one and renaming it over the "
+                                "old one")));
+    EXPECT_EQ(DeviceBuffer::live_count(), before);
+  }
+}
+
+// Replaced by rename while it loads (the safe way to update a model): the
+// load reads the file it opened, and succeeds with its bytes.
+TEST_F(PipelineLoad, GivenTheFileReplacedByRenameWhileLoading_ThenTheLoadSucceedsWithTheBytesOpened) {
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", written()).ok());
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = 16384\nthreads = 1\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    const std::vector<std::vector<std::byte>> other = flipped();
+    int calls = 0;
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (++calls != 1) return;
+      std::vector<SafetensorsWriteTensor> out;
+      for (uint64_t i = 0; i <= kTensors; ++i) out.push_back({name(i), DType::u8, {kTensorBytes}, other[i]});
+      ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", out).ok());
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_GE(calls, 1);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    expect_loaded_right(**program);
+  }
+}
 
 // read = direct_io opens the source again with O_DIRECT: when the path now
 // names another file (renamed over since it was opened and checked), the

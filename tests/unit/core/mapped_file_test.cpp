@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +116,117 @@ TEST(MappedFile, GivenFileReplacedByRename_ThenExistingMappingKeepsOldBytes) {
   test::write_file(dir / "w.new", "new bytes");
   std::filesystem::rename(dir / "w.new", dir / "w");
   EXPECT_EQ(std::memcmp((*file)->data(), "old bytes", 9), 0);
+}
+
+// Rewrites `path` in place (the same inode, as `cp` onto it does) with
+// `bytes`, then sets its modification time to one of its own in 2001, never
+// the same twice: the kernel stamps times at its clock tick, and a write in
+// the tick of the open might otherwise leave them as they were.
+void rewrite_in_place(const std::filesystem::path& path, std::string_view bytes) {
+  static int rewrites = 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(bytes.size())), 0);
+  const timespec times[2] = {{0, UTIME_OMIT}, {1'000'000'000 + ++rewrites, 0}};
+  ASSERT_EQ(::futimens(fd, times), 0);
+  ::close(fd);
+}
+
+TEST(MappedFile, GivenFile_WhenOpened_ThenItsVersionIsWhatFstatSaid) {
+  TempDir dir;
+  test::write_file(dir / "a.bin", "hello, version");
+  auto file = MappedFile::open(dir / "a.bin");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "a.bin").c_str(), &st), 0);
+  const FileVersion& v = (*file)->version();
+  EXPECT_EQ(v.device, static_cast<uint64_t>(st.st_dev));
+  EXPECT_EQ(v.inode, static_cast<uint64_t>(st.st_ino));
+  EXPECT_EQ(v.size, 14u);
+  EXPECT_EQ(v.links, 1u);
+  EXPECT_EQ(v.modified_seconds, st.st_mtim.tv_sec);
+  EXPECT_EQ(v.modified_nanoseconds, st.st_mtim.tv_nsec);
+  EXPECT_EQ(v.changed_seconds, st.st_ctim.tv_sec);
+  EXPECT_EQ(v.changed_nanoseconds, st.st_ctim.tv_nsec);
+  EXPECT_TRUE((*file)->check_unchanged("since it was opened").ok());
+}
+
+// The same inode, new bytes: the mapping shows them under whatever was
+// read before. The check says so, naming the file and how it changed.
+TEST(MappedFile, GivenFileRewrittenInPlace_WhenChecked_ThenModifiedInPlaceNamingFileAndChange) {
+  TempDir dir;
+  test::write_file(dir / "w", "old bytes");
+  auto file = MappedFile::open(dir / "w");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  rewrite_in_place(dir / "w", "new bytes");
+  EXPECT_EQ(std::memcmp((*file)->data(), "new bytes", 9), 0);  // why it matters
+  const Status changed = (*file)->check_unchanged("while it was being loaded");
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.code(), StatusCode::invalid_argument);
+  EXPECT_THAT(changed.message(),
+              ::testing::AllOf(
+                  ::testing::StartsWith((dir / "w").string() +
+                                        ": modified in place while it was being loaded (its "
+                                        "modification time went from "),
+                  HasSubstr(" UTC to "),
+                  HasSubstr("replace a file by writing a new one and renaming it over the old "
+                            "one")));
+  // Another size is named as such.
+  rewrite_in_place(dir / "w", "newer, longer bytes");
+  EXPECT_THAT((*file)->check_unchanged("since it was opened").message(),
+              HasSubstr(": modified in place since it was opened (its size went from 9 to 19 "
+                        "bytes, its modification time from "));
+}
+
+// A rename over the file unlinks it, which moves its status change time;
+// its bytes are the ones opened, so it is not a change.
+TEST(MappedFile, GivenFileReplacedByRename_WhenChecked_ThenUnchanged) {
+  TempDir dir;
+  test::write_file(dir / "w", "old bytes");
+  auto file = MappedFile::open(dir / "w");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  test::write_file(dir / "w.new", "new bytes");
+  std::filesystem::rename(dir / "w.new", dir / "w");
+  EXPECT_TRUE((*file)->check_unchanged("since it was opened").ok())
+      << (*file)->check_unchanged("since it was opened").message();
+}
+
+// Only the status change time moved (a chmod here; a writer that set the
+// modification time back looks the same): taken for a change, the safe
+// side, and said as what it is.
+TEST(MappedFile, GivenOnlyItsStatusChangeTimeMoved_WhenChecked_ThenTakenForAChange) {
+  TempDir dir;
+  test::write_file(dir / "w", "old bytes");
+  auto file = MappedFile::open(dir / "w");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const FileVersion& opened = (*file)->version();
+  // Until the clock ticks past the open (at most a few milliseconds).
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(::chmod((dir / "w").c_str(), (i % 2) != 0 ? 0600 : 0640), 0);
+    struct stat st {};
+    ASSERT_EQ(::stat((dir / "w").c_str(), &st), 0);
+    if (st.st_ctim.tv_sec != opened.changed_seconds ||
+        st.st_ctim.tv_nsec != opened.changed_nanoseconds) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_THAT((*file)->check_unchanged("since it was opened").message(),
+              HasSubstr("modified in place since it was opened (its status change time went "
+                        "from "));
+}
+
+TEST(MappedFile, GivenEmptyFile_WhenWrittenAfterOpening_ThenTheCheckSeesIt) {
+  TempDir dir;
+  test::write_file(dir / "empty", "");
+  auto file = MappedFile::open(dir / "empty");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_GE((*file)->fd(), 0);
+  EXPECT_TRUE((*file)->check_unchanged("since it was opened").ok());
+  rewrite_in_place(dir / "empty", "grown");
+  EXPECT_THAT((*file)->check_unchanged("since it was opened").message(),
+              HasSubstr("its size went from 0 to 5 bytes"));
 }
 
 // A mapping of 4 pages whose file is then cut to its first 100 bytes: page

@@ -12,9 +12,26 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 
 namespace devalloc {
+
+// What fstat says of an open file: which file it is (device, inode) and
+// which version of it (size, modification and status change times, link
+// count). MappedFile records it when it opens a file and compares it later
+// to tell a file modified in place (same inode, new bytes) from the one it
+// opened.
+struct FileVersion {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  uint64_t links = 0;
+  int64_t modified_seconds = 0;  // st_mtim
+  int64_t modified_nanoseconds = 0;
+  int64_t changed_seconds = 0;  // st_ctim
+  int64_t changed_nanoseconds = 0;
+};
 
 class MappedFile {
  public:
@@ -31,6 +48,12 @@ class MappedFile {
   // SIGBUS into an error; a direct read of bytes() is not guarded. devalloc
   // never writes to the files it maps; writers replace files by rename
   // (write_safetensors does), which leaves an existing mapping intact.
+  //
+  // A file rewritten in place (the same inode: `cp` onto it, open("wb"),
+  // pwrite) shows its new bytes through the mapping, under whatever was read
+  // of it before (a header, offsets). open() records the file's version
+  // (fstat of the descriptor, before a byte is read), and check_unchanged()
+  // compares it with the file now.
   static Result<std::shared_ptr<const MappedFile>> open(
       const std::filesystem::path& path);
 
@@ -41,8 +64,29 @@ class MappedFile {
   const std::filesystem::path& path() const { return path_; }
   const std::byte* data() const { return data_; }
   // The open, read-only descriptor the mapping was made from (kept open for
-  // pread by the load pipeline); -1 for an empty file.
+  // pread by the load pipeline, and for check_unchanged), an empty file's
+  // too.
   int fd() const { return fd_; }
+  // The file as fstat described it when it was opened, before any of its
+  // bytes were read; size() is its size.
+  const FileVersion& version() const { return version_; }
+
+  // OK while the file is the version it was when opened: one fstat of the
+  // kept descriptor, compared with version(). Otherwise an invalid_argument
+  // error: "<path>: modified in place <when> (its size went from A to B
+  // bytes; its modification time from T1 to T2): ... replace a file by
+  // writing a new one and renaming it over the old one ...", `when` saying
+  // when ("since it was opened", "while it was being loaded").
+  //
+  // Modified means another size or modification time, or another status
+  // change time while the file has as many links as it had. A rename over
+  // the file (the safe way to replace it) unlinks it, which moves its status
+  // change time but changes nothing of its bytes: not a change. A chmod,
+  // chown or rename of the file itself also moves that time, and is taken
+  // for a change (a writer that set the modification time back looks the
+  // same). The times have the kernel's granularity: a write within the same
+  // clock tick as the open may leave them unchanged, and go unnoticed.
+  Status check_unchanged(std::string_view when) const;
   uint64_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
 
@@ -56,14 +100,15 @@ class MappedFile {
   Status copy_to(uint64_t offset, uint64_t nbytes, void* dst) const;
 
  private:
-  MappedFile(std::filesystem::path path, const std::byte* data, uint64_t size,
+  MappedFile(std::filesystem::path path, const std::byte* data, const FileVersion& version,
              int fd)
-      : path_(std::move(path)), data_(data), size_(size), fd_(fd) {}
+      : path_(std::move(path)), data_(data), size_(version.size), fd_(fd), version_(version) {}
 
   std::filesystem::path path_;
   const std::byte* data_;
   uint64_t size_;
   int fd_;
+  FileVersion version_;
 };
 
 }  // namespace devalloc
