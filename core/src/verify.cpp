@@ -10,6 +10,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <vector>
 
 namespace devalloc {
@@ -65,12 +66,32 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
           .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");
     }
     if (on_device != in_file) {
+      // The hash is of the file as it is now, the offsets are of the file
+      // as opened: if it changed, that is the news, not the device.
+      if (Status changed = r.file->check_unchanged("since it was opened"); !changed.ok()) {
+        return changed.with_context("verify: tensor " + quote(r.tensor) +
+                                    " cannot be compared with its file");
+      }
       return Status(StatusCode::device_error,
                     "verify: tensor " + quote(r.tensor) + " in buffer " +
                         std::to_string(r.buffer->memory_id()) + " on " +
                         d.describe() + " differs from " + path_for_message(r.file->path().string()) +
                         " (xxh3 " + hex(on_device) + " on the device, " +
                         hex(in_file) + " in the file)");
+    }
+  }
+  // Every hash agreed, with the files as they are now. They are the files
+  // the load copied (and took the offsets from) only if none changed since
+  // it opened them: one fstat per file.
+  std::set<const MappedFile*> checked;
+  const MappedFile* last = nullptr;
+  for (const CopyRequest& r : requests) {
+    if (r.nbytes == 0 || r.file.get() == last) continue;
+    last = r.file.get();
+    if (!checked.insert(last).second) continue;
+    if (Status changed = last->check_unchanged("since it was opened"); !changed.ok()) {
+      return changed.with_context("verify: the copies cannot be compared with the file they came "
+                                  "from");
     }
   }
   return Status();

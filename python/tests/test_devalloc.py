@@ -271,6 +271,40 @@ def test_a_file_truncated_while_it_loads_is_an_error_not_a_crash(tmp_path):
     assert cut
 
 
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_file_rewritten_in_place_while_it_loads_fails_the_load_naming_it(tmp_path, verify):
+    # open("wb") over the model (what save_file does: the same inode) after
+    # the first piece: the load read some of the old bytes and would read
+    # the rest from the new ones, at the old header's offsets. It raises,
+    # verify or not (the verify pass would hash the same mixed mapping).
+    model = tmp_path / "m.safetensors"
+    old = {f"w{i}": np.full(1 << 20, i, np.uint8) for i in range(8)}
+    save_file(old, str(model))
+    plan = devalloc.plan([model], out=tmp_path / "plan.json")
+    config = tmp_path / "c.toml"
+    config.write_text('[load]\nthreads = 1\nstaging = "1MiB"\ndirect = false\n')
+    new = {f"w{i}": np.full(1 << 20, 7 - i, np.uint8) for i in range(8)}
+    save_file(new, str(tmp_path / "new.safetensors"))
+    written = []
+
+    def rewrite(done, total):
+        if not written:
+            with open(model, "wb") as f:
+                f.write((tmp_path / "new.safetensors").read_bytes())
+            # A time of its own: a write in the clock tick of the open may
+            # leave the file's times as they were.
+            os.utime(model, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+            written.append(done)
+
+    with pytest.raises(devalloc.Error, match=r"m\.safetensors: modified in place while it was "
+                                             r"being loaded .*renaming it over the old one"):
+        devalloc.Runtime(config=config).load(plan, verify=verify, progress=rewrite)
+    assert written
+    # A load now reads the file as it is.
+    program = devalloc.Runtime(config=config).load(plan, verify=True)
+    assert int(np.from_dlpack(program["w0"])[0]) == 7
+
+
 def test_missing_plan_is_an_error_naming_it(tmp_path):
     with pytest.raises(devalloc.Error, match="nowhere.json"):
         devalloc.Runtime().load(tmp_path / "nowhere.json")

@@ -563,6 +563,43 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedBeforeVerifyReadsIt_ThenVerifyFailsNam
                     HasSubstr("the file was truncated after it was opened")));
 }
 
+// The verify pass compares the device with the file as it was opened (the
+// offsets are from its header then). Rewritten in place after the copies
+// (the old tensors in reverse order: every hash differs): the pass says the
+// file changed, not that the device is wrong. Rewritten with the same
+// bytes (every hash agrees): it says the file changed, rather than vouch
+// for copies from a file that is not the one opened.
+TEST_F(PipelineLoad, GivenTheFileRewrittenInPlaceAfterTheCopies_WhenVerified_ThenVerifySaysSoInsteadOfPassingOrBlamingTheDevice) {
+  auto runtime = Runtime::create(config_for("host", "direct = false\n"));
+  std::vector<std::vector<std::byte>> reversed(data_.rbegin(), data_.rend());
+  for (const bool same_bytes : {false, true}) {
+    SCOPED_TRACE(same_bytes ? "the same bytes" : "other bytes");
+    ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", written()).ok());
+    auto file = SafetensorsFile::open(dir_ / "model.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    auto device = runtime->registry().resolve("host", std::nullopt);
+    ASSERT_TRUE(device.ok()) << device.status().message();
+    auto buffer = DeviceBuffer::allocate(*device, 0, (kTensors + 1) * kTensorBytes, 4096);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().message();
+    const CopySchedule schedule = CopySchedule::build(requests_for(**file, *buffer));
+    std::vector<DeviceLoadStats> stats;
+    ASSERT_TRUE(schedule.execute(PipelineOptions{}, &stats).ok());
+    ASSERT_TRUE(verify_copies(schedule.requests(), 4096).ok()) << "the copies are right";
+    rewrite_in_place(same_bytes ? data_ : reversed);
+    const Status verified = verify_copies(schedule.requests(), 4096);
+    ASSERT_FALSE(verified.ok());
+    EXPECT_EQ(verified.code(), StatusCode::invalid_argument);
+    EXPECT_THAT(verified.message(),
+                AllOf(HasSubstr(same_bytes ? "verify: the copies cannot be compared with the file "
+                                             "they came from: "
+                                           : "verify: tensor \"t1000\" cannot be compared with "
+                                             "its file: "),
+                      HasSubstr("model.safetensors: modified in place since it was opened"),
+                      HasSubstr("renaming it over the old one")));
+    EXPECT_THAT(verified.message(), ::testing::Not(HasSubstr("differs from")));
+  }
+}
+
 // A caller that blocks every signal (to leave them to sigwait, say): the
 // loading threads inherit its mask, and the kernel ends the process for a
 // SIGBUS it raises while SIGBUS is blocked, whatever the handler. The

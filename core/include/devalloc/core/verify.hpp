@@ -12,6 +12,11 @@ namespace devalloc {
 // Reads back each request's bytes in bounded chunks (never more than
 // chunk_bytes of host memory) and compares hashes. The first mismatch is an
 // error naming the tensor, its buffer, device and plugin, and the file.
+// The hashes are compared with the files as they were opened (their
+// offsets come from the header read then): a file modified in place since
+// (MappedFile::check_unchanged, one fstat per file once every hash agreed,
+// or for the file of a mismatch) fails the pass saying so, instead of
+// passing or reporting a mismatch of the device.
 Status verify_copies(const std::vector<CopyRequest>& requests,
                      uint64_t chunk_bytes);
 
