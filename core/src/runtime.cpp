@@ -204,19 +204,28 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   std::vector<size_t> request_tensor;
   requests.reserve(needs->tensors.size());
   request_tensor.reserve(needs->tensors.size());
+  // Each file is opened once by this load, whatever order the plan lists
+  // its tensors in: every tensor of a file is checked against the one
+  // header the copies take their offsets from (a cache may open a file
+  // modified in place again, into a new entry, at each open).
+  std::vector<std::shared_ptr<const SafetensorsFile>> opened_files(needs->files.size());
   // Consecutive tensors mostly share a file: look it up once per run of
   // them, not once per tensor.
   size_t last_file_id = NeededTensor::kNoFile;
-  std::shared_ptr<const SafetensorsFile> last_file;
+  const SafetensorsFile* last_file = nullptr;
   size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
   for (const NeededTensor& n : needs->tensors) {
     if (n.file == NeededTensor::kNoFile || tensors_[n.index].filled) continue;
     const PlanTensor& t = plan_->tensors[n.index];
     const std::filesystem::path& path = needs->files[n.file];
     if (n.file != last_file_id) {
-      auto opened = sources.open(path);
-      if (!opened.ok()) return opened.status().with_context(where(t));
-      last_file = *opened;
+      std::shared_ptr<const SafetensorsFile>& file = opened_files[n.file];
+      if (file == nullptr) {
+        auto opened = sources.open(path);
+        if (!opened.ok()) return opened.status().with_context(where(t));
+        file = std::move(*opened);
+      }
+      last_file = file.get();
       last_file_id = n.file;
       next_in_file = 0;
     }
@@ -233,6 +242,16 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
                     where(t) + ": the plan says " + std::to_string(n.nbytes) +
                         " bytes, " + path_for_message(path.string()) + " has " +
                         std::to_string(source->nbytes) + " for " + quote(key));
+    }
+    // What validate_plan checked, checked again against the header this
+    // load copies by: the file the plan was validated with may have been
+    // modified in place since, and opened again (SafetensorsCache).
+    if (source->dtype != t.dtype || source->shape != t.shape) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": the plan says " + std::string(to_string(t.dtype)) + " " +
+                        shape_to_string(t.shape) + ", " + path_for_message(path.string()) +
+                        " has " + std::string(to_string(source->dtype)) + " " +
+                        shape_to_string(source->shape) + " for " + quote(key));
     }
     requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset, last_file->mapping(),
                                    source->offset, source->nbytes, t.name});

@@ -11,8 +11,25 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsCache::open(
       [&]() -> Result<std::shared_ptr<const SafetensorsFile>> {
         std::lock_guard lock(mutex_);
         auto it = files_.find(path);
-        if (it == files_.end()) it = files_.emplace(path, SafetensorsFile::open(path)).first;
-        return it->second;
+        // An entry serves while its file is the version it opened (one
+        // fstat): a file modified in place since shows new bytes under the
+        // entry's old header, and is opened again.
+        if (it != files_.end() && it->second->mapping()->check_unchanged("").ok()) {
+          return it->second;
+        }
+        Result<std::shared_ptr<const SafetensorsFile>> opened = SafetensorsFile::open(path);
+        if (!opened.ok()) {
+          // Not remembered: the next open tries again (a file restored
+          // meanwhile opens).
+          if (it != files_.end()) files_.erase(it);
+          return opened.status();
+        }
+        if (it != files_.end()) {
+          it->second = *opened;
+        } else {
+          files_.emplace(path, *opened);
+        }
+        return opened;
       },
       detail::file_failure(path, "opening"));
 }

@@ -126,10 +126,19 @@ class PipelineLoad : public ::testing::Test {
   // one of its own in 2001, never the same twice: the kernel stamps times
   // at its clock tick, and a write in the tick of the open could leave them
   // as they were.
-  void rewrite_in_place(const std::vector<std::vector<std::byte>>& tensors) {
-    static int rewrites = 0;
+  // `reversed` stores them in the opposite order: each tensor's old
+  // offsets then hold another tensor's new bytes.
+  void rewrite_in_place(const std::vector<std::vector<std::byte>>& tensors, bool reversed = false) {
     std::vector<SafetensorsWriteTensor> out;
-    for (uint64_t i = 0; i <= kTensors; ++i) out.push_back({name(i), DType::u8, {kTensorBytes}, tensors[i]});
+    for (uint64_t k = 0; k <= kTensors; ++k) {
+      const uint64_t i = reversed ? kTensors - k : k;
+      out.push_back({name(i), DType::u8, {kTensorBytes}, tensors[i]});
+    }
+    write_in_place(out);
+  }
+
+  void write_in_place(const std::vector<SafetensorsWriteTensor>& out) {
+    static int rewrites = 0;
     const std::filesystem::path staged = dir_ / "rewritten.safetensors";
     ASSERT_TRUE(write_safetensors(staged, out).ok());
     std::ifstream in(staged, std::ios::binary);
@@ -155,7 +164,9 @@ class PipelineLoad : public ::testing::Test {
     return requests;
   }
 
-  void expect_loaded_right(const LoadedProgram& program) {
+  void expect_loaded_right(const LoadedProgram& program) { expect_loaded(program, data_); }
+
+  void expect_loaded(const LoadedProgram& program, const std::vector<std::vector<std::byte>>& data) {
     for (uint64_t i = 0; i <= kTensors; ++i) {
       const std::optional<LoadedTensor> t = program.find(name(i));
       ASSERT_TRUE(t.has_value()) << name(i);
@@ -164,7 +175,7 @@ class PipelineLoad : public ::testing::Test {
                       .plugin->copy_to_host(t->device().device, back.data(),
                                             t->address(), t->nbytes())
                       .ok());
-      ASSERT_EQ(back, data_[i]) << name(i);
+      ASSERT_EQ(back, data[i]) << name(i);
     }
   }
 
@@ -1086,6 +1097,78 @@ TEST_F(PipelineLoad, GivenTheFileRewrittenInPlaceWhileLoading_ThenTheLoadFailsAn
                                 "(its modification time went from "),
                       HasSubstr("replace a file by writing a new one and renaming it over the "
                                 "old one")));
+    EXPECT_EQ(DeviceBuffer::live_count(), before);
+  }
+}
+
+// A server keeps one SafetensorsCache for its loads (validate_plan and
+// the load share it). The model is rewritten in place between two loads,
+// its tensors stored in the opposite order: the cache's entry would give
+// every tensor another tensor's bytes (and verify, hashing the same mapping
+// at the same offsets, agreed). The next load opens the file again and
+// loads each tensor's new bytes.
+TEST_F(PipelineLoad, GivenAKeptCache_WhenTheFileIsRewrittenInPlaceBetweenLoads_ThenTheNextLoadGetsEachTensorsNewBytes) {
+  auto runtime = Runtime::create(config_for("host", "staging = 16384\nverify = true\n"));
+  SafetensorsCache files;
+  PlanValidationOptions checks;
+  checks.cache = &files;
+  ASSERT_TRUE(validate_plan(plan_, checks).ok());
+  auto first = runtime->load(plan_, {}, nullptr, &files);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  expect_loaded_right(**first);
+
+  const std::vector<std::vector<std::byte>> other = flipped();
+  rewrite_in_place(other, /*reversed=*/true);
+  ASSERT_TRUE(validate_plan(plan_, checks).ok());
+  auto second = runtime->load(plan_, {}, nullptr, &files);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  expect_loaded(**second, other);
+  expect_loaded_right(**first);  // the first program is as it was
+
+  // And without validate_plan in between: the load's own open.
+  rewrite_in_place(data_);
+  auto third = runtime->load(plan_, {}, nullptr, &files);
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  expect_loaded_right(**third);
+}
+
+// The plan validated through a cache, then the file rewritten in place
+// before the load (the window between validate_plan and the copies of
+// `devalloc load` and Python's runtime.load): the load opens it again and
+// checks the plan against that header, as validate_plan did against the
+// old one. The same tensors in another order load right; a tensor whose
+// dtype changed (same byte count) is refused, naming both.
+TEST_F(PipelineLoad, GivenAPlanValidatedThroughACache_WhenTheFileIsRewrittenInPlaceBeforeTheLoad_ThenTheLoadChecksAndLoadsTheNewHeader) {
+  auto runtime = Runtime::create(config_for("host", "staging = 16384\nverify = true\n"));
+  {
+    SafetensorsCache files;
+    PlanValidationOptions checks;
+    checks.cache = &files;
+    ASSERT_TRUE(validate_plan(plan_, checks).ok());
+    const std::vector<std::vector<std::byte>> other = flipped();
+    rewrite_in_place(other, /*reversed=*/true);
+    auto program = runtime->load(plan_, {}, nullptr, &files);
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    expect_loaded(**program, other);
+  }
+  {
+    ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", written()).ok());
+    SafetensorsCache files;
+    PlanValidationOptions checks;
+    checks.cache = &files;
+    ASSERT_TRUE(validate_plan(plan_, checks).ok());
+    std::vector<SafetensorsWriteTensor> out = written();
+    out[3].dtype = DType::i16;
+    out[3].shape = {kTensorBytes / 2};
+    write_in_place(out);
+    const uint64_t before = DeviceBuffer::live_count();
+    auto program = runtime->load(plan_, {}, nullptr, &files);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_THAT(program.status().message(),
+                AllOf(HasSubstr("tensor \"t1003\""),
+                      HasSubstr("the plan says U8 [4096], "),
+                      HasSubstr("model.safetensors has I16 [2048] for \"t1003\"")));
     EXPECT_EQ(DeviceBuffer::live_count(), before);
   }
 }

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -820,7 +821,7 @@ TEST(ParseScaling, GivenWriterOf100000Tensors_ThenItWritesAndReadsBack) {
   EXPECT_EQ((*file)->tensors().back().name, "t99999");
 }
 
-TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFileAndFailuresAreRemembered) {
+TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFile) {
   TempDir dir;
   ASSERT_TRUE(write_safetensors(dir / "m.safetensors", {}).ok());
   SafetensorsCache cache;
@@ -828,13 +829,119 @@ TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFileAndFailuresAreRemembered) {
   auto second = cache.open(dir / "m.safetensors");
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(first->get(), second->get());
+}
 
+// A failed open is not remembered: a file missing at first and then
+// restored (a download that finished, a volume mounted late) opens through
+// the same cache, as a long-lived server's next load needs.
+TEST(SafetensorsCache, GivenAFileMissingAtFirst_WhenItAppears_ThenTheSameCacheOpensIt) {
+  TempDir dir;
+  SafetensorsCache cache;
   auto missing = cache.open(dir / "later.safetensors");
   ASSERT_FALSE(missing.ok());
-  ASSERT_TRUE(write_safetensors(dir / "later.safetensors", {}).ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("cannot open: No such file or directory"));
+  const std::vector<std::byte> bytes(4, std::byte{9});
+  const std::vector<SafetensorsWriteTensor> tensors = {{"w", DType::u8, {4}, bytes}};
+  ASSERT_TRUE(write_safetensors(dir / "later.safetensors", tensors).ok());
   auto again = cache.open(dir / "later.safetensors");
-  ASSERT_FALSE(again.ok());
-  EXPECT_EQ(again.status().message(), missing.status().message());
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_NE((*again)->find("w"), nullptr);
+  auto third = cache.open(dir / "later.safetensors");
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->get(), again->get());
+}
+
+// Two versions of one model, the same tensors stored in opposite orders:
+// the header's offsets of one point at the other's tensors.
+std::vector<std::byte> tensor_bytes(int version, int i) {
+  return std::vector<std::byte>(64, static_cast<std::byte>(version * 16 + i));
+}
+
+std::string model_bytes(const fs::path& scratch, int version, bool reversed) {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<SafetensorsWriteTensor> tensors;
+  for (int k = 0; k < 4; ++k) data.push_back(tensor_bytes(version, reversed ? 3 - k : k));
+  for (int k = 0; k < 4; ++k) {
+    const int i = reversed ? 3 - k : k;
+    tensors.push_back({"w" + std::to_string(i), DType::u8, {64}, data[k]});
+  }
+  EXPECT_TRUE(write_safetensors(scratch, tensors).ok());
+  return test::read_file(scratch);
+}
+
+// Writes `bytes` over `path` in place (the same inode, as `cp` does), and
+// gives it a modification time of its own (2001, never the same twice): a
+// write within the clock tick of the open may leave its times as they were.
+void rewrite_in_place(const fs::path& path, const std::string& bytes) {
+  static int rewrites = 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(bytes.size())), 0);
+  const timespec times[2] = {{0, UTIME_OMIT}, {1'000'000'000 + ++rewrites, 0}};
+  ASSERT_EQ(::futimens(fd, times), 0);
+  ::close(fd);
+}
+
+// Rewritten in place (the same inode) after the cache opened it: the
+// entry's mapping shows the new bytes under its old header, so it is not
+// served; the next open reads the file again, into a new entry whose
+// header gives each tensor its own bytes. The old entry, held by whoever
+// holds it, is as it was.
+TEST(SafetensorsCache, GivenAFileModifiedInPlaceAfterItWasOpened_WhenOpenedAgain_ThenANewEntryWithItsNewHeader) {
+  TempDir dir;
+  const fs::path model = dir / "m.safetensors";
+  test::write_file(model, model_bytes(dir / "v1", 1, false));
+  SafetensorsCache cache;
+  auto first = cache.open(model);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  const uint64_t old_w0 = (*first)->find("w0")->offset;
+
+  rewrite_in_place(model, model_bytes(dir / "v2", 2, true));
+  auto second = cache.open(model);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_NE(second->get(), first->get());
+  for (int i = 0; i < 4; ++i) {
+    const SafetensorsTensor* t = (*second)->find("w" + std::to_string(i));
+    ASSERT_NE(t, nullptr);
+    const std::span<const std::byte> got = (*second)->bytes(*t);
+    EXPECT_EQ(std::vector<std::byte>(got.begin(), got.end()), tensor_bytes(2, i)) << i;
+  }
+  EXPECT_EQ((*first)->find("w0")->offset, old_w0);
+  EXPECT_NE((*second)->find("w0")->offset, old_w0);
+  // The new entry serves from now on.
+  auto third = cache.open(model);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->get(), second->get());
+
+  // Modified in place into something that is no safetensors file: the
+  // error, not the stale entry; and the file repaired opens again.
+  rewrite_in_place(model, "not a model");
+  EXPECT_THAT(cache.open(model).status().message(), HasSubstr("m.safetensors: "));
+  rewrite_in_place(model, model_bytes(dir / "v3", 3, false));
+  auto repaired = cache.open(model);
+  ASSERT_TRUE(repaired.ok()) << repaired.status().message();
+  const SafetensorsTensor* w3 = (*repaired)->find("w3");
+  ASSERT_NE(w3, nullptr);
+  EXPECT_EQ((*repaired)->bytes(*w3)[0], tensor_bytes(3, 3)[0]);
+}
+
+// Replaced by a rename (a new inode at the path; the safe way to update a
+// model): the entry keeps serving the file it opened, as it was.
+TEST(SafetensorsCache, GivenAFileReplacedByRename_WhenOpenedAgain_ThenTheEntryItOpenedIsServed) {
+  TempDir dir;
+  const fs::path model = dir / "m.safetensors";
+  test::write_file(model, model_bytes(dir / "v1", 1, false));
+  SafetensorsCache cache;
+  auto first = cache.open(model);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  test::write_file(dir / "m.new", model_bytes(dir / "v2", 2, true));
+  fs::rename(dir / "m.new", model);
+  auto second = cache.open(model);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(second->get(), first->get());
+  const SafetensorsTensor* w0 = (*second)->find("w0");
+  EXPECT_EQ((*second)->bytes(*w0)[0], tensor_bytes(1, 0)[0]);
 }
 
 // ---------------------------------------------------------------------------

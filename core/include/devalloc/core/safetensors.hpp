@@ -97,8 +97,16 @@ class SafetensorsFile {
 };
 
 // Opens each file once. Keyed by the path as given; callers that want two
-// spellings of one file to share an entry pass canonical paths. A failure is
-// remembered too, so a missing file is reported the same way every time.
+// spellings of one file to share an entry pass canonical paths.
+//
+// An entry holds the file it opened, as it was then: a file replaced by a
+// rename afterwards (a new inode at the path) is not seen, the entry keeps
+// serving the file it opened (drop the cache, or use a new one, to see the
+// new file). A file modified in place since (the same inode, new bytes:
+// MappedFile::check_unchanged, one fstat per open) can no longer be served
+// by its old header: the next open of its path opens the path again, into
+// a new entry (what a load holds of the old one stays as it was). A failed
+// open is not remembered: the next open of the path tries again.
 // Thread-safe.
 class SafetensorsCache {
  public:
@@ -107,8 +115,7 @@ class SafetensorsCache {
 
  private:
   std::mutex mutex_;
-  std::map<std::filesystem::path, Result<std::shared_ptr<const SafetensorsFile>>>
-      files_;
+  std::map<std::filesystem::path, std::shared_ptr<const SafetensorsFile>> files_;
 };
 
 struct SafetensorsWriteTensor {
