@@ -74,7 +74,7 @@ class MappedFile {
   // OK while the file is the version it was when opened: one fstat of the
   // kept descriptor, compared with version(). Otherwise an invalid_argument
   // error: "<path>: modified in place <when> (its size went from A to B
-  // bytes; its modification time from T1 to T2): ... replace a file by
+  // bytes, its modification time from T1 to T2): ... replace a file by
   // writing a new one and renaming it over the old one ...", `when` saying
   // when ("since it was opened", "while it was being loaded").
   //
@@ -85,7 +85,9 @@ class MappedFile {
   // chown or rename of the file itself also moves that time, and is taken
   // for a change (a writer that set the modification time back looks the
   // same). The times have the kernel's granularity: a write within the same
-  // clock tick as the open may leave them unchanged, and go unnoticed.
+  // clock tick as the open may leave them unchanged, and go unnoticed; and
+  // the kernel sets them when a write call starts, so a write already under
+  // way at the open, with none after it, goes unnoticed too (loading.md).
   Status check_unchanged(std::string_view when) const;
   uint64_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
