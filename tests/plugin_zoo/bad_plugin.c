@@ -81,6 +81,14 @@
  *                                   hold terminal escapes and bytes that are not UTF-8,
  *                                   its PCI bus id a terminal escape, and its version
  *                                   is 305 bytes long
+ *   DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS
+ *                                   PLUGIN-4: as a plugin built against a header whose
+ *                                   structs grew by 32 bytes, writes 32 bytes of 0xff
+ *                                   right after sizeof of the negotiation struct, the
+ *                                   capabilities, the device properties and the
+ *                                   allocate args, whatever struct_size it was handed;
+ *                                   its negotiation is otherwise right (it refuses a
+ *                                   host without major 1)
  */
 #include <devalloc/plugin_abi.h>
 
@@ -106,7 +114,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
     defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
     defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
-    defined(DEVALLOC_ZOO_MUTABLE_TABLE)
+    defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -118,6 +126,26 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
 /* Defined below. Not static: the variants that refuse to negotiate never
  * hand it out, and hidden visibility keeps it unexported all the same. */
 extern ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api;
+
+#if defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS)
+/* Breaks PLUGIN-4 the way a plugin built against a header with grown structs
+ * would: 32 bytes of 0xff after the struct. Byte by byte and out of
+ * AddressSanitizer's sight, as a vendor's plugin (built without it) writes:
+ * the tests are about what the host makes of such writes, in an ASan build
+ * too, where a host's slack is the redzone ASan would otherwise report. */
+#if defined(__GNUC__)
+__attribute__((no_sanitize_address))
+#endif
+static void zoo_scribble(void* end) {
+  volatile unsigned char* bytes = (volatile unsigned char*)end;
+  int i;
+  for (i = 0; i < 32; ++i) bytes[i] = 0xff;
+}
+#define ZOO_SCRIBBLE_PAST(p) zoo_scribble((char*)(p) + sizeof *(p))
+#define ZOO_NEGOTIATES_RANGE 1
+#else
+#define ZOO_SCRIBBLE_PAST(p) ((void)0)
+#endif
 
 #if defined(DEVALLOC_ZOO_HOSTILE_NAMES)
 /* 7 + 300 bytes: longer than a message shows, so it ends in its length. */
@@ -358,6 +386,7 @@ static devalloc_status zoo_get_capabilities(devalloc_instance* z,
 #endif
   c.max_alignment = ZOO_MAX_ALIGNMENT;
   memcpy(capabilities, &c, sizeof c);
+  ZOO_SCRIBBLE_PAST(capabilities);
 #if defined(DEVALLOC_ZOO_WRITES_PAST_STRUCT)
   memset((char*)capabilities + capabilities->struct_size, 0xee, 8);
 #endif
@@ -396,6 +425,7 @@ static devalloc_status zoo_get_device_properties(devalloc_instance* z, uint32_t 
 #endif
   n = properties->struct_size < sizeof p ? properties->struct_size : sizeof p;
   memcpy(properties, &p, n);
+  ZOO_SCRIBBLE_PAST(properties);
   return DEVALLOC_STATUS_OK;
 }
 
@@ -454,6 +484,7 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
 #endif
   args->address = z->allocations[i].base;
   pthread_mutex_unlock(&z->mutex);
+  ZOO_SCRIBBLE_PAST(args);
   return DEVALLOC_STATUS_OK;
 }
 
@@ -676,6 +707,14 @@ devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error*
 #endif
   negotiation->plugin_min_major = DEVALLOC_ABI_VERSION_MAJOR;
   negotiation->api = NULL;
+  ZOO_SCRIBBLE_PAST(negotiation);
+#if defined(ZOO_NEGOTIATES_RANGE)
+  /* PLUGIN-2, for the variants the whole Negotiation group runs on. */
+  if (negotiation->host_min_major > DEVALLOC_ABI_VERSION_MAJOR ||
+      negotiation->host_max_major < DEVALLOC_ABI_VERSION_MAJOR) {
+    return zoo_fail(error, DEVALLOC_STATUS_UNSUPPORTED, "zoo: speaks ABI major 1 only");
+  }
+#endif
 #if defined(DEVALLOC_ZOO_REFUSES)
   return zoo_fail(error, DEVALLOC_STATUS_INTERNAL, "zoo: refusing to negotiate");
 #elif defined(DEVALLOC_ZOO_NEGOTIATE_STATUS42)

@@ -43,7 +43,8 @@ TEST_F(Devices, EveryDevice_HasSaneProperties) {
   static const std::regex kPciBusId("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]");
   for (uint32_t device = 0; device < device_count(); ++device) {
     SCOPED_TRACE("device " + std::to_string(device));
-    devalloc_device_properties p;
+    WithSlack<devalloc_device_properties> buffer;
+    devalloc_device_properties& p = *buffer;
     std::memset(&p, kUnwritten, sizeof p);
     p.struct_size = sizeof p;
     RawError error;
@@ -82,7 +83,8 @@ TEST_F(Devices, DevicesWithAUuid_HaveDistinctUuids) {
 }
 
 TEST_F(Devices, PropertiesOfTheDeviceAtTheCount_AreNoSuchDevice) {
-  devalloc_device_properties p{};
+  WithSlack<devalloc_device_properties> buffer;
+  devalloc_device_properties& p = *buffer;
   p.struct_size = sizeof p;
   RawError error;
   EXPECT_TRUE(RawFailure(
@@ -92,9 +94,8 @@ TEST_F(Devices, PropertiesOfTheDeviceAtTheCount_AreNoSuchDevice) {
 
 TEST_F(Devices, PropertiesStructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
   if (device_count() == 0) GTEST_SKIP() << "plugin has no devices to test";
-  std::vector<uint8_t> bytes(sizeof(devalloc_device_properties) + kNewerTail,
-                             kCanary);
-  const size_t newer = bytes.size();
+  const size_t newer = sizeof(devalloc_device_properties) + kNewerTail;
+  std::vector<uint8_t> bytes(newer + kSlackBytes, kCanary);
   std::memcpy(bytes.data(), &newer, sizeof newer);
   RawError error;
   auto* p = reinterpret_cast<devalloc_device_properties*>(bytes.data());
@@ -103,7 +104,9 @@ TEST_F(Devices, PropertiesStructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
       << error.text();
   EXPECT_EQ(p->total_memory_bytes, plugin().devices()[kDevice].total_memory_bytes);
   for (size_t i = sizeof *p; i < bytes.size(); ++i) {
-    ASSERT_EQ(bytes[i], kCanary) << "wrote byte " << i << " it does not know";
+    ASSERT_EQ(bytes[i], kCanary)
+        << "wrote byte " << i
+        << (i < newer ? " it does not know" : ", beyond the struct_size it was given");
   }
 }
 
@@ -115,7 +118,8 @@ TEST_F(Capabilities, MaxAlignment_IsAPowerOfTwoOfAtLeast256) {
 }
 
 TEST_F(Capabilities, ThroughTheTable_MatchWhatTheLoaderSaw) {
-  devalloc_capabilities c{};
+  WithSlack<devalloc_capabilities> buffer;
+  devalloc_capabilities& c = *buffer;
   c.struct_size = sizeof c;
   RawError error;
   ASSERT_EQ(api().get_capabilities(instance(), &c, error.get()),
@@ -129,8 +133,8 @@ TEST_F(Capabilities, ThroughTheTable_MatchWhatTheLoaderSaw) {
 }
 
 TEST_F(Capabilities, StructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
-  std::vector<uint8_t> bytes(sizeof(devalloc_capabilities) + kNewerTail, kCanary);
-  const size_t newer = bytes.size();
+  const size_t newer = sizeof(devalloc_capabilities) + kNewerTail;
+  std::vector<uint8_t> bytes(newer + kSlackBytes, kCanary);
   std::memcpy(bytes.data(), &newer, sizeof newer);
   RawError error;
   auto* c = reinterpret_cast<devalloc_capabilities*>(bytes.data());
@@ -139,7 +143,9 @@ TEST_F(Capabilities, StructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
       << error.text();
   EXPECT_EQ(c->max_alignment, plugin().capabilities().max_alignment);
   for (size_t i = sizeof *c; i < bytes.size(); ++i) {
-    ASSERT_EQ(bytes[i], kCanary) << "wrote byte " << i << " it does not know";
+    ASSERT_EQ(bytes[i], kCanary)
+        << "wrote byte " << i
+        << (i < newer ? " it does not know" : ", beyond the struct_size it was given");
   }
 }
 

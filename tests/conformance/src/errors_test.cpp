@@ -29,36 +29,40 @@ class Errors : public DeviceTest {
     host_ = &keep_past_destroy<std::vector<uint8_t>>(2 * kSize);
   }
 
-  devalloc_allocate_args allocate_args(uint32_t device, uint64_t nbytes,
-                                       uint64_t alignment) const {
-    devalloc_allocate_args args{};
+  // Each with slack after it, as every struct the suite hands out.
+  WithSlack<devalloc_allocate_args> allocate_args(uint32_t device, uint64_t nbytes,
+                                                  uint64_t alignment) const {
+    WithSlack<devalloc_allocate_args> buffer;
+    devalloc_allocate_args& args = *buffer;
     args.struct_size = sizeof args;
     args.device = device;
     args.nbytes = nbytes;
     args.alignment = alignment;
-    return args;
+    return buffer;
   }
-  devalloc_copy_to_device_args to_device_args(uint32_t device, uint64_t dst,
-                                              const void* src, uint64_t nbytes,
-                                              uint32_t lifetime) const {
-    devalloc_copy_to_device_args args{};
+  WithSlack<devalloc_copy_to_device_args> to_device_args(uint32_t device, uint64_t dst,
+                                                         const void* src, uint64_t nbytes,
+                                                         uint32_t lifetime) const {
+    WithSlack<devalloc_copy_to_device_args> buffer;
+    devalloc_copy_to_device_args& args = *buffer;
     args.struct_size = sizeof args;
     args.device = device;
     args.src_lifetime = lifetime;
     args.dst = dst;
     args.src = src;
     args.nbytes = nbytes;
-    return args;
+    return buffer;
   }
-  devalloc_copy_to_host_args to_host_args(uint32_t device, void* dst,
-                                          uint64_t src, uint64_t nbytes) const {
-    devalloc_copy_to_host_args args{};
+  WithSlack<devalloc_copy_to_host_args> to_host_args(uint32_t device, void* dst,
+                                                     uint64_t src, uint64_t nbytes) const {
+    WithSlack<devalloc_copy_to_host_args> buffer;
+    devalloc_copy_to_host_args& args = *buffer;
     args.struct_size = sizeof args;
     args.device = device;
     args.src = src;
     args.dst = dst;
     args.nbytes = nbytes;
-    return args;
+    return buffer;
   }
 
   std::vector<FailingCall> failing_calls();
@@ -77,17 +81,17 @@ std::vector<Errors::FailingCall> Errors::failing_calls() {
       {"allocate(alignment = 3)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=, this](devalloc_error* e) {
          auto args = allocate_args(kDevice, 64, 3);
-         return t->allocate(in, &args, e);
+         return t->allocate(in, args.get(), e);
        }},
       {"allocate(nbytes = UINT64_MAX)", DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
        [=, this](devalloc_error* e) {
          auto args = allocate_args(kDevice, std::numeric_limits<uint64_t>::max(), 0);
-         return t->allocate(in, &args, e);
+         return t->allocate(in, args.get(), e);
        }},
       {"allocate(device = count)", DEVALLOC_STATUS_NO_SUCH_DEVICE,
        [=, this](devalloc_error* e) {
          auto args = allocate_args(count, 64, 0);
-         return t->allocate(in, &args, e);
+         return t->allocate(in, args.get(), e);
        }},
       {"deallocate(base + 1)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=, this](devalloc_error* e) { return t->deallocate(in, kDevice, base_ + 1, e); }},
@@ -97,47 +101,47 @@ std::vector<Errors::FailingCall> Errors::failing_calls() {
        [=, this](devalloc_error* e) {
          auto args = to_device_args(kDevice, base_, host_->data(), kSize + 1,
                                     DEVALLOC_SRC_DURING_CALL);
-         return t->copy_host_to_device(in, &args, e);
+         return t->copy_host_to_device(in, args.get(), e);
        }},
       {"copy_host_to_device(src = NULL)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=, this](devalloc_error* e) {
          auto args = to_device_args(kDevice, base_, nullptr, 16,
                                     DEVALLOC_SRC_DURING_CALL);
-         return t->copy_host_to_device(in, &args, e);
+         return t->copy_host_to_device(in, args.get(), e);
        }},
       {"copy_host_to_device(src_lifetime = 2)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=, this](devalloc_error* e) {
          auto args = to_device_args(kDevice, base_, host_->data(), 16, 2);
-         return t->copy_host_to_device(in, &args, e);
+         return t->copy_host_to_device(in, args.get(), e);
        }},
       {"copy_host_to_device(device = count)", DEVALLOC_STATUS_NO_SUCH_DEVICE,
        [=, this](devalloc_error* e) {
          auto args = to_device_args(count, base_, host_->data(), 16,
                                     DEVALLOC_SRC_DURING_CALL);
-         return t->copy_host_to_device(in, &args, e);
+         return t->copy_host_to_device(in, args.get(), e);
        }},
       {"copy_device_to_host(range past the end)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=, this](devalloc_error* e) {
          auto args = to_host_args(kDevice, host_->data(), base_ + 1, kSize);
-         return t->copy_device_to_host(in, &args, e);
+         return t->copy_device_to_host(in, args.get(), e);
        }},
       {"copy_device_to_host(dst = NULL)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=, this](devalloc_error* e) {
          auto args = to_host_args(kDevice, nullptr, base_, 16);
-         return t->copy_device_to_host(in, &args, e);
+         return t->copy_device_to_host(in, args.get(), e);
        }},
       {"copy_device_to_host(device = count)", DEVALLOC_STATUS_NO_SUCH_DEVICE,
        [=, this](devalloc_error* e) {
          auto args = to_host_args(count, host_->data(), base_, 16);
-         return t->copy_device_to_host(in, &args, e);
+         return t->copy_device_to_host(in, args.get(), e);
        }},
       {"synchronize(device = count)", DEVALLOC_STATUS_NO_SUCH_DEVICE,
        [=](devalloc_error* e) { return t->synchronize(in, count, e); }},
       {"get_device_properties(device = count)", DEVALLOC_STATUS_NO_SUCH_DEVICE,
        [=](devalloc_error* e) {
-         devalloc_device_properties p{};
-         p.struct_size = sizeof p;
-         return t->get_device_properties(in, count, &p, e);
+         WithSlack<devalloc_device_properties> p;
+         p->struct_size = sizeof *p;
+         return t->get_device_properties(in, count, p.get(), e);
        }},
       {"get_capabilities(NULL)", DEVALLOC_STATUS_INVALID_ARGUMENT,
        [=](devalloc_error* e) { return t->get_capabilities(in, nullptr, e); }},
@@ -153,7 +157,8 @@ std::vector<Errors::FailingCall> Errors::failing_calls() {
          }
          keys.push_back("devalloc_conformance_bogus_option");
          values.push_back("1");
-         devalloc_create_args args{};
+         WithSlack<devalloc_create_args> buffer;
+         devalloc_create_args& args = *buffer;
          args.struct_size = sizeof args;
          args.option_keys = keys.data();
          args.option_values = values.data();
@@ -169,7 +174,7 @@ std::vector<Errors::FailingCall> Errors::failing_calls() {
                      DEVALLOC_STATUS_UNSUPPORTED,
                      [=, this](devalloc_error* e) {
                        auto args = allocate_args(kDevice, 64, max_alignment * 2);
-                       return t->allocate(in, &args, e);
+                       return t->allocate(in, args.get(), e);
                      }});
   }
   if (plugin().capabilities().host_staging) {
@@ -202,27 +207,27 @@ TEST_F(Errors, EverySuccess_LeavesTheErrorBufferUntouched) {
   std::vector<std::pair<std::string, std::function<devalloc_status(devalloc_error*)>>>
       calls = {
           {"get_capabilities", [&](devalloc_error* e) {
-             devalloc_capabilities c{};
-             c.struct_size = sizeof c;
-             return t.get_capabilities(in, &c, e);
+             WithSlack<devalloc_capabilities> c;
+             c->struct_size = sizeof *c;
+             return t.get_capabilities(in, c.get(), e);
            }},
           {"get_device_count", [&](devalloc_error* e) {
              uint32_t count = 0;
              return t.get_device_count(in, &count, e);
            }},
           {"get_device_properties", [&](devalloc_error* e) {
-             devalloc_device_properties p{};
-             p.struct_size = sizeof p;
-             return t.get_device_properties(in, kDevice, &p, e);
+             WithSlack<devalloc_device_properties> p;
+             p->struct_size = sizeof *p;
+             return t.get_device_properties(in, kDevice, p.get(), e);
            }},
           {"copy_host_to_device", [&](devalloc_error* e) {
              auto args = to_device_args(kDevice, base_, host_->data(), kSize,
                                         DEVALLOC_SRC_DURING_CALL);
-             return t.copy_host_to_device(in, &args, e);
+             return t.copy_host_to_device(in, args.get(), e);
            }},
           {"copy_device_to_host", [&](devalloc_error* e) {
              auto args = to_host_args(kDevice, host_->data(), base_, kSize);
-             return t.copy_device_to_host(in, &args, e);
+             return t.copy_device_to_host(in, args.get(), e);
            }},
           {"synchronize", [&](devalloc_error* e) { return t.synchronize(in, kDevice, e); }},
           {"deallocate", [&](devalloc_error* e) {

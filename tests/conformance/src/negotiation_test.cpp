@@ -44,9 +44,12 @@ class Negotiation : public ::testing::Test {
   }
 
   // The output fields start as values no plugin answers, so that one left
-  // unwritten is seen.
-  static devalloc_negotiation request(uint32_t min_major, uint32_t max_major) {
-    devalloc_negotiation n{};
+  // unwritten is seen. With slack after it: a plugin that writes past the
+  // struct (PLUGIN-4) is reported by LargerStructThanItKnows_* alone.
+  static WithSlack<devalloc_negotiation> request(uint32_t min_major,
+                                                 uint32_t max_major) {
+    WithSlack<devalloc_negotiation> slack;
+    devalloc_negotiation& n = slack.value;
     n.struct_size = sizeof n;
     n.host_min_major = min_major;
     n.host_max_major = max_major;
@@ -56,13 +59,14 @@ class Negotiation : public ::testing::Test {
     n.plugin_minor = kUnwritten;
     n.plugin_min_major = kUnwritten;
     n.api = &n;
-    return n;
+    return slack;
   }
 
   // The highest major the plugin speaks, from its refusal of a host that
   // speaks only a far-future major.
   uint32_t highest_major() {
-    devalloc_negotiation n = request(kFarFutureMajor, kFarFutureMajor);
+    auto request_buffer = request(kFarFutureMajor, kFarFutureMajor);
+    devalloc_negotiation& n = *request_buffer;
     RawError error;
     EXPECT_TRUE(RawFailure(negotiate_(&n, error.get()),
                            DEVALLOC_STATUS_UNSUPPORTED, error));
@@ -85,7 +89,8 @@ TEST_F(Negotiation, LoaderOpensTheLibrary_AgreeingOnMajor1) {
 }
 
 TEST_F(Negotiation, HostSpeakingOnlyAFutureMajor_IsRefusedWithoutATable) {
-  devalloc_negotiation n = request(kFutureMajor, kFutureMajor);
+  auto request_buffer = request(kFutureMajor, kFutureMajor);
+  devalloc_negotiation& n = *request_buffer;
   RawError error;
   EXPECT_TRUE(RawFailure(negotiate_(&n, error.get()),
                          DEVALLOC_STATUS_UNSUPPORTED, error));
@@ -102,7 +107,8 @@ TEST_F(Negotiation, HostSpeakingOnlyAFutureMajor_IsRefusedWithoutATable) {
 // A range that ends below the plugin's majors holds none of them either:
 // PLUGIN-2 has the plugin refuse it, not answer its own major.
 TEST_F(Negotiation, HostSpeakingOnlyAnOlderMajor_IsRefusedWithoutATable) {
-  devalloc_negotiation n = request(0, 0);
+  auto request_buffer = request(0, 0);
+  devalloc_negotiation& n = *request_buffer;
   RawError error;
   EXPECT_TRUE(RawFailure(negotiate_(&n, error.get()),
                          DEVALLOC_STATUS_UNSUPPORTED, error));
@@ -112,13 +118,15 @@ TEST_F(Negotiation, HostSpeakingOnlyAnOlderMajor_IsRefusedWithoutATable) {
 }
 
 TEST_F(Negotiation, RefusalWithoutAnErrorBuffer_StillRefuses) {
-  devalloc_negotiation n = request(kFutureMajor, kFutureMajor);
+  auto request_buffer = request(kFutureMajor, kFutureMajor);
+  devalloc_negotiation& n = *request_buffer;
   EXPECT_NE(negotiate_(&n, nullptr), DEVALLOC_STATUS_OK);
   EXPECT_EQ(n.api, nullptr);
 }
 
 TEST_F(Negotiation, HostSpeakingMajor1_GetsACompleteVersion1Table) {
-  devalloc_negotiation n = request(1, 1);
+  auto request_buffer = request(1, 1);
+  devalloc_negotiation& n = *request_buffer;
   RawError error;
   ASSERT_EQ(negotiate_(&n, error.get()), DEVALLOC_STATUS_OK) << error.text();
   EXPECT_TRUE(error.untouched()) << "success wrote the error message";
@@ -151,7 +159,8 @@ TEST_F(Negotiation, HostSpeakingMajor1_GetsACompleteVersion1Table) {
 
 TEST_F(Negotiation, HostSpeakingMajors1To3_AgreesOnTheHighestMajorInCommon) {
   const uint32_t highest = highest_major();
-  devalloc_negotiation n = request(1, 3);
+  auto request_buffer = request(1, 3);
+  devalloc_negotiation& n = *request_buffer;
   RawError error;
   ASSERT_EQ(negotiate_(&n, error.get()), DEVALLOC_STATUS_OK) << error.text();
   EXPECT_EQ(n.plugin_major, std::min<uint32_t>(highest, 3));
@@ -163,16 +172,21 @@ TEST_F(Negotiation, HostSpeakingMajors1To3_AgreesOnTheHighestMajorInCommon) {
 
 TEST_F(Negotiation, LargerStructThanItKnows_IsAcceptedAndItsTailLeftAlone) {
   constexpr size_t kTail = 64;
-  std::vector<uint8_t> bytes(sizeof(devalloc_negotiation) + kTail, kCanary);
-  const devalloc_negotiation n = request(1, 1);
+  const size_t grown_size = sizeof(devalloc_negotiation) + kTail;
+  // Slack after the grown struct too: a plugin that writes even further is
+  // reported here, not by the heap.
+  std::vector<uint8_t> bytes(grown_size + kSlackBytes, kCanary);
+  const devalloc_negotiation n = *request(1, 1);
   std::memcpy(bytes.data(), &n, sizeof n);
   auto* grown = reinterpret_cast<devalloc_negotiation*>(bytes.data());
-  grown->struct_size = bytes.size();
+  grown->struct_size = grown_size;
   RawError error;
   ASSERT_EQ(negotiate_(grown, error.get()), DEVALLOC_STATUS_OK) << error.text();
   EXPECT_NE(grown->api, nullptr);
   for (size_t i = sizeof n; i < bytes.size(); ++i) {
-    ASSERT_EQ(bytes[i], kCanary) << "wrote byte " << i << " it does not know";
+    ASSERT_EQ(bytes[i], kCanary)
+        << "wrote byte " << i
+        << (i < grown_size ? " it does not know" : ", beyond the struct_size it was given");
   }
 }
 
@@ -180,8 +194,8 @@ TEST_F(Negotiation, StructTooSmallForVersion1_IsRefusedWithoutWritingBeyondIt) {
   for (size_t size : {size_t{0}, sizeof(size_t),
                       DEVALLOC_STRUCT_SIZE(devalloc_negotiation, plugin_min_major)}) {
     SCOPED_TRACE("struct_size = " + std::to_string(size));
-    std::vector<uint8_t> bytes(sizeof(devalloc_negotiation), kCanary);
-    const devalloc_negotiation n = request(1, 1);
+    std::vector<uint8_t> bytes(sizeof(devalloc_negotiation) + kSlackBytes, kCanary);
+    const devalloc_negotiation n = *request(1, 1);
     std::memcpy(bytes.data(), &n, size);
     std::memcpy(bytes.data(), &size, sizeof size);
     RawError error;

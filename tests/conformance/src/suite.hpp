@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -62,8 +63,30 @@ std::vector<uint8_t> pattern(size_t nbytes, uint64_t seed);
                                       std::span<const uint8_t> actual);
 uint64_t digest(std::span<const uint8_t> bytes);
 
+// Room after every struct the suite hands to a plugin to write into. A plugin
+// built against a header whose struct grew writes past the struct_size it
+// was given (PLUGIN-4); with the slack that lands here instead of on the
+// suite's stack or heap, so only the tests that look for such writes (the
+// "...Tail..." tests, with canaries) report it, and every other test still
+// sees sane values.
+inline constexpr size_t kSlackBytes = 512;
+
+// An output (or input) struct followed by kSlackBytes of slack; pass
+// get() to the plugin.
+template <class Struct>
+struct WithSlack {
+  Struct value{};
+  unsigned char slack[kSlackBytes]{};
+
+  Struct* get() { return &value; }
+  Struct& operator*() { return value; }
+  Struct* operator->() { return &value; }
+  const Struct* operator->() const { return &value; }
+};
+
 // A devalloc_error whose message starts without any NUL, so that a plugin
-// that fails without writing a terminated message is caught.
+// that fails without writing a terminated message is caught; followed by
+// slack like WithSlack.
 struct RawError {
   RawError();
   devalloc_error* get() { return &error; }
@@ -72,6 +95,7 @@ struct RawError {
   std::string text() const;
 
   devalloc_error error;
+  unsigned char slack[kSlackBytes]{};
 };
 
 // PLUGIN-6 seen through the raw table: the expected status, and a non-empty
