@@ -89,6 +89,11 @@
  *                                   allocate args, whatever struct_size it was handed;
  *                                   its negotiation is otherwise right (it refuses a
  *                                   host without major 1)
+ *   DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES
+ *                                   PLUGIN-3: its first negotiation after the library
+ *                                   is loaded hands out its table; every later one a
+ *                                   copy named "zoo-b" without synchronize (refuses a
+ *                                   host without major 1)
  */
 #include <devalloc/plugin_abi.h>
 
@@ -114,7 +119,8 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
     defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
     defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
-    defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS)
+    defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS) ||  \
+    defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -145,6 +151,9 @@ static void zoo_scribble(void* end) {
 #define ZOO_NEGOTIATES_RANGE 1
 #else
 #define ZOO_SCRIBBLE_PAST(p) ((void)0)
+#endif
+#if defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES)
+#define ZOO_NEGOTIATES_RANGE 1
 #endif
 
 #if defined(DEVALLOC_ZOO_HOSTILE_NAMES)
@@ -733,6 +742,21 @@ devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error*
 #elif defined(DEVALLOC_ZOO_NEGOTIATION_SCRIBBLE)
   negotiation->api = &devalloc_zoo_api;
   memset((char*)negotiation + sizeof *negotiation, 0xff, 32);
+  return DEVALLOC_STATUS_OK;
+#elif defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES)
+  {
+    /* Not thread-safe; the tests negotiate from one thread. */
+    static int negotiations;
+    static devalloc_plugin_api_v1 second;
+    if (negotiations++ == 0) {
+      negotiation->api = &devalloc_zoo_api;
+    } else {
+      second = devalloc_zoo_api;
+      second.plugin_name = "zoo-b";
+      second.synchronize = NULL;
+      negotiation->api = &second;
+    }
+  }
   return DEVALLOC_STATUS_OK;
 #else
   negotiation->api = &devalloc_zoo_api;

@@ -2,13 +2,17 @@
 // of other ABI versions call it.
 #include "suite.hpp"
 
+#include <devalloc/input_text.hpp>
 #include <devalloc/plugin_loader.hpp>
 
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace devalloc::conformance {
@@ -20,6 +24,138 @@ constexpr uint32_t kFutureMajor = DEVALLOC_ABI_VERSION_MAJOR + 1;
 constexpr uint32_t kFarFutureMajor = 1000;
 constexpr uint32_t kUnwritten = 0xdeadbeef;
 constexpr uint8_t kCanary = 0xab;
+
+// What one negotiation answered, with a copy of the table it handed out as
+// it was right then (the fields the table's struct_size covers).
+struct Answer {
+  devalloc_status status = DEVALLOC_STATUS_OK;
+  uint32_t plugin_major = 0;
+  uint32_t plugin_minor = 0;
+  uint32_t plugin_min_major = 0;
+  const void* api = nullptr;
+  devalloc_plugin_api_v1 table{};
+  size_t table_bytes = 0;  // of `table` copied from the plugin's
+};
+
+// `answer` with its table copied from `table` as it is now.
+Answer with_table(Answer answer, const devalloc_plugin_api_v1* table) {
+  answer.table = devalloc_plugin_api_v1{};
+  answer.table_bytes = 0;
+  if (table != nullptr) {
+    answer.table_bytes = std::min(table->struct_size, sizeof answer.table);
+    std::memcpy(&answer.table, table, answer.table_bytes);
+  }
+  return answer;
+}
+
+Answer answer_of(devalloc_status status, const devalloc_negotiation& n) {
+  Answer a;
+  a.status = status;
+  a.plugin_major = n.plugin_major;
+  a.plugin_minor = n.plugin_minor;
+  a.plugin_min_major = n.plugin_min_major;
+  a.api = n.api;
+  return with_table(a, status == DEVALLOC_STATUS_OK
+                           ? static_cast<const devalloc_plugin_api_v1*>(n.api)
+                           : nullptr);
+}
+
+std::string hex(const void* pointer) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", pointer);
+  return text;
+}
+
+std::string string_field(const char* text) {
+  return text == nullptr ? "NULL" : quote(text);
+}
+
+// The fields of two copies of a table that differ ("plugin_name (\"b\", the
+// first \"a\")", "synchronize"), comma-separated; "" when none does.
+std::string differing_fields(const Answer& first, const Answer& other) {
+  struct Field {
+    const char* name;
+    size_t offset;
+    size_t size;
+  };
+#define DEVALLOC_TABLE_FIELD(f) \
+  Field { #f, offsetof(devalloc_plugin_api_v1, f), sizeof(devalloc_plugin_api_v1::f) }
+  static const Field kFields[] = {
+      DEVALLOC_TABLE_FIELD(struct_size),      DEVALLOC_TABLE_FIELD(abi_major),
+      DEVALLOC_TABLE_FIELD(abi_minor),        DEVALLOC_TABLE_FIELD(plugin_name),
+      DEVALLOC_TABLE_FIELD(plugin_version),   DEVALLOC_TABLE_FIELD(create),
+      DEVALLOC_TABLE_FIELD(destroy),          DEVALLOC_TABLE_FIELD(get_capabilities),
+      DEVALLOC_TABLE_FIELD(get_device_count), DEVALLOC_TABLE_FIELD(get_device_properties),
+      DEVALLOC_TABLE_FIELD(allocate),         DEVALLOC_TABLE_FIELD(deallocate),
+      DEVALLOC_TABLE_FIELD(copy_host_to_device),
+      DEVALLOC_TABLE_FIELD(copy_device_to_host),
+      DEVALLOC_TABLE_FIELD(synchronize),      DEVALLOC_TABLE_FIELD(allocate_host),
+      DEVALLOC_TABLE_FIELD(free_host),        DEVALLOC_TABLE_FIELD(get_memory_info),
+  };
+#undef DEVALLOC_TABLE_FIELD
+  const size_t covered = std::max(first.table_bytes, other.table_bytes);
+  const auto* a = reinterpret_cast<const unsigned char*>(&first.table);
+  const auto* b = reinterpret_cast<const unsigned char*>(&other.table);
+  std::string fields;
+  for (const Field& field : kFields) {
+    if (field.offset + field.size > covered) break;
+    if (std::memcmp(a + field.offset, b + field.offset, field.size) == 0) continue;
+    if (!fields.empty()) fields += ", ";
+    fields += field.name;
+    if (field.offset == offsetof(devalloc_plugin_api_v1, plugin_name)) {
+      fields += " (" + string_field(other.table.plugin_name) + ", the first " +
+                string_field(first.table.plugin_name) + ")";
+    } else if (field.offset == offsetof(devalloc_plugin_api_v1, plugin_version)) {
+      fields += " (" + string_field(other.table.plugin_version) + ", the first " +
+                string_field(first.table.plugin_version) + ")";
+    } else if (field.offset < offsetof(devalloc_plugin_api_v1, plugin_name)) {
+      // struct_size, abi_major, abi_minor: numbers (little-endian, at most 8 bytes).
+      uint64_t value_a = 0;
+      uint64_t value_b = 0;
+      std::memcpy(&value_a, a + field.offset, field.size);
+      std::memcpy(&value_b, b + field.offset, field.size);
+      fields += " (" + std::to_string(value_b) + ", the first " + std::to_string(value_a) + ")";
+    }
+  }
+  return fields;
+}
+
+constexpr const char* kOneTable =
+    "PLUGIN-3: the plugin hands out one static function table, unchanged for as long as "
+    "the library is loaded, so negotiating again in the same process (the loader does on "
+    "every open of a library that is already loaded, and so does every other host in the "
+    "process) gives the same table and the same answers";
+
+// Why `again` (the negotiation called `which`) breaks PLUGIN-3 against the
+// first answer; success when it answers the same.
+::testing::AssertionResult SameAnswer(const Answer& first, const Answer& again,
+                                      const std::string& which) {
+  std::string differences;
+  auto add = [&](const std::string& text) {
+    differences += (differences.empty() ? "" : "; ") + text;
+  };
+  if (again.status != first.status) {
+    add("status " + std::to_string(again.status) + ", the first " +
+        std::to_string(first.status));
+  }
+  if (again.plugin_major != first.plugin_major || again.plugin_minor != first.plugin_minor ||
+      again.plugin_min_major != first.plugin_min_major) {
+    add("ABI " + std::to_string(again.plugin_major) + "." + std::to_string(again.plugin_minor) +
+        " (lowest major " + std::to_string(again.plugin_min_major) + "), the first " +
+        std::to_string(first.plugin_major) + "." + std::to_string(first.plugin_minor) +
+        " (lowest major " + std::to_string(first.plugin_min_major) + ")");
+  }
+  if (again.api != first.api) {
+    add("function table at " + hex(again.api) + ", the first at " + hex(first.api));
+  }
+  if (const std::string fields = differing_fields(first, again); !fields.empty()) {
+    add("table fields that differ: " + fields);
+  }
+  if (differences.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << which << " answered differently from the first: " << differences << ". "
+         << kOneTable;
+}
 
 // The plugin opened by hand, as a host of another ABI version would: nothing
 // but the entry point and the negotiation struct, whose layout every major
@@ -155,6 +291,45 @@ TEST_F(Negotiation, HostSpeakingMajor1_GetsACompleteVersion1Table) {
   EXPECT_NE(api.copy_host_to_device, nullptr);
   EXPECT_NE(api.copy_device_to_host, nullptr);
   EXPECT_NE(api.synchronize, nullptr);
+}
+
+// PLUGIN-3 over time: a plugin whose later negotiations hand out another
+// table (or change the first) would pass every test above, which negotiate
+// once each, and fail elsewhere, under another rule, in whichever test
+// happens to load it a second time.
+TEST_F(Negotiation, NegotiatingAgain_GivesTheSameTableAndTheSameAnswers) {
+  auto negotiate_once = [&] {
+    auto request_buffer = request(1, 1);
+    RawError error;
+    const devalloc_status status = negotiate_(request_buffer.get(), error.get());
+    return answer_of(status, *request_buffer);
+  };
+  const Answer first = negotiate_once();
+  ASSERT_EQ(first.status, DEVALLOC_STATUS_OK);
+  ASSERT_NE(first.api, nullptr);
+  const Answer second = negotiate_once();
+  EXPECT_TRUE(SameAnswer(first, second, "the second negotiation"));
+  // The first table as it is now: a plugin that rewrites its table when it
+  // negotiates again changes what a host that negotiated before holds.
+  EXPECT_TRUE(SameAnswer(
+      first, with_table(first, static_cast<const devalloc_plugin_api_v1*>(first.api)),
+      "the first table, read again after the second negotiation,"));
+  const Answer third = negotiate_once();
+  EXPECT_TRUE(SameAnswer(first, third, "the third negotiation"));
+
+  // And the loader, negotiating on its own while this test holds the
+  // library, sees the same plugin.
+  auto [library, error] = PluginLibrary::open(path_);
+  ASSERT_TRUE(library) << "the loader, negotiating again while the library is loaded, "
+                          "refused the plugin ("
+                       << to_string(error.outcome) << ": " << error.status.message()
+                       << "), though the first negotiation's table was complete. "
+                       << kOneTable;
+  EXPECT_EQ(library->abi_major(), first.plugin_major) << kOneTable;
+  EXPECT_EQ(library->abi_minor(), first.plugin_minor) << kOneTable;
+  // The loader may keep a copy of the table: its contents are compared.
+  EXPECT_TRUE(SameAnswer(first, with_table(first, &library->api()),
+                         "the loader's negotiation"));
 }
 
 TEST_F(Negotiation, HostSpeakingMajors1To3_AgreesOnTheHighestMajorInCommon) {
