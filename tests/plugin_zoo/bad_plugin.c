@@ -62,10 +62,6 @@
  *                                   than 1 MiB in another slot overlaps the slot below
  *   DEVALLOC_ZOO_MINOR_MISMATCH     PLUGIN-3: the table's abi_minor is 99, the
  *                                   negotiation answers the header's minor
- *   DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE
- *                                   negotiates ABI 1.0 (a 1.0 table, abi_minor 0) and
- *                                   sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE, which 1.1
- *                                   added: a flag a 1.0 plugin cannot mean (its device
  *                                   addresses are host pointers all the same)
  *   DEVALLOC_ZOO_MUTABLE_TABLE      PLUGIN-3: its table lies in writable memory, and it
  *                                   changes it after the loader read it: create clears
@@ -94,6 +90,11 @@
  *                                   is loaded hands out its table; every later one a
  *                                   copy named "zoo-b" without synchronize (refuses a
  *                                   host without major 1)
+ *   DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE
+ *                                   a 1.0 plugin (negotiates minor 0, a table of 1.0's
+ *                                   size) that sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE,
+ *                                   which 1.1 added, though its device addresses are
+ *                                   not host pointers (bit 62 flipped)
  */
 #include <devalloc/plugin_abi.h>
 
@@ -132,6 +133,17 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
 /* Defined below. Not static: the variants that refuse to negotiate never
  * hand it out, and hidden visibility keeps it unexported all the same. */
 extern ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api;
+
+#if defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
+#define ZOO_MINOR 0
+#define ZOO_TABLE_SIZE DEVALLOC_PLUGIN_API_V1_MIN_SIZE
+/* Flipped in every device address: writing through one as a host pointer
+ * faults. */
+#define ZOO_NOT_HOST_BIT ((uint64_t)1 << 62)
+#else
+#define ZOO_MINOR DEVALLOC_ABI_VERSION_MINOR
+#define ZOO_TABLE_SIZE sizeof(devalloc_plugin_api_v1)
+#endif
 
 #if defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS)
 /* Breaks PLUGIN-4 the way a plugin built against a header with grown structs
@@ -491,6 +503,9 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
 #if defined(DEVALLOC_ZOO_TOP_ADDRESSES)
   z->allocations[i].base = (uint64_t)0 - ((uint64_t)i + 1) * ZOO_TOP_SLOT;
 #endif
+#if defined(ZOO_NOT_HOST_BIT)
+  z->allocations[i].base ^= ZOO_NOT_HOST_BIT;
+#endif
   args->address = z->allocations[i].base;
   pthread_mutex_unlock(&z->mutex);
   ZOO_SCRIBBLE_PAST(args);
@@ -654,10 +669,8 @@ static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_
 ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api = {
 #if defined(DEVALLOC_ZOO_SMALL_TABLE)
     16,
-#elif defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
-    DEVALLOC_PLUGIN_API_V1_MIN_SIZE,
 #else
-    sizeof(devalloc_plugin_api_v1),
+    ZOO_TABLE_SIZE,
 #endif
 #if defined(DEVALLOC_ZOO_TABLE_MAJOR2)
     2,
@@ -666,10 +679,8 @@ ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api = {
 #endif
 #if defined(DEVALLOC_ZOO_MINOR_MISMATCH)
     99,
-#elif defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
-    0,
 #else
-    DEVALLOC_ABI_VERSION_MINOR,
+    ZOO_MINOR,
 #endif
 #if defined(DEVALLOC_ZOO_NULL_NAME)
     NULL,
@@ -709,11 +720,7 @@ devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error*
                     "zoo: negotiation struct is NULL or too small");
   }
   negotiation->plugin_major = DEVALLOC_ABI_VERSION_MAJOR;
-#if defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
-  negotiation->plugin_minor = 0;
-#else
-  negotiation->plugin_minor = DEVALLOC_ABI_VERSION_MINOR;
-#endif
+  negotiation->plugin_minor = ZOO_MINOR;
   negotiation->plugin_min_major = DEVALLOC_ABI_VERSION_MAJOR;
   negotiation->api = NULL;
   ZOO_SCRIBBLE_PAST(negotiation);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <regex>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace devalloc::conformance {
@@ -130,6 +131,58 @@ TEST_F(Capabilities, ThroughTheTable_MatchWhatTheLoaderSaw) {
             plugin().capabilities().async_copy);
   EXPECT_EQ((c.flags & DEVALLOC_CAPABILITY_HOST_STAGING) != 0,
             plugin().capabilities().host_staging);
+}
+
+// The capability flags each minor of ABI 1 defines.
+uint64_t flags_defined_by(uint32_t minor) {
+  uint64_t flags = DEVALLOC_CAPABILITY_ASYNC_COPY | DEVALLOC_CAPABILITY_HOST_STAGING;
+  if (minor >= 1) flags |= DEVALLOC_CAPABILITY_HOST_ADDRESSABLE;
+  return flags;
+}
+
+// "HOST_ADDRESSABLE (bit 2, added in ABI 1.1), bit 7 (no ABI 1.x up to 1.1
+// defines it)".
+std::string flag_names(uint64_t flags) {
+  std::string names;
+  for (unsigned bit = 0; bit < 64; ++bit) {
+    const uint64_t flag = uint64_t{1} << bit;
+    if ((flags & flag) == 0) continue;
+    if (!names.empty()) names += ", ";
+    if (flag == DEVALLOC_CAPABILITY_HOST_ADDRESSABLE) {
+      names += "HOST_ADDRESSABLE (bit 2, added in ABI 1.1)";
+    } else {
+      names += "bit " + std::to_string(bit) + " (no ABI 1.x up to 1." +
+               std::to_string(DEVALLOC_ABI_VERSION_MINOR) + " defines it)";
+    }
+  }
+  return names;
+}
+
+// A flag of a later minor set by a plugin of an earlier one: a host of the
+// later minor would trust it (for HOST_ADDRESSABLE: write through device
+// addresses as host pointers), so no test of the suite does, and this one
+// fails the plugin for it.
+TEST_F(Capabilities, FlagsItsNegotiatedMinorDoesNotDefine_AreNotSet) {
+  const uint32_t minor = plugin().abi_minor();
+  if (minor > DEVALLOC_ABI_VERSION_MINOR) {
+    GTEST_SKIP() << "plugin negotiated ABI 1." << minor << ", newer than this suite's 1."
+                 << DEVALLOC_ABI_VERSION_MINOR << ": it may define flags the suite does not know";
+  }
+  WithSlack<devalloc_capabilities> buffer;
+  devalloc_capabilities& c = *buffer;
+  c.struct_size = sizeof c;
+  RawError error;
+  ASSERT_EQ(api().get_capabilities(instance(), &c, error.get()), DEVALLOC_STATUS_OK)
+      << error.text();
+  const uint64_t undefined = c.flags & ~flags_defined_by(minor);
+  if (undefined == 0) return;
+  ADD_FAILURE()
+      << "the plugin negotiated ABI 1." << minor << " and sets capability flags that 1."
+      << minor << " does not define: " << flag_names(undefined)
+      << ". A plugin sets only the flags of the minor it negotiated (a 1.0 plugin never "
+         "sets a flag that 1.1 added; PLUGIN-18): a host of a later minor takes such a "
+         "flag at its word, and HOST_ADDRESSABLE makes it write through device addresses "
+         "as host pointers";
 }
 
 TEST_F(Capabilities, StructOfANewerMinorHost_IsFilledAndItsTailLeftAlone) {
