@@ -1,7 +1,9 @@
 /*
  * devalloc plugin ABI — the one header a vendor implements.
  *
- * C99 and C++ clean; includes only <stddef.h> and <stdint.h>.
+ * Clean C (C89 to C17, -Wall -Wextra -Wpedantic) and C++ (C++11 to C++20,
+ * also -Wold-style-cast -Wzero-as-null-pointer-constant); includes only
+ * <stddef.h> and <stdint.h>.
  *
  * VERSIONING
  *   The ABI has a major and a minor version.
@@ -58,10 +60,26 @@ extern "C" {
 #define DEVALLOC_PLUGIN_EXPORT __attribute__((visibility("default")))
 #endif
 
+/* For this header's own macros: a cast, and a null pointer of a type, as
+ * the including language spells them without a warning (C++ compilers warn
+ * about C's (type)value and (type*)0). Not part of the ABI. */
+#if defined(__cplusplus)
+#define DEVALLOC_CAST_(type, value) (static_cast<type>(value))
+#if __cplusplus >= 201103L
+#define DEVALLOC_NULL_OF_(type) (static_cast<type*>(nullptr))
+#else
+#define DEVALLOC_NULL_OF_(type) (static_cast<type*>(0))
+#endif
+#else
+#define DEVALLOC_CAST_(type, value) ((type)(value))
+#define DEVALLOC_NULL_OF_(type) ((type*)0)
+#endif
+
 /* Size of a struct up to and including `last_field`: what a reader compiled
- * against an older minor version requires at least. */
+ * against an older minor version requires at least. A constant expression
+ * of type size_t. */
 #define DEVALLOC_STRUCT_SIZE(type, last_field) \
-  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+  (offsetof(type, last_field) + sizeof(DEVALLOC_NULL_OF_(type)->last_field))
 
 /* ------------------------------------------------------------------------ */
 /* Status                                                                    */
@@ -127,15 +145,15 @@ typedef struct devalloc_create_args {
 
 /* Copies with DEVALLOC_SRC_UNTIL_RELEASED may still be in flight when
  * copy_host_to_device returns. */
-#define DEVALLOC_CAPABILITY_ASYNC_COPY ((uint64_t)1 << 0)
+#define DEVALLOC_CAPABILITY_ASYNC_COPY (DEVALLOC_CAST_(uint64_t, 1) << 0)
 /* allocate_host / free_host are provided and return DMA-friendly memory
  * (pinned, page-locked) from which copies run at full speed. */
-#define DEVALLOC_CAPABILITY_HOST_STAGING ((uint64_t)1 << 1)
+#define DEVALLOC_CAPABILITY_HOST_STAGING (DEVALLOC_CAST_(uint64_t, 1) << 1)
 /* (ABI 1.1) Device addresses from allocate() are host pointers: the host may
  * write and read the bytes at (void*)(uintptr_t)address directly while no
  * copy into that range is in flight (issued and not yet covered by a
  * synchronize of the device). A 1.0 plugin never sets it. */
-#define DEVALLOC_CAPABILITY_HOST_ADDRESSABLE ((uint64_t)1 << 2)
+#define DEVALLOC_CAPABILITY_HOST_ADDRESSABLE (DEVALLOC_CAST_(uint64_t, 1) << 2)
 
 typedef struct devalloc_capabilities {
   size_t struct_size;      /* [in] size the caller knows */
@@ -162,7 +180,10 @@ typedef struct devalloc_capabilities {
 #define DEVALLOC_DLPACK_MAIA 17
 #define DEVALLOC_DLPACK_TRAINIUM 18
 
-/* Non-zero when code is one of the DEVALLOC_DLPACK_* codes above. */
+/* 1 when code (any integer) is one of the DEVALLOC_DLPACK_* codes above, else
+ * 0. A macro, so that it stays a constant expression in C89: it evaluates
+ * `code` up to four times. Pass a plain value (a variable, a field), not an
+ * expression with side effects such as next_code() or codes[i++]. */
 #define DEVALLOC_DLPACK_IS_KNOWN(code)                          \
   (((code) >= DEVALLOC_DLPACK_CPU && (code) <= DEVALLOC_DLPACK_OPENCL) || \
    ((code) >= DEVALLOC_DLPACK_VULKAN && (code) <= DEVALLOC_DLPACK_TRAINIUM))
