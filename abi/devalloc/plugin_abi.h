@@ -3,7 +3,8 @@
  *
  * Clean C (C89 to C17, -Wall -Wextra -Wpedantic) and C++ (C++11 to C++20,
  * also -Wold-style-cast -Wzero-as-null-pointer-constant); includes only
- * <stddef.h> and <stdint.h>.
+ * <stddef.h> and <stdint.h>. The ABI is defined for LP64 targets only (see
+ * TARGETS at the end): elsewhere the header does not compile.
  *
  * VERSIONING
  *   The ABI has a major and a minor version.
@@ -423,6 +424,46 @@ typedef devalloc_status (*devalloc_plugin_negotiate_fn)(
  * name but look it up with dlsym(DEVALLOC_PLUGIN_ENTRY_POINT_NAME). */
 DEVALLOC_PLUGIN_EXPORT devalloc_status devalloc_plugin_negotiate(
     devalloc_negotiation* negotiation, devalloc_error* error);
+
+/* ------------------------------------------------------------------------ */
+/* Targets                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The ABI is defined for LP64 targets only: pointers and size_t of 8 bytes,
+ * uint64_t aligned to 8 bytes in structs (Linux on x86-64, AArch64, ppc64le,
+ * riscv64). The structs above have no explicit padding, so on a target with
+ * 4-byte pointers or a 4-byte-aligned uint64_t (i386 with or without
+ * -malign-double, x32, ARM32, riscv32) they would lay out differently from
+ * the ABI, and DEVALLOC_PLUGIN_API_V1_MIN_SIZE would not be 128. The header
+ * refuses to compile there: with #error where the compiler tells its pointer
+ * size (gcc, clang), and for every C89 or C++ compiler with an array of
+ * negative size whose name is the message. */
+#if defined(__SIZEOF_POINTER__) && defined(__SIZEOF_SIZE_T__)
+#if __SIZEOF_POINTER__ != 8 || __SIZEOF_SIZE_T__ != 8
+#error "devalloc plugin ABI: defined for LP64 targets only (8-byte pointers and size_t); this target's struct layouts differ"
+#endif
+#endif
+typedef char devalloc_plugin_abi_is_defined_for_LP64_targets_only
+    [(sizeof(void*) == 8 && sizeof(size_t) == 8 &&
+      offsetof(devalloc_capabilities, flags) == 8) ? 1 : -1];
+/* The LP64 layout itself, as the ABI fixes it, which a struct packing option
+ * (#pragma pack around the include, -fpack-struct) would change. A minor
+ * version that appends fields updates these sizes with them. */
+typedef char devalloc_plugin_abi_structs_have_their_LP64_layout
+    [(sizeof(devalloc_error) == 1032 && sizeof(devalloc_create_args) == 40 &&
+      sizeof(devalloc_capabilities) == 24 &&
+      sizeof(devalloc_device_properties) == 328 &&
+      offsetof(devalloc_device_properties, dlpack_device_type) == 320 &&
+      sizeof(devalloc_allocate_args) == 40 &&
+      offsetof(devalloc_allocate_args, nbytes) == 16 &&
+      sizeof(devalloc_copy_to_device_args) == 56 &&
+      offsetof(devalloc_copy_to_device_args, user_data) == 48 &&
+      sizeof(devalloc_copy_to_host_args) == 40 &&
+      sizeof(devalloc_plugin_api_v1) == 136 &&
+      DEVALLOC_PLUGIN_API_V1_MIN_SIZE == 128 &&
+      DEVALLOC_PLUGIN_API_V1_1_SIZE == 136 &&
+      sizeof(devalloc_negotiation) == 40 &&
+      offsetof(devalloc_negotiation, api) == 32) ? 1 : -1];
 
 #ifdef __cplusplus
 } /* extern "C" */
