@@ -62,7 +62,6 @@
  *                                   than 1 MiB in another slot overlaps the slot below
  *   DEVALLOC_ZOO_MINOR_MISMATCH     PLUGIN-3: the table's abi_minor is 99, the
  *                                   negotiation answers the header's minor
- *                                   addresses are host pointers all the same)
  *   DEVALLOC_ZOO_MUTABLE_TABLE      PLUGIN-3: its table lies in writable memory, and it
  *                                   changes it after the loader read it: create clears
  *                                   copy_host_to_device; allocate clears copy_device_to_host,
