@@ -79,11 +79,13 @@
  *   DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS
  *                                   PLUGIN-4: as a plugin built against a header whose
  *                                   structs grew by 32 bytes, writes 32 bytes of 0xff
- *                                   right after sizeof of the negotiation struct, the
- *                                   capabilities, the device properties and the
- *                                   allocate args, whatever struct_size it was handed;
- *                                   its negotiation is otherwise right (it refuses a
- *                                   host without major 1)
+ *                                   right after sizeof of the capabilities, the device
+ *                                   properties and the allocate args, whatever
+ *                                   struct_size it was handed (not after the
+ *                                   negotiation struct: the loader refuses a plugin
+ *                                   that does, see NEGOTIATION_SCRIBBLE, so the suite
+ *                                   could not run on it); its negotiation is right (it
+ *                                   refuses a host without major 1)
  *   DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES
  *                                   PLUGIN-3: its first negotiation after the library
  *                                   is loaded hands out its table; every later one a
@@ -722,7 +724,6 @@ devalloc_status ZOO_NEGOTIATE(devalloc_negotiation* negotiation, devalloc_error*
   negotiation->plugin_minor = ZOO_MINOR;
   negotiation->plugin_min_major = DEVALLOC_ABI_VERSION_MAJOR;
   negotiation->api = NULL;
-  ZOO_SCRIBBLE_PAST(negotiation);
 #if defined(ZOO_NEGOTIATES_RANGE)
   /* PLUGIN-2, for the variants the whole Negotiation group runs on. */
   if (negotiation->host_min_major > DEVALLOC_ABI_VERSION_MAJOR ||
