@@ -101,6 +101,14 @@ int open_throwing_initializer_then_others(const std::filesystem::path& throwing)
 // good.
 TEST(PluginZooDeathTest,
      GivenPluginWhoseStaticInitializerThrows_WhenOpening_ThenRefusedAndEveryLaterOpenIsRefusedAtOnceFromAnyThread) {
+#if defined(__SANITIZE_ADDRESS__)
+  // There dlopen goes through AddressSanitizer's interceptor, and the
+  // exception ends the process in the unwinder (std::terminate, seen with
+  // gdb: __interceptor_dlopen between the initializer and the loader's
+  // catch) before it reaches the loader: no behaviour of devalloc to test.
+  GTEST_SKIP() << "under AddressSanitizer the exception ends the process inside dlopen's "
+                  "interceptor before it reaches the loader";
+#endif
   const std::filesystem::path throwing =
       DEVALLOC_BINARY_DIR "/tests/plugin_zoo_initializer/libdevalloc_zoo_throwing_initializer.so";
   ASSERT_TRUE(std::filesystem::exists(throwing));
