@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,19 +23,6 @@
 namespace devalloc {
 
 namespace {
-
-FileVersion version_of(const struct stat& st) {
-  FileVersion v;
-  v.device = static_cast<uint64_t>(st.st_dev);
-  v.inode = static_cast<uint64_t>(st.st_ino);
-  v.size = st.st_size < 0 ? 0 : static_cast<uint64_t>(st.st_size);
-  v.links = static_cast<uint64_t>(st.st_nlink);
-  v.modified_seconds = static_cast<int64_t>(st.st_mtim.tv_sec);
-  v.modified_nanoseconds = static_cast<int64_t>(st.st_mtim.tv_nsec);
-  v.changed_seconds = static_cast<int64_t>(st.st_ctim.tv_sec);
-  v.changed_nanoseconds = static_cast<int64_t>(st.st_ctim.tv_nsec);
-  return v;
-}
 
 bool same_modified(const FileVersion& a, const FileVersion& b) {
   return a.modified_seconds == b.modified_seconds &&
@@ -77,14 +63,9 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(
   return detail::catch_as_status([&]() -> Result<std::shared_ptr<const MappedFile>> {
     Result<RegularFile> file = open_regular_file(path);
     if (!file.ok()) return file.status();
-    // The version, before a byte is read: a write after this moves it.
-    struct stat st {};
-    if (::fstat(file->fd(), &st) != 0) {
-      return Status(StatusCode::invalid_argument,
-                    path_for_message(path.string()) +
-                        ": cannot open: fstat: " + std::system_category().message(errno));
-    }
-    const FileVersion version = version_of(st);
+    // The version, from fstat at open, before a byte was read: a write
+    // after it moves it.
+    const FileVersion version = file->version();
     const uint64_t size = version.size;
     if (size == 0) {
       // mmap rejects a length of 0. The descriptor is kept all the same:
@@ -138,16 +119,14 @@ Status MappedFile::copy_to(uint64_t offset, uint64_t nbytes, void* dst) const {
 }
 
 Status MappedFile::check_unchanged(std::string_view when) const {
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    const int error = errno;
+  FileVersion now;
+  if (const int error = read_file_version(fd_, &now); error != 0) {
     return detail::without_exceptions(path_, "its status", [&] {
       return Status(StatusCode::invalid_argument,
                     path_for_message(path_.string()) + ": cannot tell whether it was modified " +
                         std::string(when) + ": fstat: " + std::system_category().message(error));
     });
   }
-  const FileVersion now = version_of(st);
   if (same_version(version_, now)) return Status();
   return detail::without_exceptions(path_, "its status", [&] {
     std::string what;

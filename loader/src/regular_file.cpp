@@ -29,7 +29,27 @@ Status invalid(const std::filesystem::path& path, const std::string& reason) {
   return Status(StatusCode::invalid_argument, path_for_message(path.string()) + ": " + reason);
 }
 
+FileVersion version_of(const struct stat& st) {
+  FileVersion v;
+  v.device = static_cast<uint64_t>(st.st_dev);
+  v.inode = static_cast<uint64_t>(st.st_ino);
+  v.size = st.st_size < 0 ? 0 : static_cast<uint64_t>(st.st_size);
+  v.links = static_cast<uint64_t>(st.st_nlink);
+  v.modified_seconds = static_cast<int64_t>(st.st_mtim.tv_sec);
+  v.modified_nanoseconds = static_cast<int64_t>(st.st_mtim.tv_nsec);
+  v.changed_seconds = static_cast<int64_t>(st.st_ctim.tv_sec);
+  v.changed_nanoseconds = static_cast<int64_t>(st.st_ctim.tv_nsec);
+  return v;
+}
+
 }  // namespace
+
+int read_file_version(int fd, FileVersion* version) noexcept {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errno;
+  *version = version_of(st);
+  return 0;
+}
 
 RegularFile::~RegularFile() {
   if (fd_ >= 0) ::close(fd_);
@@ -37,9 +57,7 @@ RegularFile::~RegularFile() {
 
 RegularFile::RegularFile(RegularFile&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
-      size_(other.size_),
-      device_(other.device_),
-      inode_(other.inode_),
+      version_(other.version_),
       mode_(other.mode_),
       owner_(other.owner_) {}
 
@@ -47,9 +65,7 @@ RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
-    size_ = other.size_;
-    device_ = other.device_;
-    inode_ = other.inode_;
+    version_ = other.version_;
     mode_ = other.mode_;
     owner_ = other.owner_;
   }
@@ -72,9 +88,7 @@ Result<RegularFile> open_regular_file(const std::filesystem::path& path) {
   // for whoever reads through this descriptor.
   const int flags = ::fcntl(file.fd_, F_GETFL);
   if (flags >= 0) ::fcntl(file.fd_, F_SETFL, flags & ~O_NONBLOCK);
-  file.size_ = static_cast<uint64_t>(info.st_size);
-  file.device_ = static_cast<uint64_t>(info.st_dev);
-  file.inode_ = static_cast<uint64_t>(info.st_ino);
+  file.version_ = version_of(info);
   file.mode_ = static_cast<uint32_t>(info.st_mode);
   file.owner_ = static_cast<uint32_t>(info.st_uid);
   return file;

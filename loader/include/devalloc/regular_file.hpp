@@ -17,6 +17,26 @@
 
 namespace devalloc {
 
+// What fstat says of an open file: which file it is (device, inode) and
+// which version of it (size, modification and status change times, link
+// count). Recorded when a file is opened (RegularFile::version()) and
+// compared later to tell a file modified in place (same inode, new bytes)
+// from the one opened (MappedFile::check_unchanged).
+struct FileVersion {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  uint64_t links = 0;
+  int64_t modified_seconds = 0;  // st_mtim
+  int64_t modified_nanoseconds = 0;
+  int64_t changed_seconds = 0;  // st_ctim
+  int64_t changed_nanoseconds = 0;
+};
+
+// The version of the file open as `fd` now, in *version: 0, or the errno
+// of a failed fstat.
+int read_file_version(int fd, FileVersion* version) noexcept;
+
 // An open, read-only descriptor of a regular file. Closes it when destroyed.
 class RegularFile {
  public:
@@ -30,19 +50,18 @@ class RegularFile {
   int fd() const { return fd_; }
   // Hands the descriptor over (the caller closes it); fd() is -1 after.
   int release() noexcept { return std::exchange(fd_, -1); }
-  // From fstat at open.
-  uint64_t size() const { return size_; }
-  uint64_t device() const { return device_; }
-  uint64_t inode() const { return inode_; }
+  // From fstat at open, before a byte was read.
+  const FileVersion& version() const { return version_; }
+  uint64_t size() const { return version_.size; }
+  uint64_t device() const { return version_.device; }
+  uint64_t inode() const { return version_.inode; }
   uint32_t mode() const { return mode_; }
   uint32_t owner() const { return owner_; }
 
  private:
   friend Result<RegularFile> open_regular_file(const std::filesystem::path& path);
   int fd_ = -1;
-  uint64_t size_ = 0;
-  uint64_t device_ = 0;
-  uint64_t inode_ = 0;
+  FileVersion version_;
   uint32_t mode_ = 0;
   uint32_t owner_ = 0;
 };

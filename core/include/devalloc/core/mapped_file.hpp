@@ -5,6 +5,7 @@
 // owner unmaps it.
 #pragma once
 
+#include <devalloc/regular_file.hpp>  // FileVersion
 #include <devalloc/status.hpp>
 
 #include <cstddef>
@@ -16,22 +17,6 @@
 #include <utility>
 
 namespace devalloc {
-
-// What fstat says of an open file: which file it is (device, inode) and
-// which version of it (size, modification and status change times, link
-// count). MappedFile records it when it opens a file and compares it later
-// to tell a file modified in place (same inode, new bytes) from the one it
-// opened.
-struct FileVersion {
-  uint64_t device = 0;
-  uint64_t inode = 0;
-  uint64_t size = 0;
-  uint64_t links = 0;
-  int64_t modified_seconds = 0;  // st_mtim
-  int64_t modified_nanoseconds = 0;
-  int64_t changed_seconds = 0;  // st_ctim
-  int64_t changed_nanoseconds = 0;
-};
 
 class MappedFile {
  public:
