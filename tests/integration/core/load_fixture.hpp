@@ -9,7 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
+#include "scratch_dir.hpp"
+
 
 #include <cstring>
 #include <filesystem>
@@ -27,10 +28,6 @@ inline const std::filesystem::path kZooDir = DEVALLOC_PLUGIN_ZOO_DIR;
 class LoadFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("devalloc-load-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
     add_tensor("w.a", DType::f32, {64});
     add_tensor("w.b", DType::f16, {16, 16});
     add_tensor("head", DType::bf16, {128});
@@ -51,8 +48,6 @@ class LoadFixture : public ::testing::Test {
                      {"decode", {0, 1, 2}, {"w.a", "w.b", "head", "empty", "scratch"}}};
     ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
   }
-
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // Parses a config given as TOML text, written as a file of the test dir.
   RuntimeConfig config(const std::string& toml) {
@@ -92,7 +87,8 @@ class LoadFixture : public ::testing::Test {
                       PlanSource{"model.safetensors", name}};
   }
 
-  std::filesystem::path dir_;
+  test::ScratchDir scratch_{"load"};
+  const std::filesystem::path dir_ = scratch_.path();
   Plan plan_;
   std::vector<std::string> order_;
   std::map<std::string, DType> dtypes_;

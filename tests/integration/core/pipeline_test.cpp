@@ -34,6 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include "scratch_dir.hpp"
+
 namespace devalloc::testing {
 namespace {
 
@@ -52,10 +54,6 @@ constexpr uint64_t kStaging = 16 << 10;                    // 4 slots of 4 KiB
 class PipelineLoad : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("devalloc-pipeline-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
     std::vector<SafetensorsWriteTensor> out;
     data_.resize(kTensors + 1);
     for (uint64_t i = 0; i <= kTensors; ++i) {
@@ -79,8 +77,6 @@ class PipelineLoad : public ::testing::Test {
     plan_.methods = {method};
     ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
   }
-
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   static std::string name(uint64_t i) { return "t" + std::to_string(1000 + i); }
 
@@ -179,7 +175,8 @@ class PipelineLoad : public ::testing::Test {
     }
   }
 
-  std::filesystem::path dir_;
+  test::ScratchDir scratch_{"pipeline"};
+  const std::filesystem::path dir_ = scratch_.path();
   Plan plan_;
   std::vector<std::vector<std::byte>> data_;
 };

@@ -492,20 +492,14 @@ stagin = 1
 
 class ReadConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("devalloc_config_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write(const std::string& name, std::string_view text) {
     const fs::path path = dir_ / name;
     std::ofstream(path) << text;
     return path;
   }
 
-  fs::path dir_;
+  test::ScratchDir scratch_{"config"};
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(ReadConfigTest, GivenFile_WhenReading_ThenRelativePathsResolveAgainstItsFolder) {

@@ -1,4 +1,4 @@
-// Helpers shared by the core unit tests: scratch folders, raw files, and
+// Helpers shared by the core unit tests: scratch folders (scratch_dir.hpp), raw files, and
 // config texts that must or must not parse.
 #pragma once
 
@@ -16,34 +16,9 @@
 
 #include <sys/wait.h>
 
+#include "scratch_dir.hpp"
+
 namespace devalloc::test {
-
-// A fresh folder under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "devalloc-core-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    }
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::filesystem::path& name) const {
-    return path_ / name;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
   std::filesystem::create_directories(path.parent_path());

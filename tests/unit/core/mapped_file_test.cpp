@@ -25,10 +25,10 @@ namespace devalloc {
 namespace {
 
 using ::testing::HasSubstr;
-using test::TempDir;
+using test::ScratchDir;
 
 TEST(MappedFile, GivenFile_WhenOpened_ThenBytesAreItsContent) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "a.bin", "hello, mapping");
   auto file = MappedFile::open(dir / "a.bin");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -40,7 +40,7 @@ TEST(MappedFile, GivenFile_WhenOpened_ThenBytesAreItsContent) {
 }
 
 TEST(MappedFile, GivenEmptyFile_WhenOpened_ThenEmptyWithoutMapping) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "empty", "");
   auto file = MappedFile::open(dir / "empty");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -60,7 +60,7 @@ TEST(MappedFile, GivenOneDescriptorLeft_WhenOpened_ThenItsDescriptorReads) {
   GTEST_SKIP() << "the sanitizers need descriptors of their own";
 #endif
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "a.bin", "hello, descriptor");
   const auto child = [&]() -> int {
     rlimit limit{};
@@ -81,7 +81,7 @@ TEST(MappedFile, GivenOneDescriptorLeft_WhenOpened_ThenItsDescriptorReads) {
 }
 
 TEST(MappedFile, GivenMissingFile_ThenErrorNamesFileAndErrno) {
-  TempDir dir;
+  ScratchDir dir;
   auto file = MappedFile::open(dir / "missing.safetensors");
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::invalid_argument);
@@ -90,7 +90,7 @@ TEST(MappedFile, GivenMissingFile_ThenErrorNamesFileAndErrno) {
 }
 
 TEST(MappedFile, GivenDirectory_ThenNotARegularFile) {
-  TempDir dir;
+  ScratchDir dir;
   auto file = MappedFile::open(dir.path());
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().message(), dir.path().string() + ": not a regular file (a directory)");
@@ -98,7 +98,7 @@ TEST(MappedFile, GivenDirectory_ThenNotARegularFile) {
 
 // Issue 9: opening a FIFO blocked until a writer came, which may be never.
 TEST(MappedFile, GivenFifo_ThenRefusedAtOnce) {
-  TempDir dir;
+  ScratchDir dir;
   ASSERT_EQ(::mkfifo((dir / "model.safetensors").c_str(), 0600), 0);
   ::alarm(30);  // a hang fails instead of stalling the suite
   auto file = MappedFile::open(dir / "model.safetensors");
@@ -109,7 +109,7 @@ TEST(MappedFile, GivenFifo_ThenRefusedAtOnce) {
 }
 
 TEST(MappedFile, GivenFileReplacedByRename_ThenExistingMappingKeepsOldBytes) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "w", "old bytes");
   auto file = MappedFile::open(dir / "w");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -134,7 +134,7 @@ void rewrite_in_place(const std::filesystem::path& path, std::string_view bytes)
 }
 
 TEST(MappedFile, GivenFile_WhenOpened_ThenItsVersionIsWhatFstatSaid) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "a.bin", "hello, version");
   auto file = MappedFile::open(dir / "a.bin");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -155,7 +155,7 @@ TEST(MappedFile, GivenFile_WhenOpened_ThenItsVersionIsWhatFstatSaid) {
 // The same inode, new bytes: the mapping shows them under whatever was
 // read before. The check says so, naming the file and how it changed.
 TEST(MappedFile, GivenFileRewrittenInPlace_WhenChecked_ThenModifiedInPlaceNamingFileAndChange) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "w", "old bytes");
   auto file = MappedFile::open(dir / "w");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -182,7 +182,7 @@ TEST(MappedFile, GivenFileRewrittenInPlace_WhenChecked_ThenModifiedInPlaceNaming
 // A rename over the file unlinks it, which moves its status change time;
 // its bytes are the ones opened, so it is not a change.
 TEST(MappedFile, GivenFileReplacedByRename_WhenChecked_ThenUnchanged) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "w", "old bytes");
   auto file = MappedFile::open(dir / "w");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -196,7 +196,7 @@ TEST(MappedFile, GivenFileReplacedByRename_WhenChecked_ThenUnchanged) {
 // modification time back looks the same): taken for a change, the safe
 // side, and said as what it is.
 TEST(MappedFile, GivenOnlyItsStatusChangeTimeMoved_WhenChecked_ThenTakenForAChange) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "w", "old bytes");
   auto file = MappedFile::open(dir / "w");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -218,7 +218,7 @@ TEST(MappedFile, GivenOnlyItsStatusChangeTimeMoved_WhenChecked_ThenTakenForAChan
 }
 
 TEST(MappedFile, GivenEmptyFile_WhenWrittenAfterOpening_ThenTheCheckSeesIt) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "empty", "");
   auto file = MappedFile::open(dir / "empty");
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -241,12 +241,12 @@ class TruncatedMapping : public ::testing::Test {
     ASSERT_EQ(::truncate((dir_ / "model.bin").c_str(), 100), 0);
   }
   static constexpr uint64_t kPage = 4096;
-  TempDir dir_;
+  ScratchDir dir_;
   std::shared_ptr<const MappedFile> file_;
 };
 
 TEST(MappedFile, GivenIntactFile_WhenCopiedOut_ThenTheBytesArrive) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_file(dir / "a.bin", "hello, mapping");
   auto file = MappedFile::open(dir / "a.bin");
   ASSERT_TRUE(file.ok()) << file.status().message();

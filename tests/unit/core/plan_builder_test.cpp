@@ -14,7 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using test::TempDir;
+using test::ScratchDir;
 
 void write_model(const fs::path& path, const std::vector<SafetensorsWriteTensor>& tensors) {
   fs::create_directories(path.parent_path());
@@ -55,7 +55,7 @@ class PlanBuilder : public ::testing::Test {
     return plan.status().message();
   }
 
-  TempDir dir_;
+  ScratchDir dir_;
 };
 
 TEST(PlacementRule, GivenGlobAndDevice_ThenParsed) {

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using test::TempDir;
+using test::ScratchDir;
 using nlohmann::json;
 
 // A model file, and a valid plan for it: two methods sharing weights, a
@@ -95,7 +95,7 @@ class PlanTest : public ::testing::Test {
   }
   std::string validation_error() { return without_file(validate()); }
 
-  TempDir dir_;
+  ScratchDir dir_;
   json plan_;
 };
 
@@ -504,7 +504,7 @@ TEST_F(PlanTest, GivenAbsoluteSource_ThenRejectedUnlessAllowed) {
 }
 
 TEST_F(PlanTest, GivenSymlinkInsideThePlanFolderPointingOutside_ThenRejected) {
-  TempDir elsewhere;
+  ScratchDir elsewhere;
   write_model(elsewhere / "model.safetensors");
   fs::create_directory_symlink(elsewhere.path(), dir_ / "link");
   plan_["tensors"][0]["source"]["file"] = "link/model.safetensors";

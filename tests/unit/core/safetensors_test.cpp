@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
-using test::TempDir;
+using test::ScratchDir;
 
 std::vector<std::byte> from_hex(const std::string& hex) {
   std::vector<std::byte> out;
@@ -53,7 +53,7 @@ std::vector<std::byte> bytes_of(std::string_view text) {
 class SafetensorsReference : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
+    dir_ = new ScratchDir();
     const int status = test::run_reference_script("write '" + dir_->path().string() + "'");
     ASSERT_EQ(status, 0) << "write_reference.py failed; is " << DEVALLOC_TEST_PYTHON
                          << " set up with safetensors and numpy (scripts/setup.sh)?";
@@ -85,11 +85,11 @@ class SafetensorsReference : public ::testing::Test {
 
   static fs::path path(const std::string& name) { return dir_->path() / name; }
 
-  static TempDir* dir_;
+  static ScratchDir* dir_;
   static nlohmann::json manifest_;
 };
 
-TempDir* SafetensorsReference::dir_ = nullptr;
+ScratchDir* SafetensorsReference::dir_ = nullptr;
 nlohmann::json SafetensorsReference::manifest_;
 
 TEST_F(SafetensorsReference, GivenNumpyFile_WhenOpened_ThenEveryTensorMatchesTheReference) {
@@ -193,7 +193,7 @@ TEST_F(SafetensorsReference, GivenChangedTensor_WhenReferenceChecks_ThenItFails)
 // The project's writer.
 
 TEST(SafetensorsWriter, GivenTensors_ThenHeaderIsPaddedTo8AndDataIsPackedInOrder) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> a = bytes_of("abcdef");
   const std::vector<std::byte> b = bytes_of("0123456789ab");
   const std::vector<SafetensorsWriteTensor> tensors = {
@@ -218,7 +218,7 @@ TEST(SafetensorsWriter, GivenTensors_ThenHeaderIsPaddedTo8AndDataIsPackedInOrder
 }
 
 TEST(SafetensorsWriter, GivenItsOutput_ThenTheFastHeaderReaderTakesIt) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> a = bytes_of("abcdef");
   const std::vector<SafetensorsWriteTensor> tensors = {{"a", DType::u8, {2, 3}, a},
                                                        {"\xc3\xa9t\xc3\xa9", DType::u8, {0}, {}}};
@@ -231,7 +231,7 @@ TEST(SafetensorsWriter, GivenItsOutput_ThenTheFastHeaderReaderTakesIt) {
 }
 
 TEST(SafetensorsWriter, GivenNamesThatNeedEscaping_ThenTheHeaderIsTheirJsonAndReadsBack) {
-  TempDir dir;
+  ScratchDir dir;
   const std::string odd = std::string("q\"b\\s\b\f\n\r\t\x01\x7f") + "\xc3\xa9";
   const std::vector<std::byte> a = bytes_of("ab");
   const std::vector<SafetensorsWriteTensor> tensors = {{odd, DType::u8, {2}, a}};
@@ -252,7 +252,7 @@ TEST(SafetensorsWriter, GivenNamesThatNeedEscaping_ThenTheHeaderIsTheirJsonAndRe
 }
 
 TEST(SafetensorsWriter, GivenANameThatIsNotUtf8_ThenRefusedNamingItAndNothingWritten) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> a = bytes_of("a");
   const std::vector<SafetensorsWriteTensor> tensors = {{"w\xff", DType::u8, {1}, a}};
   Status s = write_safetensors(dir / "m.safetensors", tensors);
@@ -263,7 +263,7 @@ TEST(SafetensorsWriter, GivenANameThatIsNotUtf8_ThenRefusedNamingItAndNothingWri
 }
 
 TEST(SafetensorsWriter, GivenNoTensors_ThenAnEmptyButValidFile) {
-  TempDir dir;
+  ScratchDir dir;
   ASSERT_TRUE(write_safetensors(dir / "e.safetensors", {}).ok());
   EXPECT_EQ(test::read_file(dir / "e.safetensors"),
             std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
@@ -274,7 +274,7 @@ TEST(SafetensorsWriter, GivenNoTensors_ThenAnEmptyButValidFile) {
 }
 
 TEST(SafetensorsWriter, GivenWrongByteCount_ThenRejectedAndNothingWritten) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> bytes = bytes_of("12345");
   const std::vector<SafetensorsWriteTensor> tensors = {{"w", DType::f16, {3}, bytes}};
   Status status = write_safetensors(dir / "m.safetensors", tensors);
@@ -285,7 +285,7 @@ TEST(SafetensorsWriter, GivenWrongByteCount_ThenRejectedAndNothingWritten) {
 }
 
 TEST(SafetensorsWriter, GivenDuplicateOrReservedName_ThenRejected) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> bytes = bytes_of("1");
   const std::vector<SafetensorsWriteTensor> twice = {{"w", DType::u8, {1}, bytes},
                                                      {"w", DType::u8, {1}, bytes}};
@@ -298,7 +298,7 @@ TEST(SafetensorsWriter, GivenDuplicateOrReservedName_ThenRejected) {
 }
 
 TEST(SafetensorsWriter, GivenExistingMappedFile_WhenRewritten_ThenOldMappingIntactAndNoTempLeft) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> old_bytes = bytes_of("old!");
   const std::vector<std::byte> new_bytes = bytes_of("new!");
   ASSERT_TRUE(write_safetensors(dir / "m.safetensors",
@@ -317,7 +317,7 @@ TEST(SafetensorsWriter, GivenExistingMappedFile_WhenRewritten_ThenOldMappingInta
 }
 
 TEST(SafetensorsWriter, GivenMissingFolder_ThenErrorNamesTheFile) {
-  TempDir dir;
+  ScratchDir dir;
   Status status = write_safetensors(dir / "no" / "m.safetensors", {});
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(),
@@ -331,7 +331,7 @@ TEST(SafetensorsWriter, GivenMissingFolder_ThenErrorNamesTheFile) {
 // the file there is untouched, and no temporary file is left next to it.
 TEST(SafetensorsWriter, GivenAWriteThatFailsHalfWay_ThenTheOldFileStaysAndNoTemporaryIsLeft) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  TempDir dir;
+  ScratchDir dir;
   const fs::path file = dir / "m.safetensors";
   const std::vector<std::byte> small(64, std::byte{1}), large(64 << 10, std::byte{2});
   const std::vector<SafetensorsWriteTensor> before_tensors = {{"w", DType::u8, {64}, small}};
@@ -388,7 +388,7 @@ class SafetensorsReader : public ::testing::Test {
     return message.substr(std::min(prefix.size(), message.size()));
   }
 
-  TempDir dir_;
+  ScratchDir dir_;
 };
 
 TEST_F(SafetensorsReader, GivenFileShorterThan8Bytes_ThenRejected) {
@@ -790,7 +790,7 @@ TEST_F(SafetensorsReader, GivenTerminalControlsInAName_ThenTheMessageEscapesThem
 // No timing here: ParseScaling runs as its own ctest with a generous TIMEOUT
 // (tests/unit/CMakeLists.txt); the quadratic parser took minutes for this.
 TEST(ParseScaling, GivenHeaderOf100000Tensors_ThenItIsRead) {
-  TempDir dir;
+  ScratchDir dir;
   std::string header = "{";
   for (int i = 0; i < 100000; ++i) {
     header += (i ? ",\"t" : "\"t") + std::to_string(i) +
@@ -808,7 +808,7 @@ TEST(ParseScaling, GivenHeaderOf100000Tensors_ThenItIsRead) {
 // The writer's header was a JSON document whose ordered object looked each
 // name up one by one: 100 000 tensors took about 30 s.
 TEST(ParseScaling, GivenWriterOf100000Tensors_ThenItWritesAndReadsBack) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::byte> byte(1, std::byte{7});
   std::vector<SafetensorsWriteTensor> tensors;
   for (int i = 0; i < 100000; ++i) {
@@ -822,7 +822,7 @@ TEST(ParseScaling, GivenWriterOf100000Tensors_ThenItWritesAndReadsBack) {
 }
 
 TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFile) {
-  TempDir dir;
+  ScratchDir dir;
   ASSERT_TRUE(write_safetensors(dir / "m.safetensors", {}).ok());
   SafetensorsCache cache;
   auto first = cache.open(dir / "m.safetensors");
@@ -835,7 +835,7 @@ TEST(SafetensorsCache, GivenSamePathTwice_ThenOneFile) {
 // restored (a download that finished, a volume mounted late) opens through
 // the same cache, as a long-lived server's next load needs.
 TEST(SafetensorsCache, GivenAFileMissingAtFirst_WhenItAppears_ThenTheSameCacheOpensIt) {
-  TempDir dir;
+  ScratchDir dir;
   SafetensorsCache cache;
   auto missing = cache.open(dir / "later.safetensors");
   ASSERT_FALSE(missing.ok());
@@ -889,7 +889,7 @@ void rewrite_in_place(const fs::path& path, const std::string& bytes) {
 // header gives each tensor its own bytes. The old entry, held by whoever
 // holds it, is as it was.
 TEST(SafetensorsCache, GivenAFileModifiedInPlaceAfterItWasOpened_WhenOpenedAgain_ThenANewEntryWithItsNewHeader) {
-  TempDir dir;
+  ScratchDir dir;
   const fs::path model = dir / "m.safetensors";
   test::write_file(model, model_bytes(dir / "v1", 1, false));
   SafetensorsCache cache;
@@ -929,7 +929,7 @@ TEST(SafetensorsCache, GivenAFileModifiedInPlaceAfterItWasOpened_WhenOpenedAgain
 // Replaced by a rename (a new inode at the path; the safe way to update a
 // model): the entry keeps serving the file it opened, as it was.
 TEST(SafetensorsCache, GivenAFileReplacedByRename_WhenOpenedAgain_ThenTheEntryItOpenedIsServed) {
-  TempDir dir;
+  ScratchDir dir;
   const fs::path model = dir / "m.safetensors";
   test::write_file(model, model_bytes(dir / "v1", 1, false));
   SafetensorsCache cache;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.hpp"
+
 namespace devalloc {
 namespace {
 
@@ -38,15 +40,9 @@ std::vector<char> bytes_of(const fs::path& path) {
 class PluginElfCheck : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("devalloc_plugin_file_check_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     host_ = bytes_of(kHost);
     ASSERT_GT(host_.size(), sizeof(ElfW(Ehdr)));
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // The host plugin's bytes, changed by `edit`, as dir_/libdevalloc_NAME.so.
   template <class Edit>
@@ -71,7 +67,8 @@ class PluginElfCheck : public ::testing::Test {
     return error;
   }
 
-  fs::path dir_;
+  devalloc::test::ScratchDir scratch_{"elf"};
+  const fs::path dir_ = scratch_.path();
   std::vector<char> host_;
 };
 

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "scratch_dir.hpp"
+
 namespace devalloc {
 namespace {
 
@@ -140,8 +142,8 @@ TEST(PluginLoader, GivenNameShadowedBySettings_WhenDiscovering_ThenItsFilesAreSh
 
 TEST(PluginLoader, GivenPluginOnlyInCurrentDirectory_WhenResolvingByName_ThenNotFound) {
   ScopedEnv env("DEVALLOC_PLUGIN_PATH", "");
-  const fs::path dir = fs::temp_directory_path() / ("devalloc-cwd-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const test::ScratchDir scratch("cwd");
+  const fs::path& dir = scratch.path();
   fs::copy_file(kHost, dir / "libdevalloc_onlyhere.so", fs::copy_options::overwrite_existing);
   {
     ScopedCwd cwd(dir);
@@ -154,7 +156,6 @@ TEST(PluginLoader, GivenPluginOnlyInCurrentDirectory_WhenResolvingByName_ThenNot
                       HasSubstr("libdevalloc_onlyhere.so"),
                       HasSubstr(kPlugins.lexically_normal().string())));
   }
-  fs::remove_all(dir);
 }
 
 TEST(PluginLoader, GivenMissingExplicitPath_WhenLoading_ThenNotFoundNamesThePath) {
@@ -183,9 +184,9 @@ TEST(PluginLoader, GivenUnknownOption_WhenCreating_ThenCreateFailedWithPluginMes
 
 TEST(PluginLoader, GivenLivePlugin_WhenLibraryHandleDropped_ThenLibraryStaysUntilPluginGoes) {
   // A private copy, so no other test's handle keeps it loaded.
-  const fs::path copy = fs::temp_directory_path() /
-                        ("libdevalloc_lifetime_" + std::to_string(getpid()) + ".so");
-  fs::copy_file(kHost, copy, fs::copy_options::overwrite_existing);
+  const test::ScratchDir scratch("lifetime");
+  const fs::path copy = scratch / "libdevalloc_lifetime.so";
+  fs::copy_file(kHost, copy);
   {
     auto [library, open_error] = PluginLibrary::open(copy);
     ASSERT_NE(library, nullptr) << open_error.status.message();
@@ -199,14 +200,13 @@ TEST(PluginLoader, GivenLivePlugin_WhenLibraryHandleDropped_ThenLibraryStaysUnti
     plugin.reset();
     EXPECT_FALSE(library_is_loaded(copy));
   }
-  fs::remove(copy);
 }
 
 TEST(PluginLoader, GivenFileRenamedOverAPluginStillLoaded_WhenOpeningItsPath_ThenRefusedUntilTheOldOneIsReleased) {
   // The dynamic linker would hand out the loaded object for that name
   // without reading the new file: the old code, under the new file's checks.
-  const fs::path dir = fs::temp_directory_path() / ("devalloc_replaced_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const test::ScratchDir scratch("replaced");
+  const fs::path& dir = scratch.path();
   const fs::path path = dir / "libdevalloc_replaced.so";
   fs::copy_file(kHost, path, fs::copy_options::overwrite_existing);
   {
@@ -233,7 +233,6 @@ TEST(PluginLoader, GivenFileRenamedOverAPluginStillLoaded_WhenOpeningItsPath_The
   auto [new_version, new_error] = PluginLibrary::open(path);
   EXPECT_NE(new_version, nullptr) << new_error.status.message();
   new_version.reset();
-  fs::remove_all(dir);
 }
 
 TEST(PluginHandle, GivenHostPlugin_WhenCopyingThroughIt_ThenStatusesAndBytesAreRight) {

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <string>
 
+#include "scratch_dir.hpp"
+
 namespace devalloc {
 namespace {
 
@@ -31,20 +33,11 @@ const fs::path kHost = kPlugins / "libdevalloc_host.so";
 class TrustFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern =
-        (fs::temp_directory_path() / "devalloc-trust-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
     plugins_ = root_ / "plugins";
     fs::create_directory(plugins_);
     ::chmod(plugins_.c_str(), 0755);
     ::unsetenv("DEVALLOC_PLUGIN_PATH");
   }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
-  }
-
   // A copy of the host plugin named libdevalloc_<name>.so in dir.
   fs::path plugin_copy(const std::string& name, const fs::path& dir) {
     const fs::path path = dir / ("libdevalloc_" + name + ".so");
@@ -73,7 +66,8 @@ class TrustFixture : public ::testing::Test {
     return PluginLoader(options);
   }
 
-  fs::path root_;
+  test::ScratchDir scratch_{"trust"};
+  const fs::path root_ = scratch_.path();
   fs::path plugins_;
   int counter_ = 0;
 };

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.hpp"
+
 namespace devalloc {
 namespace {
 
@@ -21,22 +23,17 @@ using ::testing::EndsWith;
 class RegularFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "devalloc-file-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     // A hang fails the test instead of stalling the suite.
     ::alarm(30);
   }
-  void TearDown() override {
-    ::alarm(0);
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { ::alarm(0); }
   fs::path write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name, std::ios::binary) << text;
     return dir_ / name;
   }
 
-  fs::path dir_;
+  test::ScratchDir scratch_{"file"};
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(RegularFileTest, GivenFile_ThenOpenedWithItsSizeAndRead) {
