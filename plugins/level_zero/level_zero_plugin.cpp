@@ -1,6 +1,7 @@
 // The Level Zero plugin as a kit plugin: the loader opened at run time, one
 // context per driver, the devices of every driver, and host (staging)
 // memory from zeMemAllocHost.
+#include <algorithm>
 #include <cinttypes>
 #include <devalloc/plugin_kit/device_instance.hpp>
 #include <devalloc/plugin_kit/give_back.hpp>
@@ -125,9 +126,18 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
     }
     ze_host_mem_alloc_desc_t desc = {};
     desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
+    // Host memory, too, is limited by maxMemAllocSize: the smallest of the
+    // devices that may read it.
+    uint64_t max_allocation = UINT64_MAX;
+    for (const auto& device : devices_) {
+      max_allocation = std::min(max_allocation, device->max_allocation());
+    }
+    RelaxedLimits relaxed(nbytes, max_allocation);
+    desc.pNext = relaxed.chain();
     void* host = nullptr;
     ze_.check(ze_.zeMemAllocHost(staging_context(), &desc, nbytes, 0, &host),
-              CallKind::host_allocation, "zeMemAllocHost(size = %" PRIu64 ")", nbytes);
+              CallKind::host_allocation, "zeMemAllocHost(size = %" PRIu64 "%s)", nbytes,
+              relaxed.describe().c_str());
     staging_.adopt(host, nbytes, [this](void* p) {
       give_back([&] { return ze_.zeMemFree(staging_context(), p); });
     });

@@ -64,12 +64,14 @@ uint32_t copy_group(const Runtime& ze, ze_device_handle_t device, uint32_t index
   return chosen;
 }
 
-plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device, uint32_t index) {
+plugin::DeviceDescription describe(const Runtime& ze, ze_device_handle_t device, uint32_t index,
+                                   uint64_t* max_allocation) {
   plugin::DeviceDescription d;
   ze_device_properties_t properties = {};
   properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
   ze.check(ze.zeDeviceGetProperties(device, &properties), kWork, "zeDeviceGetProperties(device %u)",
            index);
+  *max_allocation = properties.maxMemAllocSize;
   d.name.assign(properties.name, strnlen(properties.name, sizeof properties.name));
   std::memcpy(d.uuid.data(), properties.uuid.id, d.uuid.size());
 
@@ -99,7 +101,7 @@ ZeDevice::ZeDevice(const Runtime& ze, ze_context_handle_t context, ze_device_han
                    uint32_t index)
     : ze_(ze), context_(context), device_(device), index_(index) {
   try {
-    description_ = describe(ze, device, index);
+    description_ = describe(ze, device, index, &max_allocation_);
 
     ze_command_queue_desc_t queue = {};
     queue.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC;
@@ -205,11 +207,13 @@ uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   require_alive();
   ze_device_mem_alloc_desc_t desc = {};
   desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
+  RelaxedLimits relaxed(nbytes, max_allocation_);
+  desc.pNext = relaxed.chain();
   void* p = nullptr;
   ze_.check(ze_.zeMemAllocDevice(context_, &desc, nbytes, alignment, device_, &p),
             CallKind::device_allocation,
-            "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64 ", device %u)", nbytes,
-            alignment, index_);
+            "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64 ", device %u%s)", nbytes,
+            alignment, index_, relaxed.describe().c_str());
   const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
   const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
     give_back([&] { return ze_.zeMemFree(context_, p); });

@@ -40,6 +40,8 @@ class ZeDevice {
   ZeDevice& operator=(const ZeDevice&) = delete;
 
   const plugin::DeviceDescription& description() const { return description_; }
+  // ze_device_properties_t.maxMemAllocSize.
+  uint64_t max_allocation() const { return max_allocation_; }
   plugin::MemoryInfo memory_info() const;
 
   uint64_t allocate(uint64_t nbytes, uint64_t alignment);
@@ -91,6 +93,7 @@ class ZeDevice {
   ze_device_handle_t device_;
   uint32_t index_;
   plugin::DeviceDescription description_;
+  uint64_t max_allocation_ = 0;
 
   // Level Zero command lists are not thread-safe: one append at a time.
   std::mutex list_mutex_;

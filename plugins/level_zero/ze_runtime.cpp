@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
 
@@ -49,13 +50,24 @@ Runtime::Runtime(const std::string& path) : library(path, "the Level Zero loader
   DEVALLOC_ZE_ENTRY_POINTS(DEVALLOC_KIT_BIND_ENTRY_POINT)
 }
 
+std::string RelaxedLimits::describe() const {
+  if (!needed()) return {};
+  return plugin::format(", relaxed limits: above maxMemAllocSize = %" PRIu64, max_allocation_);
+}
+
 void Runtime::check(ze_result_t result, plugin::CallKind kind, const char* call_format, ...) const {
   if (result == ZE_RESULT_SUCCESS) return;
+  // An allocation refused for its size is one that cannot be satisfied
+  // (PLUGIN-11), like one beyond the free memory.
+  const bool too_large = result == ZE_RESULT_ERROR_UNSUPPORTED_SIZE &&
+                         kind != plugin::CallKind::work;
   const bool out_of_memory = result == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY ||
-                             result == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+                             result == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY || too_large;
+  std::string reason = result_name(result);
+  if (too_large) reason += " (the driver makes no single allocation of this size)";
   va_list args;
   va_start(args, call_format);
-  plugin::raise_vendor_failure(kind, out_of_memory, result_name(result), call_format, args);
+  plugin::raise_vendor_failure(kind, out_of_memory, reason, call_format, args);
 }
 
 }  // namespace devalloc::level_zero

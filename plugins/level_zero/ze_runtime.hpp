@@ -40,6 +40,34 @@ namespace devalloc::level_zero {
 // plugin does not know.
 std::string result_name(ze_result_t result);
 
+// What an allocation of `nbytes` chains to its descriptor: nothing below
+// maxMemAllocSize, else ze_relaxed_allocation_limits_exp_desc_t with
+// ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE. zeMemAllocDevice and
+// zeMemAllocHost take only sizes less than maxMemAllocSize without it, and
+// that is a fraction of the memory of many Intel GPUs (often 4 GiB).
+class RelaxedLimits {
+ public:
+  RelaxedLimits(uint64_t nbytes, uint64_t max_allocation)
+      : nbytes_(nbytes), max_allocation_(max_allocation) {
+    desc_.stype = ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC;
+    desc_.flags = ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE;
+  }
+  RelaxedLimits(const RelaxedLimits&) = delete;
+  RelaxedLimits& operator=(const RelaxedLimits&) = delete;
+
+  bool needed() const { return nbytes_ >= max_allocation_; }
+  // For the descriptor's pNext: this object, which must outlive the call.
+  const void* chain() const { return needed() ? &desc_ : nullptr; }
+  // For the message of a failed call: "" or ", relaxed limits: above
+  // maxMemAllocSize = N".
+  std::string describe() const;
+
+ private:
+  uint64_t nbytes_;
+  uint64_t max_allocation_;
+  ze_relaxed_allocation_limits_exp_desc_t desc_ = {};
+};
+
 class Runtime {
  public:
   // Opens `path` and looks up every entry point. Throws Failure

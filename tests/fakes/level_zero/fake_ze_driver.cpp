@@ -102,6 +102,8 @@ struct Fake {
   std::mutex mutex;
   bool initialized = false;
   std::chrono::microseconds delay{200};
+  // ze_device_properties_t.maxMemAllocSize of every device.
+  uint64_t max_allocation = 0;
   _ze_driver_handle_t driver;
   std::vector<std::unique_ptr<Device>> devices;
   std::map<uint64_t, Handed> handed;  // by the address handed out
@@ -293,20 +295,25 @@ ze_result_t ZE_APICALL fake_zeInit(ze_init_flags_t) {
   std::lock_guard lock(f.mutex);
   if (f.initialized) return ZE_RESULT_SUCCESS;
   constexpr const char* kLabel = "fake Level Zero driver";
-  uint64_t count = 0, memory = 0, delay = 0;
+  uint64_t count = 0, memory = 0, delay = 0, max_allocation = 0;
   if (!devalloc::fake::read_env_u64(kLabel, "DEVALLOC_FAKE_ZE_DEVICES", 2,
                                     &count) ||
       !devalloc::fake::read_env_u64(kLabel, "DEVALLOC_FAKE_ZE_MEMORY_BYTES",
                                     uint64_t{1} << 30, &memory) ||
       !devalloc::fake::read_env_u64(kLabel, "DEVALLOC_FAKE_ZE_DELAY_US", 200,
                                     &delay) ||
-      count > 64) {
+      // As on Intel GPUs, whose single allocations are limited to a
+      // fraction of their memory (often 4 GiB).
+      !devalloc::fake::read_env_u64(kLabel, "DEVALLOC_FAKE_ZE_MAX_ALLOC_BYTES",
+                                    memory / 4, &max_allocation) ||
+      count > 64 || max_allocation == 0) {
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   }
   // As a driver without a device of its kind: it does not initialize, and
   // the loader drops it.
   if (count == 0) return ZE_RESULT_ERROR_UNINITIALIZED;
   f.delay = std::chrono::microseconds(delay);
+  f.max_allocation = max_allocation;
   f.heap.reset_devices(count, memory);
   for (uint64_t d = 0; d < count; ++d) {
     auto device = std::make_unique<Device>();
@@ -353,10 +360,18 @@ ze_result_t ZE_APICALL fake_zeDriverGetProperties(
 }
 
 ze_result_t ZE_APICALL fake_zeDriverGetExtensionProperties(
-    ze_driver_handle_t, uint32_t* count, ze_driver_extension_properties_t*) {
+    ze_driver_handle_t, uint32_t* count,
+    ze_driver_extension_properties_t* extensions) {
   if (ze_result_t r = enter("zeDriverGetExtensionProperties")) return r;
   if (count == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-  *count = 0;
+  if (*count == 0 || extensions == nullptr) {
+    *count = 1;
+    return ZE_RESULT_SUCCESS;
+  }
+  *count = 1;
+  std::snprintf(extensions[0].name, sizeof extensions[0].name, "%s",
+                ZE_RELAXED_ALLOCATION_LIMITS_EXP_NAME);
+  extensions[0].version = ZE_RELAXED_ALLOCATION_LIMITS_EXP_VERSION_CURRENT;
   return ZE_RESULT_SUCCESS;
 }
 
@@ -402,7 +417,7 @@ ze_result_t ZE_APICALL fake_zeDeviceGetProperties(
   properties->vendorId = 0x8086;
   properties->deviceId = 0x0bd5;
   properties->flags = 0;
-  properties->maxMemAllocSize = fake().heap.total(d->handle.index);
+  properties->maxMemAllocSize = fake().max_allocation;
   std::memcpy(properties->uuid.id, d->uuid, sizeof d->uuid);
   std::snprintf(properties->name, sizeof properties->name, "%s",
                 d->name.c_str());
@@ -525,6 +540,28 @@ ze_result_t ZE_APICALL fake_zeContextDestroy(ze_context_handle_t context) {
   return ZE_RESULT_SUCCESS;
 }
 
+// Whether ze_relaxed_allocation_limits_exp_desc_t with the MAX_SIZE flag is
+// chained to an allocation descriptor.
+bool relaxed_max_size(const void* next) {
+  for (auto* d = static_cast<const ze_base_desc_t*>(next); d != nullptr;
+       d = static_cast<const ze_base_desc_t*>(d->pNext)) {
+    if (d->stype == ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC) {
+      const auto* relaxed =
+          reinterpret_cast<const ze_relaxed_allocation_limits_exp_desc_t*>(d);
+      if ((relaxed->flags & ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE) != 0)
+        return true;
+    }
+  }
+  return false;
+}
+
+// The specification's words for zeMemAllocDevice and zeMemAllocHost: size
+// "must be less-than ze_device_properties_t.maxMemAllocSize", unless
+// relaxed limits are chained; a driver answers ZE_RESULT_ERROR_UNSUPPORTED_SIZE.
+bool size_allowed(size_t size, const void* next) {
+  return size < fake().max_allocation || relaxed_max_size(next);
+}
+
 ze_result_t ZE_APICALL fake_zeMemAllocDevice(
     ze_context_handle_t context, const ze_device_mem_alloc_desc_t* desc,
     size_t size, size_t alignment, ze_device_handle_t handle, void** out) {
@@ -538,6 +575,7 @@ ze_result_t ZE_APICALL fake_zeMemAllocDevice(
   if (size == 0) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
     return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+  if (!size_allowed(size, desc->pNext)) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
   const int device = d->handle.index;
   if (device_lost(device)) return ZE_RESULT_ERROR_DEVICE_LOST;
   const uint64_t extra = alignment > 256 ? alignment - 256 : 0;
@@ -566,6 +604,7 @@ ze_result_t ZE_APICALL fake_zeMemAllocHost(ze_context_handle_t context,
   // Host blocks are page-aligned.
   if (alignment > 4096 || (alignment & (alignment - 1)) != 0)
     return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+  if (!size_allowed(size, desc->pNext)) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
   *out = fake().heap.pin_allocate(size);
   return *out == nullptr ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
                          : ZE_RESULT_SUCCESS;

@@ -157,11 +157,45 @@ TEST_F(FakeZeMisuse, DeviceMemoryFreedTwice_Recorded) {
 }
 
 TEST_F(FakeZeMisuse, MemoryLimitOfTheDevice_OutOfDeviceMemory) {
+  ze_relaxed_allocation_limits_exp_desc_t relaxed = {};
+  relaxed.stype = ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC;
+  relaxed.flags = ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE;
   ze_device_mem_alloc_desc_t desc = {};
   desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
+  desc.pNext = &relaxed;
   void* p = nullptr;
   EXPECT_EQ(zeMemAllocDevice(context_, &desc, size_t{1} << 30, 0, device_, &p),
             ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY);
+}
+
+// As the specification says (and Intel's driver does): a size of
+// maxMemAllocSize or more needs relaxed allocation limits.
+TEST_F(FakeZeMisuse, SizeFromMaxMemAllocSizeOn_UnsupportedUnlessRelaxedLimitsAreChained) {
+  ze_device_properties_t properties = {};
+  properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  ASSERT_EQ(zeDeviceGetProperties(device_, &properties), ZE_RESULT_SUCCESS);
+  const size_t max = properties.maxMemAllocSize;
+  EXPECT_EQ(max, size_t{1} << 28) << "a quarter of the device's memory";
+  ze_device_mem_alloc_desc_t desc = {};
+  desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
+  ze_host_mem_alloc_desc_t host_desc = {};
+  host_desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
+  void* p = nullptr;
+  EXPECT_EQ(zeMemAllocDevice(context_, &desc, max, 0, device_, &p),
+            ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
+  EXPECT_EQ(zeMemAllocHost(context_, &host_desc, max, 0, &p), ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
+  ze_relaxed_allocation_limits_exp_desc_t relaxed = {};
+  relaxed.stype = ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC;
+  relaxed.flags = 0;
+  desc.pNext = &relaxed;
+  EXPECT_EQ(zeMemAllocDevice(context_, &desc, max, 0, device_, &p),
+            ZE_RESULT_ERROR_UNSUPPORTED_SIZE)
+      << "relaxed limits without the MAX_SIZE flag";
+  relaxed.flags = ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE;
+  ASSERT_EQ(zeMemAllocDevice(context_, &desc, max, 0, device_, &p), ZE_RESULT_SUCCESS);
+  EXPECT_EQ(zeMemFree(context_, p), ZE_RESULT_SUCCESS);
+  ASSERT_EQ(zeMemAllocDevice(context_, &desc, max - 1, 0, device_, &p), ZE_RESULT_SUCCESS);
+  EXPECT_EQ(zeMemFree(context_, p), ZE_RESULT_SUCCESS);
 }
 
 }  // namespace

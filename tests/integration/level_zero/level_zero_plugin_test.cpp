@@ -230,6 +230,32 @@ TEST_F(LevelZeroErrors, MoreThanTheDeviceHolds_OutOfDeviceMemory) {
   EXPECT_TRUE(plugin().deallocate(kDevice, *all).ok());
 }
 
+// The fake's maxMemAllocSize is a quarter of its memory, as on many Intel
+// GPUs (4 GiB of 16): a larger allocation needs relaxed limits chained to
+// its descriptor, or the driver refuses it (ZE_RESULT_ERROR_UNSUPPORTED_SIZE).
+TEST_F(LevelZeroErrors, AllocationAboveMaxMemAllocSize_SucceedsWithRelaxedLimits) {
+  constexpr uint64_t kHalf = uint64_t{1} << 29;  // twice maxMemAllocSize
+  Result<uint64_t> base = plugin().allocate(kDevice, kHalf, 0);
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  const std::vector<uint8_t> tail = pattern(kChunk, 3);
+  ASSERT_TRUE(plugin().copy_to_device(kDevice, *base + kHalf - kChunk, tail.data(), kChunk).ok());
+  EXPECT_EQ(fake().read(*base + kHalf - kChunk, kChunk), tail);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+TEST_F(LevelZeroErrors, AllocationTheDriverRefusesForItsSize_IsOutOfDeviceMemorySayingWhy) {
+  fake().fail_next("zeMemAllocDevice", ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
+  Result<uint64_t> base = plugin().allocate(kDevice, uint64_t{1} << 29, 0);
+  ASSERT_FALSE(base.ok());
+  EXPECT_EQ(base.status().code(), StatusCode::out_of_device_memory);
+  const std::string message = base.status().message();
+  EXPECT_NE(message.find("relaxed limits: above maxMemAllocSize = 268435456) failed: "
+                         "ZE_RESULT_ERROR_UNSUPPORTED_SIZE (the driver makes no single "
+                         "allocation of this size)"),
+            std::string::npos)
+      << message;
+}
+
 TEST_F(LevelZeroErrors,
        DeviceLostDuringACopy_ReleasedAnyway_SynchronizeAndLaterCallsFail) {
   Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
