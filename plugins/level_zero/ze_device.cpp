@@ -4,7 +4,11 @@
 #include <cstdio>
 #include <cstring>
 #include <devalloc/plugin_kit/give_back.hpp>
+#include <algorithm>
+#include <chrono>
 #include <future>
+#include <optional>
+#include <thread>
 #include <utility>
 
 namespace devalloc::level_zero {
@@ -17,9 +21,10 @@ using plugin::give_back;
 
 constexpr CallKind kWork = CallKind::work;
 constexpr devalloc_status kDeviceError = DEVALLOC_STATUS_DEVICE_ERROR;
-// A failed wait for an event is retried this often while the device is not
-// lost, as the kit retries a failed stream wait (stream_releases.cpp).
-constexpr int kWaitAttempts = 3;
+// After a failed wait the event is polled, first this soon, then twice as
+// late each time, up to the longest pause.
+constexpr std::chrono::microseconds kFirstPoll{100};
+constexpr std::chrono::microseconds kLongestPoll{10000};
 
 // Level Zero's two-call enumeration: the count, then that many structures,
 // each with its stype set. query(count, array) is the API call named `call`.
@@ -151,9 +156,8 @@ ZeDevice::~ZeDevice() {
 void ZeDevice::quiesce() noexcept {
   completions_.wait_for_earlier();
   // A command no event tracks may still be running (a barrier left without
-  // its copy, or a command whose event was retired after its wait failed):
-  // a barrier that signals an event goes after it, and is waited for,
-  // before the list is destroyed (destroying a list with unfinished
+  // its copy): a barrier that signals an event goes after it, and is waited
+  // for, before the list is destroyed (destroying a list with unfinished
   // commands is an error, and so is freeing memory they use).
   bool untracked = false;
   {
@@ -162,17 +166,7 @@ void ZeDevice::quiesce() noexcept {
   }
   if (!untracked || list_ == nullptr || lost_) return;
   try {
-    const uint32_t slot = take_event();
-    ze_result_t r = ZE_RESULT_SUCCESS;
-    {
-      std::lock_guard lock(list_mutex_);
-      r = ze_.zeCommandListAppendBarrier(list_, events_[slot], 0, nullptr);
-    }
-    if (r == ZE_RESULT_SUCCESS) {
-      settle(slot, wait_event(slot));
-    } else {
-      recycle(slot);
-    }
+    drain(take_event());
   } catch (...) {
     // No event left to wait with: nothing more destroy can do.
   }
@@ -267,35 +261,54 @@ void ZeDevice::retire(uint32_t) noexcept {
     std::lock_guard lock(events_mutex_);
     ++retired_events_;
   }
-  {
-    // Its command may still run, tracked by no event now: quiesce() waits
-    // for it before the list, the events and the memory go.
-    std::lock_guard lock(list_mutex_);
-    untracked_ = true;
-  }
   // Waiters learn when the last event went.
   event_freed_.notify_all();
 }
 
 ze_result_t ZeDevice::wait_event(uint32_t slot) noexcept {
-  ze_result_t r = ZE_RESULT_SUCCESS;
-  for (int attempt = 0; attempt < kWaitAttempts; ++attempt) {
-    r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
+  ze_result_t r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
+  // A failed wait says nothing about the command: it may still run, read
+  // its source and write its destination. So the event is asked again,
+  // with growing pauses, until it has signaled or the device is lost; only
+  // then may a release fire or a call return. A device that never ends the
+  // command and never reports itself lost keeps this waiting: the plugin
+  // cannot tell it from a slow one.
+  auto pause = kFirstPoll;
+  while (r != ZE_RESULT_SUCCESS && r != ZE_RESULT_ERROR_DEVICE_LOST) {
+    r = ze_.zeEventQueryStatus(events_[slot]);
     if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) break;
+    if (ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST) {
+      r = ZE_RESULT_ERROR_DEVICE_LOST;
+      break;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kLongestPoll);
   }
   return r;
 }
 
 void ZeDevice::settle(uint32_t slot, ze_result_t waited) noexcept {
   if (waited == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
-  // After a wait that kept failing the command may still signal the event
-  // (and its copy still read or write memory): resetting it now would let
-  // a later copy see that signal as its own.
-  if (waited == ZE_RESULT_SUCCESS || waited == ZE_RESULT_ERROR_DEVICE_LOST) {
-    recycle(slot);
-  } else {
-    retire(slot);
+  // The command is over (done, or gone with its device): nothing signals
+  // the event any more.
+  recycle(slot);
+}
+
+ze_result_t ZeDevice::drain(uint32_t slot) noexcept {
+  ze_result_t r = ZE_RESULT_SUCCESS;
+  {
+    std::lock_guard lock(list_mutex_);
+    r = ze_.zeCommandListAppendBarrier(list_, events_[slot], 0, nullptr);
   }
+  if (r == ZE_RESULT_SUCCESS) {
+    r = wait_event(slot);
+    settle(slot, r);
+  } else {
+    // Not appended: nothing will signal the event.
+    if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+    recycle(slot);
+  }
+  return r;
 }
 
 uint32_t ZeDevice::append_copy(void* dst, const void* src, uint64_t nbytes, const char* what,
@@ -381,24 +394,21 @@ void ZeDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
 
 void ZeDevice::synchronize() {
   // A barrier covers everything appended so far, by any thread (also
-  // copies whose calls have not returned yet); then every release owed.
+  // copies whose calls have not returned yet); then every release owed,
+  // also when there was no event left for the barrier.
   ze_result_t drained = ZE_RESULT_SUCCESS;
+  std::optional<Failure> no_event;
   if (!lost_) {
-    const uint32_t slot = take_event();
-    {
-      std::lock_guard lock(list_mutex_);
-      drained = ze_.zeCommandListAppendBarrier(list_, events_[slot], 0, nullptr);
+    uint32_t slot = 0;
+    try {
+      slot = take_event();
+    } catch (Failure& f) {
+      no_event = std::move(f);
     }
-    if (drained == ZE_RESULT_SUCCESS) {
-      drained = wait_event(slot);
-      settle(slot, drained);
-    } else {
-      // Not appended: nothing will signal the event.
-      if (drained == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
-      recycle(slot);
-    }
+    if (!no_event) drained = drain(slot);
   }
   completions_.wait_for_earlier();
+  if (no_event) throw *no_event;
   require_alive();
   if (auto failure = completions_.take_error()) {
     throw Failure{kDeviceError, "an earlier copy failed: " + *failure};

@@ -69,21 +69,26 @@ class ZeDevice {
   void append_on(uint32_t slot, void* dst, const void* src, uint64_t nbytes, const char* what,
                  bool after_earlier);
   // Waits for the event on the calling thread, recycles it, and throws
-  // when the copy failed.
+  // when the device was lost.
   void wait_and_recycle(uint32_t slot, const char* what);
-  // zeEventHostSynchronize on the event, retried after a failure while the
-  // device is not lost: its command may still run.
+  // Returns once the event's command is over: ZE_RESULT_SUCCESS when it
+  // signaled, ZE_RESULT_ERROR_DEVICE_LOST when the event or
+  // zeDeviceGetStatus reports the device lost. A failed
+  // zeEventHostSynchronize is followed by polling (zeEventQueryStatus),
+  // never by giving up: the command may still run.
   ze_result_t wait_event(uint32_t slot) noexcept;
-  // After wait_event: recycles the event if its command is over (done, or
-  // lost with the device), else retires it; marks a lost device.
+  // After wait_event: recycles the event; marks a lost device.
   void settle(uint32_t slot, ze_result_t waited) noexcept;
+  // Appends a barrier that signals event `slot` and waits for it: every
+  // command appended before is over. Returns the append's or the wait's
+  // result; the event is recycled either way.
+  ze_result_t drain(uint32_t slot) noexcept;
   // A free event of the pool; throws Failure once every event is retired.
   uint32_t take_event();
   // Resets the event and returns it to the pool; one that cannot be reset
   // is retired.
   void recycle(uint32_t slot) noexcept;
-  // Keeps the event out of the pool for good: a command may still signal
-  // it, or it cannot be reset.
+  // Keeps the event out of the pool for good: it cannot be reset.
   void retire(uint32_t slot) noexcept;
   void require_alive() const;
   void destroy_objects() noexcept;
@@ -99,8 +104,7 @@ class ZeDevice {
   std::mutex list_mutex_;
   ze_command_list_handle_t list_ = nullptr;
   // A command no event tracks is on the list: a barrier appended before a
-  // copy whose own append then failed, or a command whose event was retired
-  // (its wait failed: it may still run). quiesce() waits for it. Under
+  // copy whose own append then failed. quiesce() waits for it. Under
   // list_mutex_.
   bool untracked_ = false;
 

@@ -17,6 +17,7 @@ namespace devalloc::level_zero {
   X(zeDriverGet)                            \
   X(zeDeviceGet)                            \
   X(zeDeviceGetProperties)                  \
+  X(zeDeviceGetStatus)                      \
   X(zeDeviceGetMemoryProperties)            \
   X(zeDeviceGetCommandQueueGroupProperties) \
   X(zeDevicePciGetPropertiesExt)            \
@@ -31,6 +32,7 @@ namespace devalloc::level_zero {
   X(zeEventCreate)                          \
   X(zeEventDestroy)                         \
   X(zeEventHostSynchronize)                 \
+  X(zeEventQueryStatus)                     \
   X(zeEventHostReset)                       \
   X(zeMemAllocDevice)                       \
   X(zeMemAllocHost)                         \

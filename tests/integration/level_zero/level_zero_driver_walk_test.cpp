@@ -33,6 +33,7 @@ TEST(LevelZeroDriverWalk, EachDriverCallOfAWorkloadFailsOnce_ReportedNamedAndNot
       "zeDriverGet",
       "zeDeviceGet",
       "zeDeviceGetProperties",
+      "zeDeviceGetStatus",
       "zeDeviceGetMemoryProperties",
       "zeDeviceGetCommandQueueGroupProperties",
       "zeDevicePciGetPropertiesExt",
@@ -47,6 +48,7 @@ TEST(LevelZeroDriverWalk, EachDriverCallOfAWorkloadFailsOnce_ReportedNamedAndNot
       "zeEventCreate",
       "zeEventDestroy",
       "zeEventHostSynchronize",
+      "zeEventQueryStatus",
       "zeEventHostReset",
       "zeMemAllocDevice",
       "zeMemAllocHost",
@@ -54,7 +56,8 @@ TEST(LevelZeroDriverWalk, EachDriverCallOfAWorkloadFailsOnce_ReportedNamedAndNot
   target.failure = ZE_RESULT_ERROR_UNKNOWN;
   target.recoverable = {
       {"zeEventHostSynchronize",
-       "a wait for a copy's event is retried while the device is not lost"},
+       "a failed wait for a copy's event is followed by polling the event until the copy is "
+       "over"},
       {"zeEventHostReset", "an event is reset again before it goes back to the pool"}};
   target.device = 1;
   fake_test::DriverWalk(std::move(target)).walk_all();
