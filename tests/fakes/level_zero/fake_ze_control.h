@@ -72,6 +72,12 @@ int devalloc_fake_ze_read(uint64_t address, void* dst, size_t nbytes);
 typedef int (*devalloc_fake_ze_read_fn)(uint64_t address, void* dst,
                                         size_t nbytes);
 
+/* 1 when p lies in a live zeMemAllocHost block of this driver, else 0.
+ * Another copy of the driver in the process (a second driver for the
+ * loader) asks this to recognize host memory of a context not its own. */
+int devalloc_fake_ze_owns_host_memory(const void* p);
+typedef int (*devalloc_fake_ze_owns_host_memory_fn)(const void* p);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

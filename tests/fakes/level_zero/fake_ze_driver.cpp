@@ -7,8 +7,14 @@
 // and events. Wherever a plugin could be wrong and still pass on real
 // hardware by luck, the fake is strict and records a violation: README.md
 // lists each rule.
+//
+// DEVALLOC_FAKE_ZE_DRIVER_INDEX (a compile definition, 0 by default) makes
+// a second driver of the same source, with devices of its own names,
+// UUIDs and PCI addresses, for a loader that loads two drivers.
+#include <dlfcn.h>
 #include <level_zero/ze_api.h>
 #include <level_zero/ze_ddi.h>
+#include <link.h>
 
 #include "device_heap.hpp"
 #include "fake_record.hpp"
@@ -20,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -75,11 +82,17 @@ namespace {
 
 using ull = unsigned long long;
 
+#ifndef DEVALLOC_FAKE_ZE_DRIVER_INDEX
+#define DEVALLOC_FAKE_ZE_DRIVER_INDEX 0
+#endif
+constexpr int kDriverIndex = DEVALLOC_FAKE_ZE_DRIVER_INDEX;
+
 // Device addresses start here (DeviceHeap's range, bit 47 set).
 constexpr uint64_t kDeviceAddresses = uint64_t{1} << 47;
 
 struct Device {
   _ze_device_handle_t handle;
+  ze_device_type_t type = ZE_DEVICE_TYPE_GPU;
   std::string name;
   uint8_t uuid[16] = {};
   uint32_t pci_bus = 0;
@@ -108,6 +121,12 @@ struct Fake {
   std::vector<std::unique_ptr<Device>> devices;
   std::map<uint64_t, Handed> handed;  // by the address handed out
   std::set<ze_context_handle_t> contexts;
+  // Each live zeMemAllocHost block, by its address.
+  struct HostBlock {
+    ze_context_handle_t context = nullptr;
+    size_t size = 0;
+  };
+  std::map<uintptr_t, HostBlock> host_blocks;
   std::set<ze_command_list_handle_t> lists;
   std::set<ze_event_pool_handle_t> pools;
   std::set<ze_event_handle_t> events;
@@ -191,6 +210,71 @@ bool claim(const char* name, int device, const void* p, size_t n, Span* out) {
   }
   out->host_block = fake().heap.pin_for_copy(p, n);
   return true;
+}
+
+// zeMemAllocHost memory of another copy of this driver loaded in the same
+// process (the loader loads one per library that ZE_ENABLE_ALT_DRIVERS
+// names): such memory belongs to that driver's contexts. Each copy answers
+// through its devalloc_fake_ze_owns_host_memory export; the copies are
+// found once, at the first question, when the loader has loaded them all.
+bool host_memory_of_another_driver(const void* p) {
+  using Owns = int (*)(const void*);
+  static const std::vector<Owns> others = [] {
+    std::vector<std::string> paths;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+          if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0')
+            static_cast<std::vector<std::string>*>(out)->push_back(info->dlpi_name);
+          return 0;
+        },
+        &paths);
+    std::vector<Owns> found;
+    for (const std::string& path : paths) {
+      // Kept open: a driver stays loaded as long as the loader.
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+      if (handle == nullptr) continue;
+      auto owns = reinterpret_cast<Owns>(
+          dlsym(handle, "devalloc_fake_ze_owns_host_memory"));
+      if (owns != nullptr && owns != &devalloc_fake_ze_owns_host_memory &&
+          std::find(found.begin(), found.end(), owns) == found.end()) {
+        found.push_back(owns);
+      } else {
+        dlclose(handle);
+      }
+    }
+    return found;
+  }();
+  return std::any_of(others.begin(), others.end(),
+                     [p](Owns owns) { return owns(p) != 0; });
+}
+
+// The specification of zeCommandListAppendMemoryCopy: "the memory was
+// allocated ... on the same context" as the command list. zeMemAllocHost
+// memory of another context, of this driver or of another one, is a
+// violation; pageable memory is allowed.
+bool of_the_lists_context(const char* name, ze_command_list_handle_t list,
+                          const void* p, const Span& span) {
+  if (span.device) return true;
+  if (span.host_block != 0) {
+    ze_context_handle_t context = nullptr;
+    {
+      std::lock_guard lock(fake().mutex);
+      auto it = fake().host_blocks.find(span.host_block);
+      if (it == fake().host_blocks.end()) return true;
+      context = it->second.context;
+    }
+    if (context == list->context) return true;
+    violation("%s: host memory %p was allocated (zeMemAllocHost) on context "
+              "%p, not on the command list's context %p",
+              name, p, static_cast<void*>(context),
+              static_cast<void*>(list->context));
+    return false;
+  }
+  if (!host_memory_of_another_driver(p)) return true;
+  violation("%s: host memory %p was allocated (zeMemAllocHost) on a context "
+            "of another driver, not on the command list's context %p",
+            name, p, static_cast<void*>(list->context));
+  return false;
 }
 
 // ---------------------------------------------------------------------------
@@ -289,6 +373,34 @@ void enqueue(ze_command_list_handle_t list, std::function<void()> op) {
 // ---------------------------------------------------------------------------
 // API: driver and devices.
 
+// DEVALLOC_FAKE_ZE_DEVICE_TYPES: "gpu", "cpu", "fpga", "mca" or "vpu" per
+// device, comma-separated, from device 0 on; devices not named are GPUs.
+bool read_device_types(std::vector<ze_device_type_t>* types) {
+  const char* text = std::getenv("DEVALLOC_FAKE_ZE_DEVICE_TYPES");
+  if (text == nullptr || *text == '\0') return true;
+  const std::map<std::string, ze_device_type_t> names = {
+      {"gpu", ZE_DEVICE_TYPE_GPU}, {"cpu", ZE_DEVICE_TYPE_CPU},
+      {"fpga", ZE_DEVICE_TYPE_FPGA}, {"mca", ZE_DEVICE_TYPE_MCA},
+      {"vpu", ZE_DEVICE_TYPE_VPU}};
+  const std::string all = text;
+  size_t d = 0;
+  for (size_t start = 0; start <= all.size(); ++d) {
+    const size_t end = std::min(all.find(',', start), all.size());
+    const auto it = names.find(all.substr(start, end - start));
+    if (it == names.end() || d >= types->size()) {
+      std::fprintf(stderr,
+                   "fake Level Zero driver: DEVALLOC_FAKE_ZE_DEVICE_TYPES=\"%s\": "
+                   "expected one of gpu, cpu, fpga, mca, vpu for each of at most "
+                   "%zu devices\n",
+                   text, types->size());
+      return false;
+    }
+    (*types)[d] = it->second;
+    start = end + 1;
+  }
+  return true;
+}
+
 ze_result_t ZE_APICALL fake_zeInit(ze_init_flags_t) {
   if (ze_result_t r = enter("zeInit", false)) return r;
   Fake& f = fake();
@@ -309,6 +421,8 @@ ze_result_t ZE_APICALL fake_zeInit(ze_init_flags_t) {
       count > 64 || max_allocation == 0) {
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   }
+  std::vector<ze_device_type_t> types(count, ZE_DEVICE_TYPE_GPU);
+  if (!read_device_types(&types)) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   // As a driver without a device of its kind: it does not initialize, and
   // the loader drops it.
   if (count == 0) return ZE_RESULT_ERROR_UNINITIALIZED;
@@ -318,12 +432,16 @@ ze_result_t ZE_APICALL fake_zeInit(ze_init_flags_t) {
   for (uint64_t d = 0; d < count; ++d) {
     auto device = std::make_unique<Device>();
     device->handle.index = static_cast<int>(d);
-    device->name = "Fake Level Zero Device " + std::to_string(d);
+    device->type = types[d];
+    device->name = (kDriverIndex == 0 ? std::string()
+                                      : "Driver " + std::to_string(kDriverIndex) + " ") +
+                   "Fake Level Zero Device " + std::to_string(d);
     const uint8_t uuid[16] = {0x1e, 0x7e, 0x10, 0x20, 0xde, 0x5a, 0x40, 0x00,
-                              0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                              0x80, 0x00, 0x00, 0x00, 0x00, 0x00,
+                              static_cast<uint8_t>(kDriverIndex),
                               static_cast<uint8_t>(d)};
     std::memcpy(device->uuid, uuid, sizeof uuid);
-    device->pci_bus = 0x3a + static_cast<uint32_t>(d);
+    device->pci_bus = 0x3a + 0x20 * kDriverIndex + static_cast<uint32_t>(d);
     f.devices.push_back(std::move(device));
   }
   f.initialized = true;
@@ -354,7 +472,8 @@ ze_result_t ZE_APICALL fake_zeDriverGetProperties(
     ze_driver_handle_t, ze_driver_properties_t* properties) {
   if (ze_result_t r = enter("zeDriverGetProperties")) return r;
   if (properties == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-  std::memset(properties->uuid.id, 0x5a, sizeof properties->uuid.id);
+  std::memset(properties->uuid.id, 0x5a + kDriverIndex,
+              sizeof properties->uuid.id);
   properties->driverVersion = 1;
   return ZE_RESULT_SUCCESS;
 }
@@ -413,7 +532,7 @@ ze_result_t ZE_APICALL fake_zeDeviceGetProperties(
               static_cast<int>(properties->stype));
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   }
-  properties->type = ZE_DEVICE_TYPE_GPU;
+  properties->type = d->type;
   properties->vendorId = 0x8086;
   properties->deviceId = 0x0bd5;
   properties->flags = 0;
@@ -606,8 +725,10 @@ ze_result_t ZE_APICALL fake_zeMemAllocHost(ze_context_handle_t context,
     return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
   if (!size_allowed(size, desc->pNext)) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
   *out = fake().heap.pin_allocate(size);
-  return *out == nullptr ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
-                         : ZE_RESULT_SUCCESS;
+  if (*out == nullptr) return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+  std::lock_guard lock(fake().mutex);
+  fake().host_blocks[reinterpret_cast<uintptr_t>(*out)] = {context, size};
+  return ZE_RESULT_SUCCESS;
 }
 
 ze_result_t ZE_APICALL fake_zeMemFree(ze_context_handle_t context, void* p) {
@@ -617,6 +738,10 @@ ze_result_t ZE_APICALL fake_zeMemFree(ze_context_handle_t context, void* p) {
   if (p == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
   const auto address = reinterpret_cast<uint64_t>(p);
   if (address < kDeviceAddresses) {
+    {
+      std::lock_guard lock(fake().mutex);
+      fake().host_blocks.erase(address);
+    }
     return fake().heap.pin_free("zeMemFree", p)
                ? ZE_RESULT_SUCCESS
                : ZE_RESULT_ERROR_INVALID_ARGUMENT;
@@ -706,6 +831,12 @@ ze_result_t ZE_APICALL fake_zeCommandListAppendMemoryCopy(
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   if (!claim(kName, list->device, src, size, &from)) {
     fake().heap.unpin(to.host_block);
+    return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  }
+  if (!of_the_lists_context(kName, list, dst, to) ||
+      !of_the_lists_context(kName, list, src, from)) {
+    fake().heap.unpin(to.host_block);
+    fake().heap.unpin(from.host_block);
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   }
   if (!arm(kName, signal)) {
@@ -1162,6 +1293,15 @@ int devalloc_fake_ze_live_objects(char* buf, size_t cap) {
 
 int devalloc_fake_ze_read(uint64_t address, void* dst, size_t nbytes) {
   return fake().heap.read(address, dst, nbytes);
+}
+
+int devalloc_fake_ze_owns_host_memory(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(fake().mutex);
+  auto it = fake().host_blocks.upper_bound(address);
+  if (it == fake().host_blocks.begin()) return 0;
+  --it;
+  return address - it->first < it->second.size ? 1 : 0;
 }
 
 }  // extern "C"

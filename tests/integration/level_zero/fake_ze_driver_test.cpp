@@ -140,6 +140,28 @@ TEST_F(FakeZeMisuse, DeviceMemoryFreedWhileACopyStillWritesIt_Recorded) {
   expect_violation("was freed before the copy that uses it ran");
 }
 
+// zeCommandListAppendMemoryCopy: "the memory was allocated ... on the same
+// context" as the list. A driver may reject it, or fault.
+TEST_F(FakeZeMisuse, HostMemoryOfAnotherContext_RefusedAndRecorded) {
+  ze_context_desc_t desc = {ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+  ze_context_handle_t other = nullptr;
+  ASSERT_EQ(zeContextCreate(driver_, &desc, &other), ZE_RESULT_SUCCESS);
+  ze_host_mem_alloc_desc_t host_desc = {};
+  host_desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
+  void* host = nullptr;
+  ASSERT_EQ(zeMemAllocHost(other, &host_desc, kBytes, 0, &host), ZE_RESULT_SUCCESS);
+  EXPECT_EQ(zeCommandListAppendMemoryCopy(list_, memory_, static_cast<char*>(host) + 64, 64,
+                                          nullptr, 0, nullptr),
+            ZE_RESULT_ERROR_INVALID_ARGUMENT);
+  expect_violation("was allocated (zeMemAllocHost) on context");
+  EXPECT_EQ(zeCommandListAppendMemoryCopy(list_, host, memory_, 64, nullptr, 0, nullptr),
+            ZE_RESULT_ERROR_INVALID_ARGUMENT)
+      << "as the destination too";
+  expect_violation("not on the command list's context");
+  EXPECT_EQ(zeMemFree(other, host), ZE_RESULT_SUCCESS);
+  EXPECT_EQ(zeContextDestroy(other), ZE_RESULT_SUCCESS);
+}
+
 TEST_F(FakeZeMisuse, CopyPastTheEndOfAnAllocation_RefusedAndRecorded) {
   EXPECT_EQ(zeCommandListAppendMemoryCopy(list_,
                                           static_cast<char*>(memory_) + 64,

@@ -27,7 +27,8 @@ inline const std::string kFakeDriver = DEVALLOC_FAKE_ZE_DRIVER;
 // The fake driver, loaded by the Level Zero loader, found by its path.
 class FakeZe : public fake_test::FakeRuntime {
  public:
-  FakeZe() : FakeRuntime(kFakeDriver, "devalloc_fake_ze_") {}
+  explicit FakeZe(const std::string& driver = kFakeDriver)
+      : FakeRuntime(driver, "devalloc_fake_ze_") {}
   void lose_device_on_next_copy() const {
     control<devalloc_fake_ze_lose_device_on_next_copy_fn>("lose_device_on_next_copy")();
   }
