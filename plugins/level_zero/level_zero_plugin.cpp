@@ -1,5 +1,5 @@
 // The Level Zero plugin as a kit plugin: the loader opened at run time, one
-// context per driver, the devices of every driver, and host (staging)
+// context per driver, the GPU devices of every driver, and host (staging)
 // memory from zeMemAllocHost.
 #include <algorithm>
 #include <cinttypes>
@@ -42,7 +42,7 @@ class Contexts {
   std::vector<std::unique_ptr<ZeDevice>> open_devices() const;
 
   Runtime ze_;
-  // Drivers that have devices, each with its context.
+  // Drivers that have GPU devices, each with its context.
   std::vector<Driver> drivers_;
 
  private:
@@ -70,11 +70,23 @@ Contexts::Contexts(const std::string& library) : ze_(library) {
       ze_.check(ze_.zeDeviceGet(handles[d], &n, nullptr), CallKind::work,
                 "zeDeviceGet(driver %zu, count)", d);
       if (n == 0) continue;
-      Driver driver;
-      driver.devices.resize(n);
-      ze_.check(ze_.zeDeviceGet(handles[d], &n, driver.devices.data()), CallKind::work,
+      std::vector<ze_device_handle_t> all(n);
+      ze_.check(ze_.zeDeviceGet(handles[d], &n, all.data()), CallKind::work,
                 "zeDeviceGet(driver %zu)", d);
-      driver.devices.resize(n);
+      all.resize(n);
+      // zeInit(0) initializes every driver, also an NPU's (and zeInit is
+      // the process's: narrowing it with ZE_INIT_FLAG_GPU_ONLY could hide
+      // drivers from other code of the process), so the device type
+      // decides. Device indices count GPU devices only.
+      Driver driver;
+      for (uint32_t i = 0; i < n; ++i) {
+        ze_device_properties_t properties = {};
+        properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+        ze_.check(ze_.zeDeviceGetProperties(all[i], &properties), CallKind::work,
+                  "zeDeviceGetProperties(driver %zu, device %u)", d, i);
+        if (properties.type == ZE_DEVICE_TYPE_GPU) driver.devices.push_back(all[i]);
+      }
+      if (driver.devices.empty()) continue;
       ze_context_desc_t desc = {};
       desc.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
       ze_.check(ze_.zeContextCreate(handles[d], &desc, &driver.context), CallKind::work,
@@ -127,7 +139,7 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
     ze_host_mem_alloc_desc_t desc = {};
     desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
     // Host memory, too, is limited by maxMemAllocSize: the smallest of the
-    // devices that may read it.
+    // devices that may copy it.
     uint64_t max_allocation = UINT64_MAX;
     for (const auto& device : devices_) {
       max_allocation = std::min(max_allocation, device->max_allocation());

@@ -1,8 +1,9 @@
 // The Level Zero plugin where the loader loads two drivers (the fake built
 // twice: tests/fakes/level_zero), each with a non-GPU device between two
 // GPUs: DEVALLOC_FAKE_ZE_DEVICES=3, DEVALLOC_FAKE_ZE_DEVICE_TYPES=gpu,vpu,gpu
-// (set by CMakeLists.txt): the fake catching host memory of one driver's
-// context copied by another driver's command list.
+// (set by CMakeLists.txt). Which devices it serves, in which order; and
+// the fake catching host memory of one driver's context copied by another
+// driver's command list.
 #include "level_zero_fixture.hpp"
 
 #include <level_zero/ze_api.h>
@@ -34,6 +35,65 @@ class TwoDrivers : public ::testing::Test {
  private:
   std::vector<std::unique_ptr<FakeZe>> fakes_;
 };
+
+class LevelZeroTwoDrivers : public TwoDrivers {
+ protected:
+  void SetUp() override {
+    TwoDrivers::SetUp();
+    if (HasFatalFailure()) return;
+    auto [plugin, error] = PluginLoader().load(kPlugin, {{"runtime_library", "libze_loader.so.1"}});
+    ASSERT_TRUE(plugin) << error.status.message();
+    plugin_ = std::move(plugin);
+  }
+  void TearDown() override {
+    plugin_.reset();
+    TwoDrivers::TearDown();
+  }
+  Plugin& plugin() { return *plugin_; }
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+};
+
+// zeInit(0) initializes every driver, an NPU's too, and a loader before
+// 1.18 or so hands them all out: the plugin serves GPU devices only, and
+// numbers them in the loader's driver order.
+TEST_F(LevelZeroTwoDrivers, NonGpuDevicesAreLeftOut_IndicesCountGpuDevicesInDriverOrder) {
+  const auto& devices = plugin().devices();
+  ASSERT_EQ(devices.size(), 4u) << "six devices, of which four GPUs";
+  const std::string expected[4][3] = {
+      {"Fake Level Zero Device 0", "1e7e1020-de5a-4000-8000-000000000000", "0000:3a:00.0"},
+      {"Fake Level Zero Device 2", "1e7e1020-de5a-4000-8000-000000000002", "0000:3c:00.0"},
+      {"Driver 1 Fake Level Zero Device 0", "1e7e1020-de5a-4000-8000-000000000100",
+       "0000:5a:00.0"},
+      {"Driver 1 Fake Level Zero Device 2", "1e7e1020-de5a-4000-8000-000000000102",
+       "0000:5c:00.0"}};
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(devices[i].name, expected[i][0]) << i;
+    EXPECT_EQ(devices[i].uuid_string(), expected[i][1]) << i;
+    EXPECT_EQ(devices[i].pci_bus_id, expected[i][2]) << i;
+    EXPECT_EQ(devices[i].dlpack_device_id, static_cast<int32_t>(i));
+  }
+}
+
+TEST_F(LevelZeroTwoDrivers, EveryDeviceOfBothDrivers_KeepsItsOwnBytes) {
+  const uint32_t count = static_cast<uint32_t>(plugin().devices().size());
+  std::vector<uint64_t> bases;
+  for (uint32_t d = 0; d < count; ++d) {
+    const Result<uint64_t> base = plugin().allocate(d, 4096, 0);
+    ASSERT_TRUE(base.ok()) << base.status().message();
+    bases.push_back(*base);
+    const std::vector<uint8_t> bytes = pattern(4096, static_cast<int>(d));
+    ASSERT_TRUE(plugin().copy_to_device(d, *base, bytes.data(), bytes.size()).ok()) << d;
+  }
+  for (uint32_t d = 0; d < count; ++d) {
+    std::vector<uint8_t> back(4096);
+    ASSERT_TRUE(plugin().copy_to_host(d, back.data(), bases[d], back.size()).ok()) << d;
+    EXPECT_EQ(back, pattern(4096, static_cast<int>(d))) << d;
+    EXPECT_TRUE(plugin().synchronize(d).ok());
+    EXPECT_TRUE(plugin().deallocate(d, bases[d]).ok());
+  }
+}
 
 // The fake's side: host memory of the first driver's context, copied by a
 // command list of the second driver, is refused and recorded.
