@@ -1,6 +1,6 @@
 // The Level Zero plugin as a kit plugin: the loader opened at run time, one
 // context per driver, the GPU devices of every driver, and host (staging)
-// memory from zeMemAllocHost.
+// memory from zeMemAllocHost when every device shares one context.
 #include <algorithm>
 #include <cinttypes>
 #include <devalloc/plugin_kit/device_instance.hpp>
@@ -127,14 +127,26 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
 
   uint64_t capability_flags() const override {
     uint64_t flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
-    if (!drivers_.empty()) flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
+    if (drivers_.size() == 1) flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
     return flags;
   }
 
   void* allocate_host(uint64_t nbytes) override {
+    // Host memory belongs to one context and may only be copied by command
+    // lists of that context; allocate_host names no device, and the host
+    // uses one staging buffer for every device of the plugin. So staging
+    // memory is offered only when every device shares one context: when
+    // the devices come from one driver.
     if (drivers_.empty()) {
       throw Failure{DEVALLOC_STATUS_UNSUPPORTED,
                     "host memory needs a Level Zero context, and this instance has no device"};
+    }
+    if (drivers_.size() > 1) {
+      throw Failure{DEVALLOC_STATUS_UNSUPPORTED,
+                    plugin::format("host staging memory belongs to one Level Zero context, and "
+                                   "this instance's devices come from %zu drivers, each with its "
+                                   "own context",
+                                   drivers_.size())};
     }
     ze_host_mem_alloc_desc_t desc = {};
     desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
@@ -162,8 +174,8 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
   }
 
  private:
-  // Host memory of the first driver's context: Level Zero host allocations
-  // are visible to every device of that driver.
+  // The one context (allocate_host refuses with several): Level Zero host
+  // allocations are visible to every device of the context.
   ze_context_handle_t staging_context() const { return drivers_.front().context; }
 
   plugin::StagingTable staging_;

@@ -1,9 +1,9 @@
 // The Level Zero plugin where the loader loads two drivers (the fake built
 // twice: tests/fakes/level_zero), each with a non-GPU device between two
 // GPUs: DEVALLOC_FAKE_ZE_DEVICES=3, DEVALLOC_FAKE_ZE_DEVICE_TYPES=gpu,vpu,gpu
-// (set by CMakeLists.txt). Which devices it serves, in which order; and
-// the fake catching host memory of one driver's context copied by another
-// driver's command list.
+// (set by CMakeLists.txt). Which devices it serves, in which order, and
+// why it offers no staging memory there; and the fake catching host memory
+// of one driver's context copied by another driver's command list.
 #include "level_zero_fixture.hpp"
 
 #include <level_zero/ze_api.h>
@@ -74,6 +74,16 @@ TEST_F(LevelZeroTwoDrivers, NonGpuDevicesAreLeftOut_IndicesCountGpuDevicesInDriv
     EXPECT_EQ(devices[i].pci_bus_id, expected[i][2]) << i;
     EXPECT_EQ(devices[i].dlpack_device_id, static_cast<int32_t>(i));
   }
+}
+
+// Host memory belongs to one context, and a copy's memory must be of its
+// command list's context; with two drivers there are two contexts, and
+// allocate_host cannot know which device will copy from the buffer.
+TEST_F(LevelZeroTwoDrivers, DevicesOfTwoDrivers_NoStagingMemoryIsOffered) {
+  EXPECT_FALSE(plugin().capabilities().host_staging);
+  const Result<void*> staging = plugin().allocate_host(4096);
+  ASSERT_FALSE(staging.ok());
+  EXPECT_EQ(staging.status().code(), StatusCode::unsupported);
 }
 
 TEST_F(LevelZeroTwoDrivers, EveryDeviceOfBothDrivers_KeepsItsOwnBytes) {
