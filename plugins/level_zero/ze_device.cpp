@@ -1,11 +1,11 @@
 #include "ze_device.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <devalloc/plugin_kit/give_back.hpp>
-#include <algorithm>
-#include <chrono>
 #include <future>
 #include <optional>
 #include <thread>

@@ -52,7 +52,7 @@ Runtime::Runtime(const std::string& path) : library(path, "the Level Zero loader
 
 std::string RelaxedLimits::describe() const {
   if (!needed()) return {};
-  return plugin::format(", relaxed limits: above maxMemAllocSize = %" PRIu64, max_allocation_);
+  return plugin::format(", with relaxed limits: maxMemAllocSize = %" PRIu64, max_allocation_);
 }
 
 void Runtime::check(ze_result_t result, plugin::CallKind kind, const char* call_format, ...) const {

@@ -60,7 +60,7 @@ class RelaxedLimits {
   bool needed() const { return nbytes_ >= max_allocation_; }
   // For the descriptor's pNext: this object, which must outlive the call.
   const void* chain() const { return needed() ? &desc_ : nullptr; }
-  // For the message of a failed call: "" or ", relaxed limits: above
+  // For the message of a failed call: "" or ", with relaxed limits:
   // maxMemAllocSize = N".
   std::string describe() const;
 

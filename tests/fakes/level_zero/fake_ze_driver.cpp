@@ -223,8 +223,9 @@ bool host_memory_of_another_driver(const void* p) {
     std::vector<std::string> paths;
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t, void* out) {
+          auto* names = static_cast<std::vector<std::string>*>(out);
           if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0')
-            static_cast<std::vector<std::string>*>(out)->push_back(info->dlpi_name);
+            names->push_back(info->dlpi_name);
           return 0;
         },
         &paths);
@@ -389,9 +390,9 @@ bool read_device_types(std::vector<ze_device_type_t>* types) {
     const auto it = names.find(all.substr(start, end - start));
     if (it == names.end() || d >= types->size()) {
       std::fprintf(stderr,
-                   "fake Level Zero driver: DEVALLOC_FAKE_ZE_DEVICE_TYPES=\"%s\": "
-                   "expected one of gpu, cpu, fpga, mca, vpu for each of at most "
-                   "%zu devices\n",
+                   "fake Level Zero driver: DEVALLOC_FAKE_ZE_DEVICE_TYPES="
+                   "\"%s\": expected one of gpu, cpu, fpga, mca, vpu for "
+                   "each of at most %zu devices\n",
                    text, types->size());
       return false;
     }
@@ -433,9 +434,9 @@ ze_result_t ZE_APICALL fake_zeInit(ze_init_flags_t) {
     auto device = std::make_unique<Device>();
     device->handle.index = static_cast<int>(d);
     device->type = types[d];
-    device->name = (kDriverIndex == 0 ? std::string()
-                                      : "Driver " + std::to_string(kDriverIndex) + " ") +
-                   "Fake Level Zero Device " + std::to_string(d);
+    if (kDriverIndex != 0)
+      device->name = "Driver " + std::to_string(kDriverIndex) + " ";
+    device->name += "Fake Level Zero Device " + std::to_string(d);
     const uint8_t uuid[16] = {0x1e, 0x7e, 0x10, 0x20, 0xde, 0x5a, 0x40, 0x00,
                               0x80, 0x00, 0x00, 0x00, 0x00, 0x00,
                               static_cast<uint8_t>(kDriverIndex),
@@ -667,8 +668,8 @@ bool relaxed_max_size(const void* next) {
     if (d->stype == ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC) {
       const auto* relaxed =
           reinterpret_cast<const ze_relaxed_allocation_limits_exp_desc_t*>(d);
-      if ((relaxed->flags & ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE) != 0)
-        return true;
+      constexpr auto kMaxSize = ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE;
+      if ((relaxed->flags & kMaxSize) != 0) return true;
     }
   }
   return false;
@@ -676,7 +677,8 @@ bool relaxed_max_size(const void* next) {
 
 // The specification's words for zeMemAllocDevice and zeMemAllocHost: size
 // "must be less-than ze_device_properties_t.maxMemAllocSize", unless
-// relaxed limits are chained; a driver answers ZE_RESULT_ERROR_UNSUPPORTED_SIZE.
+// relaxed limits are chained; a driver answers
+// ZE_RESULT_ERROR_UNSUPPORTED_SIZE.
 bool size_allowed(size_t size, const void* next) {
   return size < fake().max_allocation || relaxed_max_size(next);
 }

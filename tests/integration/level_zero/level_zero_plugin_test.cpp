@@ -252,7 +252,7 @@ TEST_F(LevelZeroErrors, AllocationTheDriverRefusesForItsSize_IsOutOfDeviceMemory
   ASSERT_FALSE(base.ok());
   EXPECT_EQ(base.status().code(), StatusCode::out_of_device_memory);
   const std::string message = base.status().message();
-  EXPECT_NE(message.find("relaxed limits: above maxMemAllocSize = 268435456) failed: "
+  EXPECT_NE(message.find("with relaxed limits: maxMemAllocSize = 268435456) failed: "
                          "ZE_RESULT_ERROR_UNSUPPORTED_SIZE (the driver makes no single "
                          "allocation of this size)"),
             std::string::npos)
@@ -371,7 +371,8 @@ TEST_F(LevelZeroErrors, DeviceToHostCopyWhoseWaitsFail_ReturnsOnlyOnceTheBufferI
   std::vector<uint8_t> back(kChunk);
   fake().pause(true);
   fake().fail_calls("zeEventHostSynchronize", ZE_RESULT_ERROR_UNKNOWN, 5);
-  CallOnItsOwnThread copy([&] { return plugin().copy_to_host(kDevice, back.data(), *base, kChunk); });
+  CallOnItsOwnThread copy(
+      [&] { return plugin().copy_to_host(kDevice, back.data(), *base, kChunk); });
   EXPECT_FALSE(copy.returned_within(std::chrono::milliseconds(100)))
       << "returned while the copy had not written the buffer";
   fake().pause(false);
