@@ -177,7 +177,7 @@ void CudaDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
 
 void CudaDevice::synchronize() {
   ContextScope scope(driver_, context_, ordinal_);
-  driver_.check(as_cuda(releases_.wait()), CallKind::work,
+  driver_.check(as_cuda(releases_.wait_until_over()), CallKind::work,
                 "device %u: cuStreamSynchronize(hStream = device stream)", ordinal_);
 }
 
@@ -196,11 +196,17 @@ int CudaDevice::enqueue_release(plugin::ReleaseQueue& releases) noexcept {
 
 int CudaDevice::wait() noexcept { return driver_.cuStreamSynchronize(stream_); }
 
-bool CudaDevice::lost() noexcept {
-  // A context with a sticky error reports it for every call; host
-  // functions never run in it again.
-  const CUresult state = driver_.cuStreamQuery(stream_);
-  return state != CUDA_SUCCESS && state != CUDA_ERROR_NOT_READY;
+CudaDevice::State CudaDevice::query() noexcept {
+  switch (driver_.cuStreamQuery(stream_)) {
+    case CUDA_SUCCESS:
+      return State::idle;
+    case CUDA_ERROR_NOT_READY:
+      return State::busy;
+    default:
+      // A context with a sticky error reports it for every call; host
+      // functions never run in it again.
+      return State::lost;
+  }
 }
 
 void CudaDevice::destroy() noexcept {

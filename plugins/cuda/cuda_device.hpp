@@ -71,7 +71,8 @@ class CudaDevice final : private plugin::CallbackStream {
   void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
 
   // Waits for the stream; every release queued before has fired when it
-  // returns, or when it throws because the context is lost.
+  // returns or throws (a failed wait is waited out until the stream is idle
+  // or its context is lost).
   void synchronize();
   // For destroy: waits for the stream, destroys it whatever happens, fires
   // every release still owed. Never throws; idempotent.
@@ -82,7 +83,7 @@ class CudaDevice final : private plugin::CallbackStream {
   int enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept override;
   int enqueue_release(plugin::ReleaseQueue& releases) noexcept override;
   int wait() noexcept override;
-  bool lost() noexcept override;
+  State query() noexcept override;
   void destroy() noexcept override;
   static void CUDA_CB release_oldest(void* releases);
 

@@ -152,7 +152,7 @@ void HipDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
 
 void HipDevice::synchronize() {
   DeviceGuard guard(runtime_, ordinal_);
-  runtime_.check(static_cast<hipError_t>(releases_.wait()), CallKind::work,
+  runtime_.check(static_cast<hipError_t>(releases_.wait_until_over()), CallKind::work,
                  "hipStreamSynchronize(stream = device %d's stream)", ordinal_);
 }
 
@@ -173,9 +173,15 @@ int HipDevice::enqueue_release(plugin::ReleaseQueue& releases) noexcept {
 
 int HipDevice::wait() noexcept { return runtime_.hipStreamSynchronize(stream_); }
 
-bool HipDevice::lost() noexcept {
-  const hipError_t state = runtime_.hipStreamQuery(stream_);
-  return state != hipSuccess && state != hipErrorNotReady;
+HipDevice::State HipDevice::query() noexcept {
+  switch (runtime_.hipStreamQuery(stream_)) {
+    case hipSuccess:
+      return State::idle;
+    case hipErrorNotReady:
+      return State::busy;
+    default:
+      return State::lost;
+  }
 }
 
 void HipDevice::destroy() noexcept {

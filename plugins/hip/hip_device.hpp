@@ -66,7 +66,7 @@ class HipDevice final : private plugin::CallbackStream {
   int enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept override;
   int enqueue_release(plugin::ReleaseQueue& releases) noexcept override;
   int wait() noexcept override;
-  bool lost() noexcept override;
+  State query() noexcept override;
   void destroy() noexcept override;
   static void release_oldest(hipStream_t stream, hipError_t status, void* releases);
 

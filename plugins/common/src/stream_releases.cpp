@@ -1,11 +1,17 @@
 #include <devalloc/plugin_kit/stream_releases.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 namespace devalloc::plugin {
 namespace {
-// A failed wait is retried this often while the stream is not lost.
-constexpr int kWaitAttempts = 3;
+// Between a failed wait and the next look at a stream that is still busy:
+// short at first (a transient failure costs little), never long (the call
+// returns soon after the stream is over).
+constexpr std::chrono::microseconds kFirstPause{100};
+constexpr std::chrono::microseconds kLongestPause{10'000};
 }  // namespace
 
 StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, const void* src,
@@ -31,30 +37,38 @@ StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, cons
   return result;
 }
 
-int StreamReleases::wait() noexcept {
-  const int result = stream_.wait();
-  if (result != 0 && stream_.lost()) releases_.fire_all();
-  return result;
-}
-
 int StreamReleases::wait_until_over() noexcept {
-  int result = wait();
-  for (int attempt = 1; attempt < kWaitAttempts && result != 0 && !stream_.lost(); ++attempt) {
-    result = wait();
+  const int first = stream_.wait();
+  if (first == 0) return 0;
+  // The wait failed, but the stream may still run what was queued: a copy
+  // that reads its source or writes its destination after this returned
+  // would be silent wrong data. Only an idle or lost stream is over.
+  for (auto pause = kFirstPause;; pause = std::min(pause * 2, kLongestPause)) {
+    switch (stream_.query()) {
+      case CallbackStream::State::lost:
+        releases_.fire_all();
+        return first;
+      case CallbackStream::State::idle:
+        return first;
+      case CallbackStream::State::busy:
+        break;
+    }
+    std::this_thread::sleep_for(pause);
+    // A wait that works again blocks until the stream is over.
+    if (stream_.wait() == 0) return first;
   }
-  return result;
 }
 
 void StreamReleases::quiesce(bool usable) noexcept {
   if (destroyed_) return;
-  bool idle = false;
-  if (usable) idle = wait_until_over() == 0 || stream_.lost();
+  if (usable) static_cast<void>(wait_until_over());
   stream_.destroy();
   destroyed_ = true;
-  // The stream still runs (a wait failed, the stream is not lost): its
-  // remaining callbacks fire their releases as it finishes.
-  if (usable && !idle) releases_.wait_for_earlier();
+  // Owed only by a lost or unreachable stream now.
   releases_.fire_all();
+  // A release that a callback thread took before the stream was destroyed
+  // has returned before destroy does: the host may free its user_data then.
+  releases_.wait_for_earlier();
 }
 
 }  // namespace devalloc::plugin

@@ -32,8 +32,6 @@ TEST(CudaDriverWalk, EachDriverCallOfAWorkloadFailsOnce_ReportedNamedAndNothingL
       "cuMemFreeHost"};
   target.failure = CUDA_ERROR_UNKNOWN;
   target.recoverable = {
-      {"cuStreamSynchronize",
-       "a wait for the stream inside a copy is retried while the stream is not lost"},
       {"cuCtxPopCurrent_v2", "the pop that restores the caller's context is retried"}};
   const auto depth = fake.control<devalloc_fake_cuda_context_depth_fn>("context_depth");
   target.thread = [depth] {

@@ -55,37 +55,151 @@ struct LandedAtRelease {
   }
 };
 
-TEST_F(CudaReleases,
-       StreamSynchronizeFailsWhileTheStreamStillRuns_NoReleaseFiresBeforeItsCopy) {
+// A failed cuStreamSynchronize on a stream that still runs (no sticky
+// error) fires no release before its copy, and synchronize returns (with
+// the failure) only once every release came (PLUGIN-20, whatever the
+// status).
+TEST_F(CudaReleases, StreamSynchronizeFailsWhileTheStreamStillRuns_ReturnsAfterEveryRelease) {
   constexpr int kCopies = 4;
   Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
   ASSERT_TRUE(base.ok());
   std::vector<std::vector<uint8_t>> sources;
-  std::deque<ReleaseCounter> counters(kCopies);
+  std::deque<LandedAtRelease> watchers(kCopies);
   fake().pause(true);
   for (int i = 0; i < kCopies; ++i) {
     sources.push_back(pattern(kChunk, i));
+    watchers[i].fake = &fake();
+    watchers[i].dst = *base + i * kChunk;
+    watchers[i].expected = sources[i];
     ASSERT_TRUE(plugin()
-                    .copy_to_device_until_released(kDevice, *base + i * kChunk,
-                                                   sources[i].data(), kChunk,
-                                                   ReleaseCounter::on_release, &counters[i])
+                    .copy_to_device_until_released(kDevice, watchers[i].dst, sources[i].data(),
+                                                   kChunk, LandedAtRelease::on_release,
+                                                   &watchers[i])
                     .ok());
   }
-  fake().fail_next("cuStreamSynchronize", CUDA_ERROR_UNKNOWN);
-  const Status failed = plugin().synchronize(kDevice);
-  EXPECT_EQ(failed.code(), StatusCode::device_error);
-  EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
+  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
+  std::atomic<bool> returned{false};
+  Status failed;
+  std::thread caller([&] {
+    failed = plugin().synchronize(kDevice);
+    returned = true;
+  });
+  while (fake().calls("cuStreamSynchronize") < 6 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copies";
   // The stream is paused: no copy has run, so no source may be released.
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(counters[i].releases, 0) << "copy " << i << " released before it ran";
+    EXPECT_EQ(watchers[i].releases, 0) << "copy " << i << " released before it ran";
   }
   fake().pause(false);
-  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  caller.join();
+  fake().fail_calls("cuStreamSynchronize", 0, 0);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(counters[i].releases, 1) << "copy " << i;
-    EXPECT_EQ(fake().read(*base + i * kChunk, kChunk), sources[i]) << "copy " << i;
+    EXPECT_EQ(watchers[i].releases, 1) << "copy " << i;
+    EXPECT_EQ(watchers[i].early, 0) << "copy " << i << " released before it landed";
   }
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+// cuStreamSynchronize keeps failing while the stream still holds the copy
+// (cuStreamQuery: CUDA_ERROR_NOT_READY, no sticky error). A during-call copy
+// must not return before the copy read its source: the caller rewrites the
+// source right after the call, and the fake's source-lifetime check sees a
+// copy that reads it later (the fake reads pageable sources late too).
+TEST_F(CudaReleases, DuringCallCopyWhileStreamWaitsKeepFailing_ReturnsOnlyAfterTheCopyRead) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> source = pattern(kChunk, 11);
+  const std::vector<uint8_t> expected = source;
+  fake().pause(true);
+  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
+  std::atomic<bool> returned{false};
+  Status status;
+  std::thread caller([&] {
+    status = plugin().copy_to_device(kDevice, *base, source.data(), kChunk);
+    returned = true;
+    std::fill(source.begin(), source.end(), uint8_t{0xBB});  // the caller's again
+  });
+  // Twice as many failed waits as the plugin once gave up after.
+  while (fake().calls("cuStreamSynchronize") < 6 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "returned while the stream still held the copy";
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("cuStreamSynchronize", 0, 0);
+  EXPECT_EQ(status.code(), StatusCode::device_error);
+  EXPECT_NE(status.message().find("cuStreamSynchronize"), std::string::npos) << status.message();
+  EXPECT_EQ(fake().read(*base, kChunk), expected);
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+// The same for a copy into pinned host memory: its destination is written
+// before the call returns, not after.
+TEST_F(CudaReleases, CopyToHostWhileStreamWaitsKeepFailing_ReturnsOnlyAfterTheCopyWrote) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  const std::vector<uint8_t> expected = pattern(kChunk, 12);
+  ASSERT_TRUE(plugin().copy_to_device(kDevice, *base, expected.data(), kChunk).ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok());
+  auto* destination = static_cast<uint8_t*>(*pinned);
+  std::fill(destination, destination + kChunk, uint8_t{0});
+  fake().pause(true);
+  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
+  std::atomic<bool> returned{false};
+  std::vector<uint8_t> at_return;
+  std::thread caller([&] {
+    static_cast<void>(plugin().copy_to_host(kDevice, destination, *base, kChunk));
+    at_return.assign(destination, destination + kChunk);
+    returned = true;
+  });
+  while (fake().calls("cuStreamSynchronize") < 6 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "returned while the stream still held the copy";
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("cuStreamSynchronize", 0, 0);
+  EXPECT_EQ(at_return, expected) << "the destination was not written when the call returned";
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+}
+
+// destroy while the waits keep failing: each release still follows its
+// copy, and destroy returns only after the stream ran them.
+TEST_F(CudaReleases, DestroyWhileStreamWaitsKeepFailing_EachReleaseFollowsItsCopy) {
+  constexpr int kCopies = 4;
+  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<std::vector<uint8_t>> sources;
+  std::deque<LandedAtRelease> watchers(kCopies);
+  fake().pause(true);
+  for (int i = 0; i < kCopies; ++i) {
+    sources.push_back(pattern(kChunk, 20 + i));
+    watchers[i].fake = &fake();
+    watchers[i].dst = *base + i * kChunk;
+    watchers[i].expected = sources[i];
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(kDevice, watchers[i].dst, sources[i].data(),
+                                                   kChunk, LandedAtRelease::on_release,
+                                                   &watchers[i])
+                    .ok());
+  }
+  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    destroy_plugin();
+    destroyed = true;
+  });
+  while (fake().calls("cuStreamSynchronize") < 6 && !destroyed) std::this_thread::yield();
+  EXPECT_FALSE(destroyed) << "destroy returned while the stream still held the copies";
+  for (int i = 0; i < kCopies; ++i) EXPECT_EQ(watchers[i].releases, 0) << "copy " << i;
+  fake().pause(false);
+  destroyer.join();
+  fake().fail_calls("cuStreamSynchronize", 0, 0);
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(watchers[i].releases, 1) << "copy " << i;
+    EXPECT_EQ(watchers[i].early, 0) << "copy " << i << " released before it landed";
+  }
 }
 
 TEST_F(CudaReleases, ContextPushFailsOnceAtDestroy_EachReleaseStillFollowsItsCopy) {

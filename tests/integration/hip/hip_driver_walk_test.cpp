@@ -34,8 +34,6 @@ TEST(HipDriverWalk, EachRuntimeCallOfAWorkloadFailsOnce_ReportedNamedAndNothingL
       "hipHostFree"};
   target.failure = hipErrorUnknown;
   target.recoverable = {
-      {"hipStreamSynchronize",
-       "a wait for the stream inside a copy is retried while the stream is not lost"},
       {"hipSetDevice", "the call that restores the caller's device is retried"}};
   // The walk's thread keeps device 0 current; the plugin works on device 1.
   const auto current = fake.control<devalloc_fake_hip_current_device_fn>("current_device");

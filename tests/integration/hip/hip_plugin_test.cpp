@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace devalloc::hip_test {
 namespace {
@@ -182,17 +184,127 @@ TEST_F(HipPluginTest, CallbackCannotBeQueued_ReleasedOnceAfterTheCopy_ErrorNames
 
 // A failed hipStreamSynchronize on a stream that still runs (hipStreamQuery:
 // hipErrorNotReady) is not a lost stream: the copy may still read its
-// source, so its release waits for the stream's callback.
-TEST_F(HipPluginTest, SynchronizeFailsWhileTheStreamStillRuns_NoReleaseBeforeTheCopyRan) {
+// source, so its release waits for the stream's callback, and synchronize
+// returns (with the failure) only once that release came (PLUGIN-20,
+// whatever the status).
+TEST_F(HipPluginTest, SynchronizeFailsWhileTheStreamStillRuns_ReturnsOnlyAfterTheRelease) {
   ReleaseCounter counter;
   const PausedCopy copy = paused_copy(4, counter);
   ASSERT_NE(copy.pinned, nullptr);
-  fake().fail_next("hipStreamSynchronize", hipErrorUnknown);
-  const Status failed = plugin().synchronize(0);
+  fake().fail_calls("hipStreamSynchronize", hipErrorUnknown, 1000);
+  std::atomic<bool> returned{false};
+  Status failed;
+  std::thread caller([&] {
+    failed = plugin().synchronize(0);
+    returned = true;
+  });
+  while (fake().calls("hipStreamSynchronize") < 6 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copy";
+  EXPECT_EQ(counter.releases, 0) << "released while the paused stream had not run the copy";
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("hipStreamSynchronize", 0, 0);
   EXPECT_EQ(failed.code(), StatusCode::device_error);
   EXPECT_TRUE(contains(failed.message(), "hipStreamSynchronize")) << failed.message();
-  EXPECT_EQ(counter.releases, 0) << "released while the paused stream had not run the copy";
+  EXPECT_EQ(counter.releases, 1);
   resume_and_check(copy, counter);
+}
+
+// hipStreamSynchronize keeps failing while the stream still holds the copy
+// (hipStreamQuery: hipErrorNotReady, not a lost stream). A during-call copy
+// from pinned memory must not return before the copy read its source: the
+// caller rewrites the source right after the call, and the fake's
+// source-lifetime check sees a copy that reads it later.
+TEST_F(HipPluginTest, DuringCallCopyWhileStreamWaitsKeepFailing_ReturnsOnlyAfterTheCopyRead) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok());
+  auto* source = static_cast<uint8_t*>(*pinned);
+  const auto expected = pattern(kChunk, 5);
+  std::copy(expected.begin(), expected.end(), source);
+  fake().pause(true);
+  fake().fail_calls("hipStreamSynchronize", hipErrorUnknown, 1000);
+  std::atomic<bool> returned{false};
+  Status status;
+  std::thread caller([&] {
+    status = plugin().copy_to_device(0, *base, source, kChunk);
+    returned = true;
+    std::fill(source, source + kChunk, uint8_t{0xBB});  // the caller's again
+  });
+  // Twice as many failed waits as the plugin once gave up after.
+  while (fake().calls("hipStreamSynchronize") < 6 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "returned while the stream still held the copy";
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("hipStreamSynchronize", 0, 0);
+  EXPECT_EQ(status.code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(status.message(), "hipStreamSynchronize")) << status.message();
+  EXPECT_EQ(fake().read(*base, kChunk), expected);
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
+// The same for a copy to pinned host memory: its destination is written
+// before the call returns, not after.
+TEST_F(HipPluginTest, CopyToHostWhileStreamWaitsKeepFailing_ReturnsOnlyAfterTheCopyWrote) {
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  const auto expected = pattern(kChunk, 6);
+  ASSERT_TRUE(plugin().copy_to_device(0, *base, expected.data(), kChunk).ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok());
+  auto* destination = static_cast<uint8_t*>(*pinned);
+  std::fill(destination, destination + kChunk, uint8_t{0});
+  fake().pause(true);
+  fake().fail_calls("hipStreamSynchronize", hipErrorUnknown, 1000);
+  std::atomic<bool> returned{false};
+  std::vector<uint8_t> at_return;
+  std::thread caller([&] {
+    static_cast<void>(plugin().copy_to_host(0, destination, *base, kChunk));
+    at_return.assign(destination, destination + kChunk);
+    returned = true;
+  });
+  while (fake().calls("hipStreamSynchronize") < 6 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "returned while the stream still held the copy";
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("hipStreamSynchronize", 0, 0);
+  EXPECT_EQ(at_return, expected) << "the destination was not written when the call returned";
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
+// An until-released copy whose callback cannot be queued is released by the
+// call itself, after the stream ran it, however often the waits fail.
+TEST_F(HipPluginTest, CallbackCannotBeQueuedAndStreamWaitsKeepFailing_ReleasedOnlyAfterTheCopy) {
+  ReleaseCounter counter;
+  Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_TRUE(pinned.ok());
+  const auto expected = pattern(kChunk, 7);
+  std::copy(expected.begin(), expected.end(), static_cast<uint8_t*>(*pinned));
+  fake().pause(true);
+  fake().fail_next("hipStreamAddCallback", hipErrorOutOfMemory);
+  fake().fail_calls("hipStreamSynchronize", hipErrorUnknown, 1000);
+  Status status;
+  std::thread caller([&] {
+    status = plugin().copy_to_device_until_released(0, *base, *pinned, kChunk,
+                                                    ReleaseCounter::on_release, &counter);
+  });
+  while (fake().calls("hipStreamSynchronize") < 6 && counter.releases == 0) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(counter.releases, 0) << "released while the stream still held the copy";
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("hipStreamSynchronize", 0, 0);
+  EXPECT_TRUE(contains(status.message(), "hipStreamAddCallback")) << status.message();
+  EXPECT_EQ(counter.releases, 1);
+  EXPECT_EQ(fake().read(*base, kChunk), expected);
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
 }
 
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {

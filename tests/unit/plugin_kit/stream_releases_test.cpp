@@ -19,49 +19,66 @@ namespace {
 constexpr int kFailed = 7;
 constexpr int kOutOfMemory = 2;
 
-// A stream that queues copies and callbacks and runs them when told.
+// A stream that queues copies and callbacks and runs them when told, on
+// any thread: a test may keep a wait failing on one thread and run the
+// stream's work on another.
 class ScriptedStream : public CallbackStream {
  public:
   int enqueue_copy(uint64_t, const void*, uint64_t) noexcept override {
     if (fail_copy) return kFailed;
+    std::lock_guard lock(mutex);
     work.push_back([] {});
     return 0;
   }
   int enqueue_release(ReleaseQueue& releases) noexcept override {
     if (fail_callback) return kOutOfMemory;
+    std::lock_guard lock(mutex);
     work.push_back([&releases] { releases.complete_oldest(); });
     return 0;
   }
   int wait() noexcept override {
     ++waits;
-    if (wait_result != 0) return wait_result;
+    if (const int result = wait_result; result != 0) return result;
     run_all();
     return 0;
   }
-  bool lost() noexcept override { return is_lost; }
+  State query() noexcept override {
+    ++queries;
+    if (is_lost) return State::lost;
+    std::lock_guard lock(mutex);
+    return work.empty() && running == 0 ? State::idle : State::busy;
+  }
   void destroy() noexcept override {
     ++destroyed;
     if (!is_lost) run_all();  // the runtime finishes a live stream's work
   }
   void run_all() {
+    std::unique_lock lock(mutex);
     while (!work.empty()) {
       auto op = std::move(work.front());
       work.pop_front();
+      ++running;
+      lock.unlock();
       op();
+      lock.lock();
+      --running;
     }
   }
 
+  std::mutex mutex;
   std::deque<std::function<void()>> work;
-  bool fail_copy = false;
-  bool fail_callback = false;
-  bool is_lost = false;
-  int wait_result = 0;
-  int waits = 0;
+  int running = 0;
+  std::atomic<bool> fail_copy{false};
+  std::atomic<bool> fail_callback{false};
+  std::atomic<bool> is_lost{false};
+  std::atomic<int> wait_result{0};
+  std::atomic<int> waits{0};
+  std::atomic<int> queries{0};
   int destroyed = 0;
 };
 
 struct Counter {
-  int fired = 0;
+  std::atomic<int> fired{0};
   static void on_release(void* self) { ++static_cast<Counter*>(self)->fired; }
   Release release() { return Release(&Counter::on_release, this); }
 };
@@ -74,31 +91,18 @@ TEST(StreamReleases, ReleaseFiresOnlyWhenTheStreamReachesItsCallback) {
   EXPECT_EQ(submitted.copied, 0);
   EXPECT_EQ(submitted.released, 0);
   EXPECT_EQ(counter.fired, 0);
-  EXPECT_EQ(releases.wait(), 0);
-  EXPECT_EQ(counter.fired, 1);
-}
-
-TEST(StreamReleases, WaitFailsWhileTheStreamLives_NoReleaseFires) {
-  ScriptedStream stream;
-  StreamReleases releases(stream);
-  Counter counter;
-  releases.copy_until_released(0, nullptr, 1, counter.release());
-  stream.wait_result = kFailed;
-  EXPECT_EQ(releases.wait(), kFailed);
-  EXPECT_EQ(counter.fired, 0);
-  stream.wait_result = 0;
-  EXPECT_EQ(releases.wait(), 0);
+  EXPECT_EQ(releases.wait_until_over(), 0);
   EXPECT_EQ(counter.fired, 1);
 }
 
 TEST(StreamReleases, WaitFailsAndTheStreamIsLost_EveryOwedReleaseFiresOnce) {
   ScriptedStream stream;
   StreamReleases releases(stream);
-  std::vector<Counter> counters(3);
+  std::deque<Counter> counters(3);
   for (auto& c : counters) releases.copy_until_released(0, nullptr, 1, c.release());
   stream.wait_result = kFailed;
   stream.is_lost = true;
-  EXPECT_EQ(releases.wait(), kFailed);
+  EXPECT_EQ(releases.wait_until_over(), kFailed);
   for (const auto& c : counters) EXPECT_EQ(c.fired, 1);
   releases.quiesce(true);
   for (const auto& c : counters) EXPECT_EQ(c.fired, 1);
@@ -126,6 +130,93 @@ TEST(StreamReleases, CallbackCannotBeQueued_WaitsForTheCopyThenFires) {
   EXPECT_EQ(stream.waits, 1);
   EXPECT_EQ(mine.fired, 1);
   EXPECT_EQ(earlier.fired, 1);  // its own callback ran in the wait
+}
+
+// Waits that keep failing while the stream still runs (not lost) do not
+// end the wait: the release of a copy whose callback could not be queued
+// fires, and the call returns, only once the stream ran the copy.
+TEST(StreamReleases, CallbackCannotBeQueuedAndWaitsKeepFailing_ReturnsOnlyOnceTheStreamRan) {
+  ScriptedStream stream;
+  StreamReleases releases(stream);
+  Counter counter;
+  stream.fail_callback = true;
+  stream.wait_result = kFailed;
+  std::atomic<bool> returned{false};
+  StreamReleases::Submitted submitted;
+  std::thread caller([&] {
+    submitted = releases.copy_until_released(0, nullptr, 1, counter.release());
+    returned = true;
+  });
+  // Far more failed waits than a bounded retry would make.
+  while (stream.waits < 10 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "returned while the copy was still queued";
+  EXPECT_EQ(counter.fired, 0) << "released while the copy was still queued";
+  EXPECT_GT(stream.queries, 0);
+  stream.run_all();
+  caller.join();
+  EXPECT_EQ(submitted.released, kOutOfMemory);
+  EXPECT_EQ(counter.fired, 1);
+}
+
+// A wait (synchronize) that fails while the stream still runs neither fires
+// a release nor returns: when it returns, every release has come from the
+// stream's own callbacks (PLUGIN-20, whatever the status).
+TEST(StreamReleases, WaitFailsWhileTheStreamIsBusy_NoReleaseFires_ReturnsTheFailureOnceIdle) {
+  ScriptedStream stream;
+  StreamReleases releases(stream);
+  Counter counter;
+  releases.copy_until_released(0, nullptr, 1, counter.release());
+  stream.wait_result = kFailed;
+  std::atomic<int> result{-1};
+  std::thread waiter([&] { result = releases.wait_until_over(); });
+  while (stream.waits < 10 && result == -1) std::this_thread::yield();
+  EXPECT_EQ(result, -1) << "wait_until_over returned while the stream was busy";
+  EXPECT_EQ(counter.fired, 0);
+  stream.run_all();
+  waiter.join();
+  EXPECT_EQ(result, kFailed);
+  EXPECT_EQ(counter.fired, 1);  // by its own callback
+}
+
+TEST(StreamReleases, WaitUntilOver_StreamLostWhileWaitsFail_FiresWhatIsOwedAndReturns) {
+  ScriptedStream stream;
+  StreamReleases releases(stream);
+  std::deque<Counter> counters(2);
+  for (auto& c : counters) releases.copy_until_released(0, nullptr, 1, c.release());
+  stream.wait_result = kFailed;
+  std::atomic<int> result{-1};
+  std::thread waiter([&] { result = releases.wait_until_over(); });
+  while (stream.waits < 3 && result == -1) std::this_thread::yield();
+  EXPECT_EQ(result, -1);
+  stream.is_lost = true;
+  waiter.join();
+  EXPECT_EQ(result, kFailed);
+  for (const auto& c : counters) EXPECT_EQ(c.fired, 1);
+  releases.quiesce(true);
+  for (const auto& c : counters) EXPECT_EQ(c.fired, 1);
+}
+
+// destroy: the stream's copies still run while its waits fail; their
+// releases come after them, and destroy does not return before.
+TEST(StreamReleases, QuiesceWhileWaitsFailOnABusyStream_WaitsUntilTheStreamRan) {
+  ScriptedStream stream;
+  StreamReleases releases(stream);
+  Counter counter;
+  releases.copy_until_released(0, nullptr, 1, counter.release());
+  stream.wait_result = kFailed;
+  std::atomic<bool> returned{false};
+  std::thread destroyer([&] {
+    releases.quiesce(true);
+    returned = true;
+  });
+  while (stream.waits < 10 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned);
+  EXPECT_EQ(counter.fired, 0);
+  EXPECT_EQ(stream.destroyed, 0) << "destroyed while its work was still queued";
+  stream.run_all();
+  destroyer.join();
+  EXPECT_EQ(counter.fired, 1);
+  EXPECT_EQ(stream.destroyed, 1);
 }
 
 TEST(StreamReleases, QuiesceWithoutAccessToTheRuntime_StillDestroysTheStreamOnce) {

@@ -15,6 +15,14 @@ namespace devalloc::plugin {
 
 class CallbackStream {
  public:
+  // What the stream's query answers.
+  enum class State {
+    idle,  // everything queued has run, callbacks included
+    busy,  // queued work has not run yet
+    lost,  // an error of the stream's own (the context or device is lost:
+           // nothing queued runs anymore, no callback comes)
+  };
+
   virtual ~CallbackStream() = default;
   // None of these throws; each returns the runtime's result.
   virtual int enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept = 0;
@@ -23,10 +31,8 @@ class CallbackStream {
   virtual int enqueue_release(ReleaseQueue& releases) noexcept = 0;
   // Waits until everything queued has run.
   virtual int wait() noexcept = 0;
-  // After a failed wait: true when the stream reports an error of its own
-  // (the context or device is lost: nothing queued runs anymore), false
-  // while it is busy or idle.
-  virtual bool lost() noexcept = 0;
+  // The stream's query (cuStreamQuery, hipStreamQuery); never blocks.
+  virtual State query() noexcept = 0;
   virtual void destroy() noexcept = 0;
 };
 
@@ -43,17 +49,23 @@ class StreamReleases {
   // this returns; the results say which call failed.
   Submitted copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
                                 Release release);
-  // wait(). On failure the owed releases fire only if the stream is lost;
-  // a stream that still runs fires them from its callbacks.
-  int wait() noexcept;
-  // wait(), retried while the stream is not lost, so that the source of a
-  // copy just queued is never given back while the copy may read it.
+  // Waits for the stream (for synchronize, and for a copy that must be over
+  // before its call returns). Returns only once nothing queued so far can
+  // still read or write host memory and every owed release has fired: the
+  // stream's wait succeeded, or the stream is idle (its callbacks ran), or
+  // it is lost (the owed releases are fired here). A failed wait on a
+  // stream that is still busy is not an end: the stream is asked (query)
+  // and waited for again, with a pause that grows from 0.1 to 10 ms, for as
+  // long as it stays busy. The result is the first failed wait's, or 0. A
+  // device that never completes its work and never reports an error keeps
+  // this waiting, as the runtime's own synchronize would.
   int wait_until_over() noexcept;
   // For destroy. `usable`: the runtime can be called for this stream (its
-  // context could be made current). Waits, destroys the stream whatever
-  // happened (so that no callback into a destroyed plugin runs later), and
-  // fires every release still owed: after the stream's own callbacks, or
-  // at once when it is idle, lost or unreachable. Idempotent.
+  // context could be made current). Waits until the stream's work is over
+  // or lost (wait_until_over), destroys the stream whatever happened (so
+  // that no callback into a destroyed plugin runs later), and fires every
+  // release still owed: none is left unless the stream is lost, or
+  // unreachable, where nothing can be waited for. Idempotent.
   void quiesce(bool usable) noexcept;
 
   ReleaseQueue& queue() { return releases_; }
