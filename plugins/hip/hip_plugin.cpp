@@ -23,14 +23,14 @@ using plugin::give_back;
 // A base before the devices, so that the runtime is opened before them and
 // closed after them, also when a constructor throws.
 struct RuntimeHolder {
-  explicit RuntimeHolder(const std::string& library) : runtime_(library) {}
+  explicit RuntimeHolder(const std::vector<std::string>& libraries) : runtime_(libraries) {}
   Runtime runtime_;
 };
 
 class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<HipDevice> {
  public:
-  explicit HipInstance(const std::string& library)
-      : RuntimeHolder(library), DeviceInstance(open_devices(runtime_)) {}
+  explicit HipInstance(const std::vector<std::string>& libraries)
+      : RuntimeHolder(libraries), DeviceInstance(open_devices(runtime_)) {}
 
   ~HipInstance() override {
     // Staging memory may be the source of copies still in flight.
@@ -73,8 +73,12 @@ struct HipPlugin {
   static constexpr const char* version = DEVALLOC_HIP_PLUGIN_VERSION;
   static constexpr bool offers_memory_info = true;
 
+  // Newest first: each ROCm major release renames the runtime, and every
+  // HIP call this plugin makes kept its binary interface from ROCm 5 to 7
+  // (docs/plugins/hip.md, "ROCm releases").
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
-    return plugin::create_over_runtime<HipInstance>(options, name, "libamdhip64.so.5");
+    return plugin::create_over_runtime<HipInstance>(
+        options, name, {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"});
   }
 };
 

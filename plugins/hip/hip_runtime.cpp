@@ -9,8 +9,8 @@ namespace devalloc::hip {
 // RTLD_NODELETE: once initialized, the HIP runtime (and ROCr below it)
 // keeps threads of its own; unmapping its code under them would crash the
 // process. It stays loaded, and a later create() finds it initialized.
-Runtime::Runtime(const std::string& path)
-    : library_(path, "the HIP runtime", RTLD_NODELETE) {
+Runtime::Runtime(const std::vector<std::string>& libraries)
+    : library_(libraries, "the HIP runtime", RTLD_NODELETE) {
 #define DEVALLOC_HIP_BIND(name, type) library_.bind(name, #name);
   DEVALLOC_HIP_ENTRY_POINTS(DEVALLOC_HIP_BIND)
 #undef DEVALLOC_HIP_BIND

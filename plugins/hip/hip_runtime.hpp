@@ -14,6 +14,7 @@
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace devalloc::hip {
 
@@ -43,9 +44,10 @@ namespace devalloc::hip {
 
 class Runtime {
  public:
-  // Opens `library` and looks up every entry point. Throws Failure
-  // (RUNTIME_UNAVAILABLE) with the dlerror text when either fails.
-  explicit Runtime(const std::string& library);
+  // Opens the first of `libraries` that dlopen opens and looks up every
+  // entry point. Throws Failure (RUNTIME_UNAVAILABLE) with the dlerror text
+  // of each library tried, or naming a missing entry point.
+  explicit Runtime(const std::vector<std::string>& libraries);
 
   // "hipErrorOutOfMemory (out of memory)"
   std::string describe(hipError_t result) const;

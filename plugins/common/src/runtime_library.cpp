@@ -6,14 +6,24 @@
 namespace devalloc::plugin {
 
 RuntimeLibrary::RuntimeLibrary(const std::string& path, const char* what, int extra_flags)
-    : path_(path), what_(what) {
-  handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | extra_flags);
-  if (handle_ == nullptr) {
+    : RuntimeLibrary(std::vector<std::string>{path}, what, extra_flags) {}
+
+RuntimeLibrary::RuntimeLibrary(const std::vector<std::string>& paths, const char* what,
+                               int extra_flags)
+    : what_(what) {
+  std::string tried;
+  for (const std::string& path : paths) {
+    handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | extra_flags);
+    if (handle_ != nullptr) {
+      path_ = path;
+      return;
+    }
     const char* reason = ::dlerror();
-    throw Failure{DEVALLOC_STATUS_RUNTIME_UNAVAILABLE,
-                  "cannot open " + what_ + " \"" + path +
-                      "\": " + (reason ? reason : "unknown reason")};
+    if (!tried.empty()) tried += "; ";
+    tried += "\"" + path + "\": " + (reason ? reason : "unknown reason");
   }
+  throw Failure{DEVALLOC_STATUS_RUNTIME_UNAVAILABLE,
+                "cannot open " + what_ + (paths.size() == 1 ? " " : ", tried ") + tried};
 }
 
 RuntimeLibrary::~RuntimeLibrary() { ::dlclose(handle_); }

@@ -41,6 +41,13 @@ namespace {
 
 using ull = unsigned long long;
 
+#ifdef DEVALLOC_FAKE_HIP_SONAME
+// The variant under a newer ROCm's soname says so in its device names.
+constexpr const char* kDeviceNameSuffix = " (" DEVALLOC_FAKE_HIP_SONAME ")";
+#else
+constexpr const char* kDeviceNameSuffix = "";
+#endif
+
 struct Device {
   std::string name;
   hipUUID uuid = {};
@@ -90,7 +97,7 @@ hipError_t initialize() {
   f.heap.reset_devices(count, memory);
   for (uint64_t d = 0; d < count; ++d) {
     Device device;
-    device.name = "Fake HIP Device " + std::to_string(d);
+    device.name = "Fake HIP Device " + std::to_string(d) + kDeviceNameSuffix;
     const unsigned char uuid[16] = {'f', 'a', 'k', 'e', '-', 'h', 'i', 'p',
                                     '-', 'g', 'p', 'u', '-', '0', '0',
                                     static_cast<unsigned char>('0' + d)};

@@ -25,10 +25,43 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace devalloc::plugin {
+
+namespace detail {
+// The option runtime_library when given (non-empty), else the defaults; any
+// other key is refused (PLUGIN-8).
+inline std::vector<std::string> runtime_libraries(Options& options, const char* plugin,
+                                                  std::initializer_list<const char*> defaults) {
+  std::string configured;
+  const bool given = options.take("runtime_library", configured);
+  options.reject_unknown(plugin, "runtime_library");
+  if (!given) return std::vector<std::string>(defaults.begin(), defaults.end());
+  if (configured.empty()) {
+    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
+                  std::string(plugin) + ": option runtime_library is empty"};
+  }
+  return {configured};
+}
+
+// VendorInstance(library); whatever fails while the runtime is set up makes
+// the plugin unavailable: RUNTIME_UNAVAILABLE, "<plugin>: <reason>".
+template <class VendorInstance, class Library>
+std::unique_ptr<Instance> create_unavailable_on_failure(const char* plugin,
+                                                        const Library& library) {
+  try {
+    return std::make_unique<VendorInstance>(library);
+  } catch (Failure& failure) {
+    failure.status = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
+    failure.message.insert(0, std::string(plugin) + ": ");
+    throw;
+  }
+}
+}  // namespace detail
 
 // The usual create() of a vendor plugin: the one option runtime_library
 // (default_library when absent; any other key is refused, PLUGIN-8), then
@@ -37,20 +70,20 @@ namespace devalloc::plugin {
 template <class VendorInstance>
 std::unique_ptr<Instance> create_over_runtime(Options& options, const char* plugin,
                                               const char* default_library) {
-  std::string library = default_library;
-  options.take("runtime_library", library);
-  options.reject_unknown(plugin, "runtime_library");
-  if (library.empty()) {
-    throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT,
-                  std::string(plugin) + ": option runtime_library is empty"};
-  }
-  try {
-    return std::make_unique<VendorInstance>(library);
-  } catch (Failure& failure) {
-    failure.status = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
-    failure.message.insert(0, std::string(plugin) + ": ");
-    throw;
-  }
+  const std::vector<std::string> libraries =
+      detail::runtime_libraries(options, plugin, {default_library});
+  return detail::create_unavailable_on_failure<VendorInstance>(plugin, libraries.front());
+}
+
+// The same for a runtime whose soname changes with its major release:
+// VendorInstance(libraries) opens the first of them that it can
+// (RuntimeLibrary's list constructor): the configured library alone, or
+// default_libraries in order.
+template <class VendorInstance>
+std::unique_ptr<Instance> create_over_runtime(
+    Options& options, const char* plugin, std::initializer_list<const char*> default_libraries) {
+  return detail::create_unavailable_on_failure<VendorInstance>(
+      plugin, detail::runtime_libraries(options, plugin, default_libraries));
 }
 
 template <class Plugin>

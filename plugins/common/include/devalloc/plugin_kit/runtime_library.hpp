@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace devalloc::plugin {
 
@@ -14,6 +15,10 @@ class RuntimeLibrary {
   // runtime in messages ("the CUDA driver"). Throws Failure
   // (RUNTIME_UNAVAILABLE) with the dlerror text.
   RuntimeLibrary(const std::string& path, const char* what, int extra_flags = 0);
+  // The first of `paths` (not empty) that dlopen opens, tried in order: for
+  // a runtime whose soname changes with its major release. When none
+  // opens, the Failure lists every path tried with its dlerror text.
+  RuntimeLibrary(const std::vector<std::string>& paths, const char* what, int extra_flags = 0);
   ~RuntimeLibrary();
   RuntimeLibrary(const RuntimeLibrary&) = delete;
   RuntimeLibrary& operator=(const RuntimeLibrary&) = delete;
