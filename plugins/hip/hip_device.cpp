@@ -188,8 +188,10 @@ void HipDevice::destroy() noexcept {
   static_cast<void>(give_back([&] { return runtime_.hipStreamDestroy(stream_); }));
 }
 
-// Stream callbacks run also after a failed copy (with its status): either
-// way the copy no longer reads its source.
+// The status is ignored: ROCm passes hipSuccess to every callback, and a
+// callback runs only once the copy before it is over, so that copy no
+// longer reads its source. (A fault in device work ends the process in
+// ROCr up to ROCm 6; see docs/plugins/hip.md.)
 void HipDevice::release_oldest(hipStream_t, hipError_t, void* releases) {
   static_cast<plugin::ReleaseQueue*>(releases)->complete_oldest();
 }

@@ -5,7 +5,10 @@
 // thread's current device is per thread and starts at 0, a copy from
 // pageable host memory is synchronous (done when the call returns, after
 // the stream's earlier work) while a copy from hipHostMalloc memory runs
-// later on the stream, and stream callbacks run after failed work too.
+// later on the stream. As on ROCm, a stream callback always gets hipSuccess
+// and hipStreamQuery answers hipSuccess or hipErrorNotReady only: the fake
+// has no device faults, and a "lost" stream (a query error) exists only
+// when a test injects one, standing in for a runtime that reports it.
 // Strict where a plugin could be wrong and pass by luck: see README.md.
 #include <hip/hip_runtime_api.h>
 

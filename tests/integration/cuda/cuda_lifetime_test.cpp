@@ -166,6 +166,10 @@ TEST_F(CudaLifetime,
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
 }
 
+// The lost path as the CUDA driver takes it: a device fault leaves the
+// context a sticky error, cuStreamQuery reports it, host functions never run
+// again; the kit fires the owed releases instead (the fake models the
+// sticky error, see tests/fakes/cuda/README.md).
 TEST_F(
     CudaLifetime,
     DeviceFaultDuringAsyncCopies_SynchronizeIsADeviceError_EveryReleaseFiresOnce) {

@@ -307,6 +307,27 @@ TEST_F(HipPluginTest, CallbackCannotBeQueuedAndStreamWaitsKeepFailing_ReleasedOn
   EXPECT_TRUE(plugin().deallocate(0, *base).ok());
 }
 
+// The lost path on HIP. ROCm's hipStreamQuery answers only hipSuccess or
+// hipErrorNotReady (docs/plugins/hip.md, "Faults, and the lost stream"), so
+// ROCm never sends the plugin here; the fake stands in for a runtime that
+// reports an error of the stream's own by an injected query failure. What
+// this proves is the plugin's side: an answer other than those two counts
+// as lost, the owed release fires once instead of being waited for,
+// synchronize fails naming the wait, and the stream's own callback, should
+// it still run, fires nothing twice.
+TEST_F(HipPluginTest, StreamQueryReportsAnError_OwedReleaseFiresOnce_SynchronizeFails) {
+  ReleaseCounter counter;
+  const PausedCopy copy = paused_copy(8, counter);
+  ASSERT_NE(copy.pinned, nullptr);
+  fake().fail_next("hipStreamSynchronize", hipErrorUnknown);
+  fake().fail_next("hipStreamQuery", hipErrorIllegalAddress);
+  const Status failed = plugin().synchronize(0);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(failed.message(), "hipStreamSynchronize")) << failed.message();
+  EXPECT_EQ(counter.releases, 1);
+  resume_and_check(copy, counter);
+}
+
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
   Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
   ASSERT_TRUE(base.ok());
