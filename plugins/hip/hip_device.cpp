@@ -128,6 +128,10 @@ void HipDevice::copy_until_released(uint64_t dst, const void* src, uint64_t nbyt
   allocations_.require_range(dst, nbytes, "destination");
   DeviceGuard guard(runtime_, ordinal_);
   const auto submitted = releases_.copy_until_released(dst, src, nbytes, std::move(release));
+  runtime_.check(static_cast<hipError_t>(submitted.waited), CallKind::work,
+                 "hipStreamSynchronize(stream = device %d's stream) before queuing more than %llu "
+                 "stream callbacks",
+                 ordinal_, static_cast<ull>(kCallbacksPerWait));
   runtime_.check(static_cast<hipError_t>(submitted.copied), CallKind::work,
                  "hipMemcpyHtoDAsync(dst = 0x%llx, src = %p, sizeBytes = %llu, stream = device "
                  "%d's stream)",

@@ -41,6 +41,12 @@ class HipDevice final : private plugin::CallbackStream {
   // over-allocated, up to a large page.
   static constexpr uint64_t kNaturalAlignment = 256;
   static constexpr uint64_t kMaxAlignment = uint64_t{2} << 20;
+  // ROCm 6.2 to 6.4 crash in hipStreamSynchronize once some 53 000 stream
+  // callbacks were queued since the stream's last completed synchronize
+  // (ROCm/legacy-rocm-build#4751; each callback's marker keeps the command
+  // before it, and the chain is released recursively): the plugin waits
+  // for its stream before it queues more than this many (docs/plugins/hip.md).
+  static constexpr uint64_t kCallbacksPerWait = 4096;
 
   // Reads the properties and creates the stream. Throws Failure.
   HipDevice(const Runtime& runtime, int ordinal);
@@ -75,7 +81,7 @@ class HipDevice final : private plugin::CallbackStream {
   hipStream_t stream_ = nullptr;
   plugin::DeviceDescription description_;
   plugin::AllocationTable allocations_;
-  plugin::StreamReleases releases_{*this};
+  plugin::StreamReleases releases_{*this, kCallbacksPerWait};
 };
 
 // Every device the runtime reports; a runtime without devices is

@@ -19,25 +19,46 @@ StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, cons
                                                               Release release) {
   Submitted result;
   Release mine;
+  bool lost = false;
   {
     std::lock_guard submit(submit_mutex_);
-    // Queued before the copy, so that nothing is in flight that the
-    // release could not follow.
-    const uint64_t ticket = releases_.push(std::move(release));
-    result.copied = stream_.enqueue_copy(dst, src, nbytes);
-    if (result.copied == 0) result.released = stream_.enqueue_release(releases_);
-    if (result.copied == 0 && result.released == 0) return result;
-    // No callback will release this source: take the release back (absent
-    // if a lost stream fired it already).
-    mine = releases_.take_back(ticket);
+    if (callbacks_per_wait_ != 0 && callbacks_since_wait_ >= callbacks_per_wait_) {
+      result.waited = await_over(lost);
+      if (result.waited == 0) callbacks_since_wait_ = 0;
+    }
+    if (result.waited != 0) {
+      // Nothing queued: the source is the caller's again.
+      mine = std::move(release);
+    } else {
+      // Queued before the copy, so that nothing is in flight that the
+      // release could not follow.
+      const uint64_t ticket = releases_.push(std::move(release));
+      result.copied = stream_.enqueue_copy(dst, src, nbytes);
+      if (result.copied == 0) result.released = stream_.enqueue_release(releases_);
+      if (result.copied == 0 && result.released == 0) {
+        ++callbacks_since_wait_;
+        return result;
+      }
+      // No callback will release this source: take the release back (absent
+      // if a lost stream fired it already).
+      mine = releases_.take_back(ticket);
+    }
   }
+  if (lost) releases_.fire_all();
   // If the copy was queued, it may still read src: wait until it is over.
-  if (result.copied == 0) wait_until_over();
+  if (result.waited == 0 && result.copied == 0) wait_until_over();
   mine.fire();
   return result;
 }
 
 int StreamReleases::wait_until_over() noexcept {
+  bool lost = false;
+  const int result = await_over(lost);
+  if (lost) releases_.fire_all();
+  return result;
+}
+
+int StreamReleases::await_over(bool& lost) noexcept {
   const int first = stream_.wait();
   if (first == 0) return 0;
   // The wait failed, but the stream may still run what was queued: a copy
@@ -46,7 +67,7 @@ int StreamReleases::wait_until_over() noexcept {
   for (auto pause = kFirstPause;; pause = std::min(pause * 2, kLongestPause)) {
     switch (stream_.query()) {
       case CallbackStream::State::lost:
-        releases_.fire_all();
+        lost = true;
         return first;
       case CallbackStream::State::idle:
         return first;

@@ -18,6 +18,7 @@
 #include <fake_record.hpp>
 #include <work_queue.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +39,13 @@ struct ihipStream_t {
   ihipStream_t(int d, const PauseSwitch& pause) : device(d), work(pause) {}
   const int device;
   WorkQueue work;
+  // ROCm's chain of commands that a synchronize releases (see
+  // check_callback_chain): the callbacks queued in all, how many of them a
+  // synchronize released (the chain is the difference), and every piece of
+  // work queued, to see whether any came while a synchronize waited.
+  std::atomic<uint64_t> callbacks{0};
+  std::atomic<uint64_t> callbacks_released{0};
+  std::atomic<uint64_t> submissions{0};
 };
 
 namespace {
@@ -64,7 +72,12 @@ struct Fake {
   std::mutex mutex;
   bool initialized = false;
   hipError_t init_result = hipSuccess;
-  std::chrono::microseconds delay{200};
+  // What the environment set (reset() goes back to them) and what a test
+  // set since.
+  uint64_t env_delay_us = 200;
+  uint64_t env_callback_chain_limit = 52000;
+  std::atomic<uint64_t> delay_us{200};
+  std::atomic<uint64_t> callback_chain_limit{52000};
   std::vector<Device> devices;
   std::set<hipStream_t> streams;
   uint64_t copies_issued = 0;
@@ -87,16 +100,21 @@ hipError_t initialize() {
   if (f.initialized) return f.init_result;
   f.initialized = true;
   const char* label = "fake libamdhip64";
-  uint64_t count = 0, memory = 0, delay = 0;
+  uint64_t count = 0, memory = 0, delay = 0, chain = 0;
   if (!devalloc::fake::read_env_u64(label, "DEVALLOC_FAKE_HIP_DEVICES", 2, &count) ||
       !devalloc::fake::read_env_u64(label, "DEVALLOC_FAKE_HIP_MEMORY_BYTES", uint64_t{1} << 30,
                                     &memory) ||
       !devalloc::fake::read_env_u64(label, "DEVALLOC_FAKE_HIP_DELAY_US", 200, &delay) ||
+      !devalloc::fake::read_env_u64(label, "DEVALLOC_FAKE_HIP_CALLBACK_CHAIN_LIMIT", 52000,
+                                    &chain) ||
       count > 64) {
     return f.init_result = hipErrorInvalidValue;
   }
   if (count == 0) return f.init_result = hipErrorNoDevice;
-  f.delay = std::chrono::microseconds(delay);
+  f.env_delay_us = delay;
+  f.delay_us = delay;
+  f.env_callback_chain_limit = chain;
+  f.callback_chain_limit = chain;
   f.heap.reset_devices(count, memory);
   for (uint64_t d = 0; d < count; ++d) {
     Device device;
@@ -151,6 +169,25 @@ hipError_t check_stream(const char* name, hipStream_t stream) {
     return hipErrorInvalidDevice;
   }
   return hipSuccess;
+}
+
+// ROCm 6.2 to 6.4 crash in hipStreamSynchronize (and in a destroy, which
+// synchronizes) once some 53 000 stream callbacks were queued since the
+// stream's last completed synchronize: each callback's marker holds the
+// command before it, and the synchronize releases the whole chain
+// recursively (ROCm/legacy-rocm-build#4751; up to 52 000 worked). The fake
+// records a violation instead of crashing; the limit is
+// DEVALLOC_FAKE_HIP_CALLBACK_CHAIN_LIMIT or a test's (0: none).
+void check_callback_chain(const char* name, hipStream_t stream) {
+  const uint64_t limit = fake().callback_chain_limit;
+  const uint64_t chained = stream->callbacks - stream->callbacks_released;
+  if (limit != 0 && chained > limit) {
+    record().violation(
+        "%s with %llu stream callbacks queued since the stream's last completed "
+        "hipStreamSynchronize, more than %llu: ROCm 6.2-6.4 crash here "
+        "(ROCm/legacy-rocm-build#4751)",
+        name, static_cast<ull>(chained), static_cast<ull>(limit));
+  }
 }
 
 struct ErrorText {
@@ -300,6 +337,7 @@ hipError_t hipStreamDestroy(hipStream_t stream) {
     }
   }
   record().gone("stream");
+  check_callback_chain("hipStreamDestroy", stream);
   // HIP finishes the stream's work first.
   delete stream;
   return hipSuccess;
@@ -309,7 +347,17 @@ hipError_t hipStreamSynchronize(hipStream_t stream) {
   const char* name = "hipStreamSynchronize";
   if (hipError_t r = enter(name)) return r;
   if (hipError_t r = check_stream(name, stream)) return r;
+  check_callback_chain(name, stream);
+  const uint64_t submitted = stream->submissions;
+  const uint64_t queued = stream->callbacks;
   stream->work.wait_idle();
+  // ROCm cuts the chain only when nothing was queued while it waited.
+  if (stream->submissions == submitted) {
+    uint64_t released = stream->callbacks_released;
+    while (released < queued &&
+           !stream->callbacks_released.compare_exchange_weak(released, queued)) {
+    }
+  }
   return hipSuccess;
 }
 
@@ -326,6 +374,8 @@ hipError_t hipStreamAddCallback(hipStream_t stream, hipStreamCallback_t callback
   if (hipError_t r = enter(name)) return r;
   if (hipError_t r = check_stream(name, stream)) return r;
   if (callback == nullptr || flags != 0) return hipErrorInvalidValue;
+  ++stream->submissions;
+  ++stream->callbacks;
   stream->work.enqueue([stream, callback, userData] {
     in_callback = true;
     callback(stream, hipSuccess, userData);
@@ -374,8 +424,9 @@ hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t sizeBytes,
     number = ++f.copies_issued;
   }
   const uint64_t offset = address - target->base;
-  const std::chrono::microseconds delay = f.delay;
+  const std::chrono::microseconds delay(f.delay_us.load());
   const SourceSnapshot issued(src, sizeBytes);
+  ++stream->submissions;
   const uint64_t ticket = stream->work.enqueue([=] {
     std::this_thread::sleep_for(delay);
     if (!issued.unchanged()) {
@@ -411,7 +462,8 @@ hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, size_t sizeBytes,
   if (!source) return hipErrorInvalidValue;
   const uintptr_t pin = f.heap.pin_for_copy(dst, sizeBytes);
   const uint64_t offset = address - source->base;
-  const std::chrono::microseconds delay = f.delay;
+  const std::chrono::microseconds delay(f.delay_us.load());
+  ++stream->submissions;
   const uint64_t ticket = stream->work.enqueue([=] {
     std::this_thread::sleep_for(delay);
     if (!fake().heap.still_live(*source)) {
@@ -450,6 +502,15 @@ int devalloc_fake_hip_violations(char* buf, size_t cap) { return record().violat
 void devalloc_fake_hip_reset(void) {
   record().reset();
   devalloc_fake_hip_pause(0);
+  Fake& f = fake();
+  f.delay_us = f.env_delay_us;
+  f.callback_chain_limit = f.env_callback_chain_limit;
+}
+
+void devalloc_fake_hip_set_delay_us(uint64_t delay_us) { fake().delay_us = delay_us; }
+
+void devalloc_fake_hip_set_callback_chain_limit(uint64_t limit) {
+  fake().callback_chain_limit = limit;
 }
 
 void devalloc_fake_hip_fail_calls(const char* entry_point, int result, int count) {

@@ -18,9 +18,21 @@ extern "C" {
  * NUL); returns how many there are. */
 int devalloc_fake_hip_violations(char* buf, size_t cap);
 typedef int (*devalloc_fake_hip_violations_fn)(char* buf, size_t cap);
-/* Forgets violations, call counts and injected failures; resumes streams. */
+/* Forgets violations, call counts and injected failures; resumes streams;
+ * puts the copy delay and the callback chain limit back to the
+ * environment's. */
 void devalloc_fake_hip_reset(void);
 typedef void (*devalloc_fake_hip_reset_fn)(void);
+/* How long a stream takes per copy from now on (DEVALLOC_FAKE_HIP_DELAY_US
+ * until then). */
+void devalloc_fake_hip_set_delay_us(uint64_t delay_us);
+typedef void (*devalloc_fake_hip_set_delay_us_fn)(uint64_t delay_us);
+/* A hipStreamSynchronize or hipStreamDestroy that finds more than `limit`
+ * stream callbacks queued since the stream's last completed synchronize is
+ * a violation, as ROCm 6.2-6.4 crash there (0: no limit;
+ * DEVALLOC_FAKE_HIP_CALLBACK_CHAIN_LIMIT until then). */
+void devalloc_fake_hip_set_callback_chain_limit(uint64_t limit);
+typedef void (*devalloc_fake_hip_set_callback_chain_limit_fn)(uint64_t limit);
 /* The next `count` calls of entry_point return result, doing nothing. */
 void devalloc_fake_hip_fail_calls(const char* entry_point, int result, int count);
 typedef void (*devalloc_fake_hip_fail_calls_fn)(const char* entry_point, int result, int count);

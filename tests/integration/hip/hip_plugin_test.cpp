@@ -328,6 +328,45 @@ TEST_F(HipPluginTest, StreamQueryReportsAnError_OwedReleaseFiresOnce_Synchronize
   resume_and_check(copy, counter);
 }
 
+// ROCm 6.2-6.4 crash in hipStreamSynchronize once some 53 000 stream
+// callbacks were queued since the stream's last completed synchronize
+// (ROCm/legacy-rocm-build#4751), and the plugin queues one per until-released
+// copy. It synchronizes on its own before it queues more than
+// HipDevice::kCallbacksPerWait (4096); the fake, given that limit, records a
+// violation at any synchronize or destroy that finds more. Without delay, so
+// that twice the bound of copies runs quickly.
+TEST_F(HipPluginTest, ManyUntilReleasedCopies_NoMoreThan4096CallbacksQueuedBetweenSynchronizes) {
+  constexpr uint64_t kBound = 4096;
+  constexpr uint64_t kCopies = 2 * kBound + 1;
+  constexpr size_t kBytes = 64;
+  fake().control<devalloc_fake_hip_set_delay_us_fn>("set_delay_us")(0);
+  fake().control<devalloc_fake_hip_set_callback_chain_limit_fn>("set_callback_chain_limit")(
+      kBound);
+  Result<uint64_t> base = plugin().allocate(0, kBytes, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(kBytes);
+  ASSERT_TRUE(pinned.ok());
+  const auto expected = pattern(kBytes, 9);
+  std::copy(expected.begin(), expected.end(), static_cast<uint8_t*>(*pinned));
+  ReleaseCounter counter;
+  for (uint64_t i = 0; i < kCopies; ++i) {
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(0, *base, *pinned, kBytes,
+                                                   ReleaseCounter::on_release, &counter)
+                    .ok())
+        << "copy " << i;
+  }
+  // Two waits of the plugin's own (before copies 4097 and 8193), then this.
+  EXPECT_EQ(fake().calls("hipStreamSynchronize"), 2u);
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(counter.releases, static_cast<int>(kCopies));
+  EXPECT_EQ(fake().violations(), "");
+  EXPECT_EQ(fake().read(*base, kBytes), expected);
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+  fake().reset();
+}
+
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
   Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
   ASSERT_TRUE(base.ok());

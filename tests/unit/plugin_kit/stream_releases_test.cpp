@@ -222,6 +222,47 @@ TEST(StreamReleases, QuiesceWhileWaitsFailOnABusyStream_WaitsUntilTheStreamRan) 
   EXPECT_EQ(stream.destroyed, 1);
 }
 
+// With a bound of two callbacks per wait: the third copy first waits for
+// the stream (whose callbacks release the first two), then is queued.
+TEST(StreamReleases, CallbacksPerWaitReached_WaitsForTheStreamBeforeQueuingMore) {
+  ScriptedStream stream;
+  StreamReleases releases(stream, 2);
+  std::deque<Counter> counters(5);
+  for (int i = 0; i < 2; ++i) releases.copy_until_released(0, nullptr, 1, counters[i].release());
+  EXPECT_EQ(stream.waits, 0);
+  const auto third = releases.copy_until_released(0, nullptr, 1, counters[2].release());
+  EXPECT_EQ(third.waited, 0);
+  EXPECT_EQ(stream.waits, 1);
+  EXPECT_EQ(counters[0].fired, 1);
+  EXPECT_EQ(counters[1].fired, 1);
+  EXPECT_EQ(counters[2].fired, 0) << "queued after the wait, released by its own callback";
+  releases.copy_until_released(0, nullptr, 1, counters[3].release());
+  EXPECT_EQ(stream.waits, 1);
+  releases.copy_until_released(0, nullptr, 1, counters[4].release());
+  EXPECT_EQ(stream.waits, 2);
+  EXPECT_EQ(releases.wait_until_over(), 0);
+  for (const auto& c : counters) EXPECT_EQ(c.fired, 1);
+}
+
+// The wait the bound makes fails (the stream idle, not lost): the copy is
+// not queued, its release fires before the call returns, the result says so.
+TEST(StreamReleases, CallbacksPerWaitReachedAndTheWaitFails_NothingQueued_ReleaseFires) {
+  ScriptedStream stream;
+  StreamReleases releases(stream, 1);
+  Counter first, second;
+  releases.copy_until_released(0, nullptr, 1, first.release());
+  stream.run_all();  // idle from now on
+  stream.wait_result = kFailed;
+  const auto submitted = releases.copy_until_released(0, nullptr, 1, second.release());
+  EXPECT_EQ(submitted.waited, kFailed);
+  EXPECT_EQ(second.fired, 1);
+  {
+    std::lock_guard lock(stream.mutex);
+    EXPECT_TRUE(stream.work.empty()) << "queued although the bound's wait failed";
+  }
+  EXPECT_EQ(first.fired, 1);
+}
+
 TEST(StreamReleases, QuiesceWithoutAccessToTheRuntime_StillDestroysTheStreamOnce) {
   ScriptedStream stream;
   StreamReleases releases(stream);

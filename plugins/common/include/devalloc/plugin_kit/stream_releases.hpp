@@ -38,15 +38,25 @@ class CallbackStream {
 
 class StreamReleases {
  public:
-  explicit StreamReleases(CallbackStream& stream) : stream_(stream) {}
+  // callbacks_per_wait: when not 0, at most this many release callbacks are
+  // queued between two waits of copy_until_released's own (for a runtime
+  // that fails when too many callbacks pile up between synchronizes).
+  explicit StreamReleases(CallbackStream& stream, uint64_t callbacks_per_wait = 0)
+      : stream_(stream), callbacks_per_wait_(callbacks_per_wait) {}
 
   struct Submitted {
-    int copied = 0;    // result of enqueue_copy
+    int waited = 0;    // result of the wait the bound made (0 when none);
+                       // when it failed, nothing was queued
+    int copied = 0;    // result of enqueue_copy (0 when not tried)
     int released = 0;  // result of enqueue_release (0 when not tried)
   };
-  // Queues the copy and, behind it, its release callback. If either
-  // fails, the release fires once the copy can no longer read src, before
-  // this returns; the results say which call failed.
+  // Queues the copy and, behind it, its release callback; first, when
+  // callbacks_per_wait callbacks were queued since the last such wait,
+  // waits until the stream is over (wait_until_over) with the submission
+  // lock held, so that no callback of this stream is queued meanwhile; no
+  // release fires under that lock. If any step fails, the release fires
+  // once the copy can no longer read src, before this returns; the results
+  // say which call failed.
   Submitted copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
                                 Release release);
   // Waits for the stream (for synchronize, and for a copy that must be over
@@ -71,11 +81,18 @@ class StreamReleases {
   ReleaseQueue& queue() { return releases_; }
 
  private:
+  // wait_until_over without firing anything: `lost` says whether the
+  // owed releases are to be fired.
+  int await_over(bool& lost) noexcept;
+
   CallbackStream& stream_;
+  const uint64_t callbacks_per_wait_;
   bool destroyed_ = false;
   // Keeps the queue's order that of the stream: each callback completes
   // the oldest release.
   std::mutex submit_mutex_;
+  // Callbacks queued since copy_until_released last waited; submit_mutex_.
+  uint64_t callbacks_since_wait_ = 0;
   ReleaseQueue releases_;
 };
 
