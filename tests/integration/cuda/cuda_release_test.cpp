@@ -39,8 +39,6 @@ namespace {
 constexpr uint32_t kDevice = 0;
 constexpr size_t kChunk = 64 * 1024;
 
-using CudaReleases = CudaPluginTest;
-
 // Records, at the moment of its release, whether the copy had landed.
 struct LandedAtRelease {
   const FakeCuda* fake = nullptr;
@@ -55,28 +53,52 @@ struct LandedAtRelease {
   }
 };
 
+class CudaReleases : public CudaPluginTest {
+ protected:
+  static constexpr int kCopies = 4;
+
+  // kCopies until-released copies of their own bytes into consecutive
+  // chunks of one allocation, issued while the stream is paused: none has
+  // run when this returns (the stream stays paused).
+  struct PausedCopies {
+    uint64_t base = 0;
+    std::vector<std::vector<uint8_t>> sources;
+    std::deque<LandedAtRelease> watchers;
+  };
+  void issue_paused(PausedCopies& copies) {
+    Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
+    ASSERT_TRUE(base.ok());
+    copies.base = *base;
+    copies.watchers.resize(kCopies);
+    fake().pause(true);
+    for (int i = 0; i < kCopies; ++i) {
+      copies.sources.push_back(pattern(kChunk, i));
+      LandedAtRelease& watcher = copies.watchers[i];
+      watcher.fake = &fake();
+      watcher.dst = *base + i * kChunk;
+      watcher.expected = copies.sources[i];
+      ASSERT_TRUE(plugin()
+                      .copy_to_device_until_released(kDevice, watcher.dst,
+                                                     copies.sources[i].data(), kChunk,
+                                                     LandedAtRelease::on_release, &watcher)
+                      .ok());
+    }
+  }
+  static void expect_released_once_each_after_its_copy(const PausedCopies& copies) {
+    for (int i = 0; i < kCopies; ++i) {
+      EXPECT_EQ(copies.watchers[i].releases, 1) << "copy " << i;
+      EXPECT_EQ(copies.watchers[i].early, 0) << "copy " << i << " released before it landed";
+    }
+  }
+};
+
 // A failed cuStreamSynchronize on a stream that still runs (no sticky
 // error) fires no release before its copy, and synchronize returns (with
 // the failure) only once every release came (PLUGIN-20, whatever the
 // status).
 TEST_F(CudaReleases, StreamSynchronizeFailsWhileTheStreamStillRuns_ReturnsAfterEveryRelease) {
-  constexpr int kCopies = 4;
-  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
-  ASSERT_TRUE(base.ok());
-  std::vector<std::vector<uint8_t>> sources;
-  std::deque<LandedAtRelease> watchers(kCopies);
-  fake().pause(true);
-  for (int i = 0; i < kCopies; ++i) {
-    sources.push_back(pattern(kChunk, i));
-    watchers[i].fake = &fake();
-    watchers[i].dst = *base + i * kChunk;
-    watchers[i].expected = sources[i];
-    ASSERT_TRUE(plugin()
-                    .copy_to_device_until_released(kDevice, watchers[i].dst, sources[i].data(),
-                                                   kChunk, LandedAtRelease::on_release,
-                                                   &watchers[i])
-                    .ok());
-  }
+  PausedCopies copies;
+  ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
   fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
   std::atomic<bool> returned{false};
   Status failed;
@@ -88,19 +110,16 @@ TEST_F(CudaReleases, StreamSynchronizeFailsWhileTheStreamStillRuns_ReturnsAfterE
   EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copies";
   // The stream is paused: no copy has run, so no source may be released.
   for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(watchers[i].releases, 0) << "copy " << i << " released before it ran";
+    EXPECT_EQ(copies.watchers[i].releases, 0) << "copy " << i << " released before it ran";
   }
   fake().pause(false);
   caller.join();
   fake().fail_calls("cuStreamSynchronize", 0, 0);
   EXPECT_EQ(failed.code(), StatusCode::device_error);
   EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
-  for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(watchers[i].releases, 1) << "copy " << i;
-    EXPECT_EQ(watchers[i].early, 0) << "copy " << i << " released before it landed";
-  }
+  expect_released_once_each_after_its_copy(copies);
   ASSERT_TRUE(plugin().synchronize(kDevice).ok());
-  EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
+  EXPECT_TRUE(plugin().deallocate(kDevice, copies.base).ok());
 }
 
 // cuStreamSynchronize keeps failing while the stream still holds the copy
@@ -167,23 +186,8 @@ TEST_F(CudaReleases, CopyToHostWhileStreamWaitsKeepFailing_ReturnsOnlyAfterTheCo
 // destroy while the waits keep failing: each release still follows its
 // copy, and destroy returns only after the stream ran them.
 TEST_F(CudaReleases, DestroyWhileStreamWaitsKeepFailing_EachReleaseFollowsItsCopy) {
-  constexpr int kCopies = 4;
-  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
-  ASSERT_TRUE(base.ok());
-  std::vector<std::vector<uint8_t>> sources;
-  std::deque<LandedAtRelease> watchers(kCopies);
-  fake().pause(true);
-  for (int i = 0; i < kCopies; ++i) {
-    sources.push_back(pattern(kChunk, 20 + i));
-    watchers[i].fake = &fake();
-    watchers[i].dst = *base + i * kChunk;
-    watchers[i].expected = sources[i];
-    ASSERT_TRUE(plugin()
-                    .copy_to_device_until_released(kDevice, watchers[i].dst, sources[i].data(),
-                                                   kChunk, LandedAtRelease::on_release,
-                                                   &watchers[i])
-                    .ok());
-  }
+  PausedCopies copies;
+  ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
   fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
   std::atomic<bool> destroyed{false};
   std::thread destroyer([&] {
@@ -192,40 +196,22 @@ TEST_F(CudaReleases, DestroyWhileStreamWaitsKeepFailing_EachReleaseFollowsItsCop
   });
   while (fake().calls("cuStreamSynchronize") < 6 && !destroyed) std::this_thread::yield();
   EXPECT_FALSE(destroyed) << "destroy returned while the stream still held the copies";
-  for (int i = 0; i < kCopies; ++i) EXPECT_EQ(watchers[i].releases, 0) << "copy " << i;
+  for (int i = 0; i < kCopies; ++i) EXPECT_EQ(copies.watchers[i].releases, 0) << "copy " << i;
   fake().pause(false);
   destroyer.join();
   fake().fail_calls("cuStreamSynchronize", 0, 0);
-  for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(watchers[i].releases, 1) << "copy " << i;
-    EXPECT_EQ(watchers[i].early, 0) << "copy " << i << " released before it landed";
-  }
+  expect_released_once_each_after_its_copy(copies);
 }
 
 TEST_F(CudaReleases, ContextPushFailsOnceAtDestroy_EachReleaseStillFollowsItsCopy) {
-  constexpr int kCopies = 4;
-  Result<uint64_t> base = plugin().allocate(kDevice, kCopies * kChunk, 0);
-  ASSERT_TRUE(base.ok());
-  std::vector<std::vector<uint8_t>> sources;
-  std::deque<LandedAtRelease> watchers(kCopies);
-  fake().pause(true);
-  for (int i = 0; i < kCopies; ++i) {
-    sources.push_back(pattern(kChunk, i));
-    watchers[i].fake = &fake();
-    watchers[i].dst = *base + i * kChunk;
-    watchers[i].expected = sources[i];
-    ASSERT_TRUE(plugin()
-                    .copy_to_device_until_released(kDevice, watchers[i].dst, sources[i].data(),
-                                                   kChunk, LandedAtRelease::on_release,
-                                                   &watchers[i])
-                    .ok());
-  }
+  PausedCopies copies;
+  ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
   fake().fail_next("cuCtxPushCurrent_v2", CUDA_ERROR_UNKNOWN);
   std::thread destroyer([this] { destroy_plugin(); });
   // Let the streams go once destroy waits for them, or once it released a
   // source without waiting (the defect).
   const auto any_released = [&] {
-    for (const auto& w : watchers) {
+    for (const auto& w : copies.watchers) {
       if (w.releases > 0) return true;
     }
     return false;
@@ -233,10 +219,7 @@ TEST_F(CudaReleases, ContextPushFailsOnceAtDestroy_EachReleaseStillFollowsItsCop
   while (fake().calls("cuStreamSynchronize") == 0 && !any_released()) std::this_thread::yield();
   fake().pause(false);
   destroyer.join();
-  for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(watchers[i].releases, 1) << "copy " << i;
-    EXPECT_EQ(watchers[i].early, 0) << "copy " << i << " released before it landed";
-  }
+  expect_released_once_each_after_its_copy(copies);
 }
 
 TEST_F(CudaReleases, ContextUnreachableAtDestroy_EveryStreamIsStillDestroyed) {
