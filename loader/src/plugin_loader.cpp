@@ -128,7 +128,7 @@ PluginLoader::PluginLoader(PluginSearchOptions options)
                        path_for_message(installed.string()) +
                        " next to this program; a program outside devalloc's install "
                        "prefix finds its plugins through the config's plugin_path or "
-                       "DEVALLOC_PLUGIN_PATH (PREFIX/" DEVALLOC_PLUGIN_DIR_IN_PREFIX ")");
+                       "DEVALLOC_PLUGIN_PATH (" DEVALLOC_PLUGIN_DIR_HINT ")");
     }
   }
   for (const auto& d : search_dirs_) search_path_.push_back(d.dir);

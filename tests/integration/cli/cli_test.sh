@@ -3,6 +3,8 @@
 #   cli_test.sh CASE DEVALLOC PYTHON SOURCE_DIR ZOO_DIR SCRATCH
 set -euo pipefail
 case_name=$1 devalloc=$2 python=$3 source_dir=$4 zoo_dir=$5 scratch=$6
+# The plugin folder from the program's (ctest sets it from the install layout).
+: "${PLUGIN_DIR_FROM_BIN:=../lib/devalloc/plugins}"
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -140,7 +142,7 @@ load_is_valgrind_clean)
   [ "$rc" -eq 3 ] || fail "exit code $rc under valgrind, expected 3"
   ;;
 shipped_plugins_export_only_the_entry_point)
-  plugins=("$(dirname "$devalloc")"/../lib/devalloc/plugins/libdevalloc_*.so)
+  plugins=("$(dirname "$devalloc")/$PLUGIN_DIR_FROM_BIN"/libdevalloc_*.so)
   [ -e "${plugins[0]}" ] || fail "no plugins next to $devalloc"
   for so in "${plugins[@]}"; do
     exports=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBRVWi]$/ {print $3}')
@@ -231,7 +233,7 @@ inspect_and_load_check_free_memory)
 plugins_with_config_uses_its_path_options_and_aliases)
   # Issue 7: `devalloc plugins --config` shows the plugins as that config's
   # runtime would load them.
-  host_so="$(cd "$(dirname "$devalloc")/../lib/devalloc/plugins" && pwd)/libdevalloc_host.so"
+  host_so="$(cd "$(dirname "$devalloc")/$PLUGIN_DIR_FROM_BIN" && pwd)/libdevalloc_host.so"
   cat > devalloc.toml <<TOML
 plugin_path = ["$zoo_dir"]
 [plugins.host]

@@ -4,8 +4,11 @@
 #   trust_test.sh CASE DEVALLOC SCRATCH
 set -euo pipefail
 case_name=$1 devalloc=$2 scratch=$3
+# The plugin folder from the program's, and as messages name it (ctest sets
+# both from the install layout).
+: "${PLUGIN_DIR_FROM_BIN:=../lib/devalloc/plugins}" "${PLUGIN_DIR_HINT:=PREFIX/lib/devalloc/plugins}"
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch"
-host_plugin="$(dirname "$devalloc")/../lib/devalloc/plugins/libdevalloc_host.so"
+host_plugin="$(dirname "$devalloc")/$PLUGIN_DIR_FROM_BIN/libdevalloc_host.so"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -46,7 +49,7 @@ load_refuses_config_library_in_writable_folder)
 installed_folder_is_found_from_the_program_not_argv0)
   # The installed folder is next to the file the kernel runs, whatever
   # argv[0] says: a link elsewhere, a renamed relative link, exec -a.
-  installed="$(cd "$(dirname "$(readlink -f "$devalloc")")/../lib/devalloc/plugins" && pwd -P)"
+  installed="$(cd "$(dirname "$(readlink -f "$devalloc")")/$PLUGIN_DIR_FROM_BIN" && pwd -P)"
   check_installed() {
     cat out.txt
     grep -qxF "  $installed (installed)" out.txt || fail "$1: the installed folder is not $installed"
@@ -62,20 +65,21 @@ installed_folder_is_found_from_the_program_not_argv0)
   (exec -a "$PWD/open/devalloc" "$devalloc" plugins) > out.txt; check_installed "with argv[0] in another folder"
   ;;
 a_program_outside_the_prefix_is_told_where_plugins_come_from)
-  # A copy of the program with no lib/devalloc/plugins next to it, as a
+  # A copy of the program with no plugin folder next to it, as a
   # program of one's own that links devalloc's libraries: that folder is
   # not searched, and a plugin not found says what to do.
   mkdir -p away/bin && cp "$devalloc" away/bin/devalloc
   away/bin/devalloc plugins > out.txt
   cat out.txt
   ! grep -q '(installed)' out.txt || fail "a folder that does not exist is listed as installed"
-  grep -qF "note: there is no installed plugin folder $PWD/away/lib/devalloc/plugins next to this program; a program outside devalloc's install prefix finds its plugins through the config's plugin_path or DEVALLOC_PLUGIN_PATH (PREFIX/lib/devalloc/plugins)" out.txt ||
+  away_plugins=$(realpath -m "$PWD/away/bin/$PLUGIN_DIR_FROM_BIN")
+  grep -qF "note: there is no installed plugin folder $away_plugins next to this program; a program outside devalloc's install prefix finds its plugins through the config's plugin_path or DEVALLOC_PLUGIN_PATH ($PLUGIN_DIR_HINT)" out.txt ||
     fail "no note saying where plugins come from"
   printf '{"format": "devalloc-plan", "version": 1, "buffers": [{"memory_id": 0, "device": "host", "size": 64, "alignment": 64}], "tensors": [], "methods": [{"name": "forward", "memory_ids": [0], "tensors": []}]}' > plan.json
   set +e; away/bin/devalloc load plan.json > out.txt 2> err.txt; rc=$?; set -e
   cat err.txt
   [ "$rc" -eq 1 ] || fail "exit code $rc, expected 1"
-  grep -qF "no libdevalloc_host.so in (empty search path); there is no installed plugin folder $PWD/away/lib/devalloc/plugins" err.txt ||
+  grep -qF "no libdevalloc_host.so in (empty search path); there is no installed plugin folder $away_plugins" err.txt ||
     fail "the load's error does not say where plugins come from"
   DEVALLOC_PLUGIN_PATH="$(dirname "$host_plugin")" away/bin/devalloc load plan.json
   ;;

@@ -5,7 +5,9 @@
 # installed host plugin. The installed package must not ask its consumers
 # for Boost, which only the loader's sources use, nor hand them the build's
 # own warnings target; and the installed CLI names no source file by the
-# build machine's path.
+# build machine's path. Installed under umask 002 (a user with a private
+# group, on Fedora and often Debian), its folders are still not
+# group-writable, so the installed program trusts its own plugins.
 # Usage: out_of_tree_runtime_test.sh SOURCE_DIR BUILD_DIR SCRATCH_DIR
 set -euo pipefail
 
@@ -18,7 +20,13 @@ prefix="$scratch/prefix"
 rm -rf "$scratch"
 mkdir -p "$scratch/model"
 
-cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+(umask 002 && cmake --install "$build_dir" --prefix "$prefix" >/dev/null)
+DEVALLOC_PLUGIN_PATH= "$prefix/bin/devalloc" plugins > "$scratch/plugins.txt" 2>&1 || true
+if ! grep -q '^host  *loaded' "$scratch/plugins.txt"; then
+  cat "$scratch/plugins.txt" >&2
+  echo "FAIL: the installed program does not load its own host plugin (above)" >&2
+  exit 1
+fi
 if grep -n "Boost" "$prefix"/lib/cmake/devalloc/*.cmake; then
   echo "FAIL: the installed package names Boost (above)" >&2
   exit 1
