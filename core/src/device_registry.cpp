@@ -20,6 +20,7 @@ PluginSearchOptions plugin_search_options(const RuntimeConfig& config) {
   options.config_dirs = config.plugin_path;
   options.fallback_dirs = config.fallback_plugin_path;
   options.trusted_paths = config.trust_paths;
+  options.trust_path_option = config.trust_path_option;
   return options;
 }
 

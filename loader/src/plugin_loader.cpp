@@ -61,7 +61,8 @@ PluginLoader::PluginLoader(std::vector<fs::path> extra_dirs)
 
 PluginLoader::PluginLoader(PluginSearchOptions options)
     : credentials_(options.credentials.value_or(ProcessCredentials::current())),
-      trusted_paths_(std::move(options.trusted_paths)) {
+      trusted_paths_(std::move(options.trusted_paths)),
+      trust_path_option_(std::move(options.trust_path_option)) {
   const std::optional<std::string> elevation = credentials_.elevation();
   auto add = [&](const fs::path& dir, PluginPathSource source) {
     // An empty name would be the current directory: never implied.
@@ -113,7 +114,8 @@ PluginLoader::PluginLoader(PluginSearchOptions options)
     for (const auto& d : options.fallback_dirs) add(d, PluginPathSource::caller);
   }
   if (!user_source(!trusted_paths_.empty(),
-                   "--trust-plugin-path / [security] trust_paths")) {
+                   (trust_path_option_.empty() ? "" : trust_path_option_ + " / ") +
+                       "[security] trust_paths")) {
     trusted_paths_.clear();
   }
   if (fs::path installed = installed_plugin_dir(); !installed.empty()) {
@@ -283,7 +285,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> PluginLoader::load_file(
     const LayerSettings& layers, bool trusted) const {
   // Checked right before it is opened, on the file dlopen will map.
   const PluginFileCheck check =
-      check_plugin_file(path, trusted, trusted_paths_, credentials_);
+      check_plugin_file(path, trusted, trusted_paths_, trust_path_option_, credentials_);
   if (!check.ok()) {
     return {nullptr,
             {check.missing ? PluginOutcome::not_found : PluginOutcome::untrusted,

@@ -95,6 +95,7 @@ const char* to_string(PluginPathSource source) {
 
 PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
                                   const std::vector<fs::path>& trusted_paths,
+                                  std::string_view trust_path_option,
                                   const ProcessCredentials& credentials) {
   PluginFileCheck check;
   std::error_code ec;
@@ -132,9 +133,11 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
           "plugin or a folder above it (docs/security.md" +
           (elevated ? "; trust settings are ignored while running with "
                       "elevated privileges: " + *credentials.elevation() + ")"
-                    : std::string("; to trust it anyway: --trust-plugin-path, "
-                                  "[security] trust_paths or [plugins.NAME] "
-                                  "trust = true)"));
+                    : "; to trust it anyway: " +
+                          (trust_path_option.empty()
+                               ? std::string()
+                               : std::string(trust_path_option) + ", ") +
+                          "[security] trust_paths or [plugins.NAME] trust = true)");
       return std::move(check);
     };
     if (auto why = unsafe_owner_or_mode(resolved, st, false, credentials)) {

@@ -12,6 +12,7 @@ Result<RuntimeConfig> config_from(const std::string& path,
                                   const std::vector<std::string>& trust_paths) {
   Result<RuntimeConfig> config = path.empty() ? default_config() : read_config(path);
   if (config.ok()) {
+    config->trust_path_option = "--trust-plugin-path";
     for (const auto& p : trust_paths) {
       config->trust_paths.push_back(std::filesystem::absolute(p).lexically_normal());
     }

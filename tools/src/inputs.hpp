@@ -20,7 +20,8 @@ inline constexpr int kExitBadInput = 3;
 
 // The config file if one was given (path not empty: add_config_option
 // refuses an empty --config), else the defaults; trust_paths
-// (--trust-plugin-path) are added to its [security] trust_paths.
+// (--trust-plugin-path) are added to its [security] trust_paths, and a
+// refused plugin's message names --trust-plugin-path.
 Result<RuntimeConfig> config_from(const std::string& path,
                                   const std::vector<std::string>& trust_paths = {});
 

@@ -70,6 +70,11 @@ struct PluginSearchOptions {
   std::vector<std::filesystem::path> fallback_dirs;
   // --trust-plugin-path and [security] trust_paths: see check_plugin_file.
   std::vector<std::filesystem::path> trusted_paths;
+  // How the program's user adds to trusted_paths, named where a plugin is
+  // refused and where trusted paths are ignored: the CLI's
+  // "--trust-plugin-path", Python's "trust_plugin_path=FOLDER". Empty when
+  // the program has no such option: only the config's ways are named.
+  std::string trust_path_option;
   // The identity the trust checks use; this process's when unset. Tests set
   // it to see what an elevated process would do.
   std::optional<ProcessCredentials> credentials;
@@ -134,6 +139,7 @@ class PluginLoader {
 
   ProcessCredentials credentials_;
   std::vector<std::filesystem::path> trusted_paths_;
+  std::string trust_path_option_;
   std::vector<PluginSearchDir> search_dirs_;
   std::vector<std::filesystem::path> search_path_;
   std::vector<std::string> notes_;

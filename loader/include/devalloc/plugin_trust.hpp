@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace devalloc {
@@ -66,9 +67,12 @@ struct PluginFileCheck {
 // below one of them, after resolving symbolic links, is trusted:
 // --trust-plugin-path, [security] trust_paths) skip the owner and permission
 // checks, but count for nothing while credentials are elevated.
+// A refusal ends with the ways to trust the file anyway: trust_path_option
+// first when not empty (how the calling program's user adds a trusted path:
+// the CLI's "--trust-plugin-path"), then the config's.
 PluginFileCheck check_plugin_file(
     const std::filesystem::path& path, bool file_trusted,
     const std::vector<std::filesystem::path>& trusted_paths,
-    const ProcessCredentials& credentials);
+    std::string_view trust_path_option, const ProcessCredentials& credentials);
 
 }  // namespace devalloc

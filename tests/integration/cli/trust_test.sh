@@ -38,6 +38,8 @@ load_refuses_config_library_in_writable_folder)
   [ "$rc" -eq 1 ] || fail "exit code $rc, expected 1"
   grep -q "refused.toml:1:10: \[plugins.mine\]: plugin $PWD/open/libdevalloc_mine.so: refused: folder $PWD/open is world-writable" err.txt \
     || fail "the refusal does not name the config place, the file and the folder"
+  grep -qF 'to trust it anyway: --trust-plugin-path, [security] trust_paths or [plugins.NAME] trust = true' err.txt \
+    || fail "the refusal does not name the program's way to trust a path"
   # Trusted by the config, or by the command line: the same load works.
   printf 'trust = true\n' >> refused.toml
   "$devalloc" load plan.json --config refused.toml

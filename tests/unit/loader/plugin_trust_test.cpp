@@ -59,10 +59,12 @@ class TrustFixture : public ::testing::Test {
   }
 
   PluginLoader loader_for(const fs::path& dir,
-                          std::vector<fs::path> trusted = {}) {
+                          std::vector<fs::path> trusted = {},
+                          std::string trust_path_option = {}) {
     PluginSearchOptions options;
     options.command_line_dirs = {dir};
     options.trusted_paths = std::move(trusted);
+    options.trust_path_option = std::move(trust_path_option);
     return PluginLoader(options);
   }
 
@@ -91,9 +93,31 @@ TEST_F(TrustFixture, GivenWorldWritableFolder_WhenLoadingByName_ThenRefusedNamin
   EXPECT_THAT(error.status.message(),
               AllOf(HasSubstr("plugin " + file.string() + ": refused"),
                     HasSubstr("folder " + plugins_.string() +
-                              " is world-writable (mode 0777)"),
-                    HasSubstr("--trust-plugin-path")));
+                              " is world-writable (mode 0777)")));
   EXPECT_FALSE(is_open(file));
+}
+
+TEST_F(TrustFixture, GivenNoTrustOptionOfTheCaller_WhenRefused_ThenOnlyTheConfigsWaysToTrustAreNamed) {
+  const std::string name = unique("ww_plain");
+  plugin_copy(name, plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr("(docs/security.md; to trust it anyway: [security] trust_paths "
+                              "or [plugins.NAME] trust = true)"),
+                    Not(HasSubstr("--trust-plugin-path"))));
+}
+
+TEST_F(TrustFixture, GivenTheCallersTrustOption_WhenRefused_ThenItIsNamedFirst) {
+  const std::string name = unique("ww_option");
+  plugin_copy(name, plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_, {}, "trust_plugin_path=FOLDER").load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("to trust it anyway: trust_plugin_path=FOLDER, [security] trust_paths "
+                        "or [plugins.NAME] trust = true)"));
 }
 
 TEST_F(TrustFixture, GivenGroupWritablePluginFile_WhenLoadingByPath_ThenRefusedNamingTheFile) {
@@ -255,6 +279,7 @@ TEST_F(TrustFixture, GivenElevatedProcess_WhenBuildingSearchPath_ThenEveryUserSo
   options.config_dirs = {plugins_};
   options.fallback_dirs = {plugins_};
   options.trusted_paths = {root_};
+  options.trust_path_option = "--trust-plugin-path";
   options.credentials = setuid_root_credentials();
   PluginLoader loader(options);
   ::unsetenv("DEVALLOC_PLUGIN_PATH");
@@ -292,7 +317,7 @@ TEST_F(TrustFixture, GivenElevatedProcess_WhenAFileIsMarkedTrusted_ThenTheChecks
   const fs::path file = plugin_copy(unique("elevated"), plugins_);
   ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
   const PluginFileCheck check =
-      check_plugin_file(file, /*file_trusted=*/true, {root_}, setuid_root_credentials());
+      check_plugin_file(file, /*file_trusted=*/true, {root_}, "", setuid_root_credentials());
   EXPECT_FALSE(check.ok());
   EXPECT_THAT(check.refusal,
               AllOf(HasSubstr("is world-writable"),
@@ -303,7 +328,7 @@ TEST_F(TrustFixture, GivenElevatedProcess_WhenAFileIsMarkedTrusted_ThenTheChecks
 TEST_F(TrustFixture, GivenSafeFolder_WhenChecking_ThenAcceptedWithTheResolvedPath) {
   const fs::path file = plugin_copy(unique("safe"), plugins_);
   const PluginFileCheck check =
-      check_plugin_file(plugins_ / "." / file.filename(), false, {},
+      check_plugin_file(plugins_ / "." / file.filename(), false, {}, "",
                         ProcessCredentials::current());
   EXPECT_TRUE(check.ok()) << check.refusal;
   EXPECT_EQ(check.resolved, fs::canonical(file));

@@ -183,6 +183,10 @@ struct RuntimeConfig {
   // [security] trust_paths: plugin files at or below these skip the owner
   // and permission checks (docs/security.md). Absolute.
   std::vector<std::filesystem::path> trust_paths;
+  // Not read from the file: how the program's user adds to trust_paths,
+  // named where a plugin is refused (PluginSearchOptions::trust_path_option;
+  // the CLI's "--trust-plugin-path"). Empty when the program has no way.
+  std::string trust_path_option;
   std::map<std::string, PluginConfig, std::less<>> plugins;
   std::map<std::string, DeviceTagConfig, std::less<>> devices;
   std::map<uint32_t, std::string> memory_overrides;  // memory id -> tag
