@@ -36,6 +36,19 @@ if tar -tzf "${sdists[0]}" | grep -E '^[^/]+/(build[^/]*|\.git|\.venv|docs|bench
   exit 1
 fi
 
+# pip builds in the folder pyproject.toml names, or in a temporary one; a
+# folder inside the source tree fails `pip install` from a tree its user
+# cannot write (CMakeConfigError: build directory ... must be a (creatable)
+# directory).
+build_dir=$("$python" -I -c '
+import sys
+from scikit_build_core.settings.skbuild_read_settings import SettingsReader
+print(SettingsReader.from_file(sys.argv[1], state="wheel").settings.build_dir)' "$root/pyproject.toml")
+if [[ -n $build_dir ]]; then
+  echo "FAIL: pyproject.toml builds in $build_dir, inside the source tree, which its user may not be able to write" >&2
+  exit 1
+fi
+
 command -v ninja >/dev/null || { echo "FAIL: this test needs ninja (scripts/setup.sh installs it)" >&2; exit 1; }
 nanobind_dir=$("$python" -m nanobind --cmake_dir)
 cmake -S "$root/python" -B "$scratch/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
