@@ -24,12 +24,63 @@ plugin_dir = _os.path.join(_os.path.dirname(__file__), "plugins")
 _NUMPY_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64",
                  "F16", "F32", "F64", "C64"}
 
+_PATH_TYPES = (str, bytes, _os.PathLike)
 
-def plugins(plugin_path=()):
-    """Every plugin on the search path (plugin_path, DEVALLOC_PLUGIN_PATH, the
-    package's own plugins), loaded or with the reason why not, as dicts with
-    name, path, outcome, reason, version, abi and devices."""
-    return _native.plugins([_os.fspath(p) for p in plugin_path], [plugin_dir])
+
+def _path(value, what):
+    """value as os.fspath gives it; what names the argument in a refusal."""
+    try:
+        path = _os.fspath(value)
+    except TypeError:
+        raise TypeError("%s: a path (str, bytes or os.PathLike), not %s"
+                        % (what, type(value).__name__)) from None
+    if ("\0" if isinstance(path, str) else b"\0") in path:
+        raise ValueError("%s: a path with a NUL character names no file" % what)
+    return path
+
+
+def _paths(value, what):
+    """One path (str, bytes, os.PathLike), which is one path and never its
+    characters, or an iterable of paths; as a list."""
+    if isinstance(value, _PATH_TYPES):
+        return [_path(value, what)]
+    try:
+        items = list(value)
+    except TypeError:
+        raise TypeError("%s: a path (str, bytes or os.PathLike) or an iterable of paths, not %s"
+                        % (what, type(value).__name__)) from None
+    return [_path(item, what) for item in items]
+
+
+def _folders(value, what, empty):
+    """_paths, where an empty path is refused as the CLI refuses it: it would
+    mean the current folder, which is never implied."""
+    folders = _paths(value, what)
+    if any(len(folder) == 0 for folder in folders):
+        raise ValueError("%s: an empty path %s; write '.' for the current folder" % (what, empty))
+    return folders
+
+
+def _trusted(trust_plugin_path):
+    return _folders(trust_plugin_path, "trust_plugin_path", "names nothing to trust")
+
+
+def plugins(plugin_path=(), trust_plugin_path=()):
+    """Every plugin on the search path, loaded or with the reason why not.
+
+    The search path is plugin_path (one folder, or an iterable of folders),
+    then DEVALLOC_PLUGIN_PATH, then the package's own plugin_dir. Each plugin
+    is a dict: name, path, outcome ("loaded" or why not), reason, and for a
+    loaded one version, abi and devices (each with name, total_memory_bytes,
+    uuid, pci_bus_id and dlpack_device).
+
+    trust_plugin_path (one path, or an iterable of paths), as the CLI's
+    --trust-plugin-path: plugin files at or below these skip the owner and
+    permission checks (ignored while running with elevated privileges).
+    """
+    return _native.plugins(
+        _folders(plugin_path, "plugin_path", "names no folder"),
+        _trusted(trust_plugin_path), [plugin_dir])
 
 
 def plan(files, place=None, out="plan.json", default_device="host", alignment=256,
@@ -45,13 +96,26 @@ def plan(files, place=None, out="plan.json", default_device="host", alignment=25
 
 
 class Runtime:
-    """A runtime config (a TOML file, or the defaults when config is None) and
-    the plugins it loads. The package's plugin folder is searched after the
-    config's plugin_path and DEVALLOC_PLUGIN_PATH."""
+    """A runtime config and the plugins it loads.
 
-    def __init__(self, config=None):
+    config             a runtime config file (TOML), or None for the defaults
+                       (a device tag "name:N" is plugin name, device N). It
+                       is read once, here.
+    trust_plugin_path  one path, or an iterable of paths, as the CLI's
+                       --trust-plugin-path: plugin files at or below these
+                       skip the owner and permission checks (added to the
+                       config's [security] trust_paths; ignored while running
+                       with elevated privileges).
+
+    Plugins are searched in the config's plugin_path, DEVALLOC_PLUGIN_PATH,
+    then the package's plugin_dir. Each plugin is created once, by the first
+    load that needs it; loads from several threads run side by side.
+    """
+
+    def __init__(self, config=None, trust_plugin_path=()):
         self._native = _native.Runtime(
-            None if config is None else _os.fspath(config), [plugin_dir])
+            None if config is None else _path(config, "config"),
+            _trusted(trust_plugin_path), [plugin_dir])
 
     @property
     def plugin_path(self):

@@ -133,12 +133,33 @@ nb::dict device_dict(const DeviceInfo& d) {
   return out;
 }
 
+// How a Python user trusts a plugin folder (the keyword argument of Runtime
+// and plugins(), the CLI's --trust-plugin-path), named where one is refused.
+constexpr const char* kTrustPathOption = "trust_plugin_path=FOLDER";
+
+// The user's trusted paths, absolute (relative ones to the current folder,
+// as the CLI's --trust-plugin-path), then the package's own plugin folders:
+// the package's plugins are trusted exactly as much as its Python code,
+// which Python already runs from the folder above them. So an install made
+// with umask 002 (group-writable files and folders) loads its own host
+// plugin, while a group-writable folder of the user's is still refused.
+std::vector<fs::path> trusted_paths(const std::vector<fs::path>& user_paths,
+                                    const std::vector<fs::path>& package_dirs) {
+  std::vector<fs::path> out;
+  for (const fs::path& p : user_paths) out.push_back(fs::absolute(p).lexically_normal());
+  out.insert(out.end(), package_dirs.begin(), package_dirs.end());
+  return out;
+}
+
 // `dirs` first (the caller's), `package_dirs` after DEVALLOC_PLUGIN_PATH.
-nb::list plugins(const std::vector<fs::path>& dirs, const std::vector<fs::path>& package_dirs) {
+nb::list plugins(const std::vector<fs::path>& dirs, const std::vector<fs::path>& trust_paths,
+                 const std::vector<fs::path>& package_dirs) {
   nb::list out;
   PluginSearchOptions search;
   search.command_line_dirs = dirs;
   search.fallback_dirs = package_dirs;
+  search.trusted_paths = trusted_paths(trust_paths, package_dirs);
+  search.trust_path_option = kTrustPathOption;
   for (const PluginCandidate& c : PluginLoader(search).discover()) {
     nb::dict entry;
     entry["name"] = c.name;
@@ -215,11 +236,16 @@ struct ProgressRelay {
 
 class PyRuntime {
  public:
-  PyRuntime(std::optional<fs::path> config_path, std::vector<fs::path> plugin_dirs) {
+  PyRuntime(std::optional<fs::path> config_path, const std::vector<fs::path>& trust_paths,
+            const std::vector<fs::path>& package_dirs) {
     config_ = config_path ? value_or_raise(read_config(*config_path)) : default_config();
     // The package's own plugins come after the config's folders and
     // DEVALLOC_PLUGIN_PATH, which may replace them.
-    config_.fallback_plugin_path = std::move(plugin_dirs);
+    config_.fallback_plugin_path = package_dirs;
+    for (fs::path& p : trusted_paths(trust_paths, package_dirs)) {
+      config_.trust_paths.push_back(std::move(p));
+    }
+    config_.trust_path_option = kTrustPathOption;
   }
 
   std::shared_ptr<LoadedProgram> load(const fs::path& plan_path,
@@ -299,7 +325,7 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
 NB_MODULE(_native, m) {
   nb::module_::import_("atexit").attr("register")(
       nb::cpp_function(&stop_taking_gil_at_exit));
-  m.def("plugins", &plugins, nb::arg("dirs"), nb::arg("package_dirs"));
+  m.def("plugins", &plugins, nb::arg("dirs"), nb::arg("trust_paths"), nb::arg("package_dirs"));
   m.def("write_plan", &write_plan_for, nb::arg("files"), nb::arg("out"), nb::arg("place"),
         nb::arg("default_device"), nb::arg("alignment"), nb::arg("methods"));
 
@@ -351,8 +377,9 @@ NB_MODULE(_native, m) {
       });
 
   nb::class_<PyRuntime>(m, "Runtime")
-      .def(nb::init<std::optional<fs::path>, std::vector<fs::path>>(), nb::arg("config").none(),
-           nb::arg("plugin_dirs"))
+      .def(nb::init<std::optional<fs::path>, const std::vector<fs::path>&,
+                    const std::vector<fs::path>&>(),
+           nb::arg("config").none(), nb::arg("trust_paths"), nb::arg("package_dirs"))
       .def("load", &PyRuntime::load, nb::arg("plan"), nb::arg("methods"),
            nb::arg("verify").none(), nb::arg("progress").none())
       .def_prop_ro("plugin_path", [](const PyRuntime& r) {

@@ -567,3 +567,98 @@ def test_to_numpy_refuses_memory_off_the_host_naming_the_tensor():
 
     with pytest.raises(BufferError, match='tensor "w" is in the memory of cuda:0'):
         devalloc.to_numpy(Bf16OnADevice())
+
+
+def group_writable_copy_of_the_package(site):
+    """The package as pip leaves it under umask 002, copied into site: files
+    0664, folders (the package's, its plugins', site's) 0775."""
+    package = site / "devalloc"
+    shutil.copytree(os.path.dirname(devalloc.__file__), package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _, files in os.walk(site):
+        os.chmod(folder, 0o775)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o664)
+    return package
+
+
+def test_a_package_installed_with_umask_002_loads_its_own_host_plugin(mixed, tmp_path):
+    # Its plugins are trusted as much as its Python code, which Python runs
+    # from the same (group-writable) folder; they were refused, and so every
+    # load failed with no_such_device.
+    folder, plan = mixed
+    site = tmp_path / "site"
+    group_writable_copy_of_the_package(site)
+    script = (
+        "import sys, devalloc\n"
+        "assert devalloc.__file__.startswith(sys.argv[1]), devalloc.__file__\n"
+        "host = [p for p in devalloc.plugins() if p['name'] == 'host']\n"
+        "print(host[0]['outcome'], host[0]['reason'])\n"
+        "program = devalloc.Runtime().load(sys.argv[2])\n"
+        "print(sorted(program.names()), program['w.f32'].plugin)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(site), str(plan)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(site)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        "loaded ", "['ids.i64', 'w.f16', 'w.f32'] host"], done.stdout
+
+
+def plugin_folder_of_the_user(folder, mode):
+    """folder (mode) with a copy of the host plugin named "mine"."""
+    folder.mkdir()
+    shutil.copy(os.path.join(devalloc.plugin_dir, "libdevalloc_host.so"),
+                folder / "libdevalloc_mine.so")
+    os.chmod(folder / "libdevalloc_mine.so", 0o755)
+    os.chmod(folder, mode)
+    return folder
+
+
+def test_a_group_writable_plugin_folder_of_the_user_loads_only_when_trusted(mixed, tmp_path):
+    # The package's own trust is its folder's alone; a user's folder is
+    # trusted by trust_plugin_path, as by the CLI's --trust-plugin-path,
+    # which the refusal (made for Python) does not name.
+    mine = plugin_folder_of_the_user(tmp_path / "mine", 0o775)
+    refused = [p for p in devalloc.plugins(mine) if p["name"] == "mine"]
+    assert [p["outcome"] for p in refused] == ["untrusted"], refused
+    reason = refused[0]["reason"]
+    assert f"folder {mine} is group-writable (mode 0775)" in reason, reason
+    assert "to trust it anyway: trust_plugin_path=FOLDER, [security] trust_paths" in reason, reason
+    assert "--trust-plugin-path" not in reason, reason
+    for trusted in (mine, str(mine), [mine], [tmp_path]):
+        found = [p for p in devalloc.plugins(mine, trust_plugin_path=trusted)
+                 if p["name"] == "mine"]
+        assert [p["outcome"] for p in found] == ["loaded"], (trusted, found)
+
+    folder, _ = mixed
+    plan = devalloc.plan(folder / "mixed.safetensors", place={"*": "mine:0"},
+                         out=tmp_path / "plan.json")
+    config = tmp_path / "devalloc.toml"
+    config.write_text(f'plugin_path = ["{mine}"]\n')
+    with pytest.raises(devalloc.Error, match="group-writable") as caught:
+        devalloc.Runtime(config).load(plan)
+    assert "trust_plugin_path=FOLDER" in str(caught.value)
+    assert "--trust-plugin-path" not in str(caught.value)
+    program = devalloc.Runtime(config, trust_plugin_path=mine).load(plan)
+    assert program["w.f32"].plugin == "mine"
+
+
+def test_an_empty_folder_to_search_or_trust_is_refused_as_the_cli_refuses_it():
+    with pytest.raises(ValueError, match="^plugin_path: an empty path names no folder"):
+        devalloc.plugins([""])
+    with pytest.raises(ValueError, match="^trust_plugin_path: an empty path names nothing"):
+        devalloc.plugins(trust_plugin_path="")
+    with pytest.raises(ValueError, match="^trust_plugin_path: an empty path names nothing"):
+        devalloc.Runtime(trust_plugin_path=[""])
+
+
+def test_one_folder_given_as_a_str_or_path_is_one_folder_not_its_characters(tmp_path):
+    mine = plugin_folder_of_the_user(tmp_path / "mine", 0o755)
+    for given in (str(mine), mine, os.fsencode(mine), [mine]):
+        found = [(os.path.dirname(p["path"]), p["outcome"]) for p in devalloc.plugins(given)
+                 if p["name"] == "mine"]
+        assert found == [(str(mine), "loaded")], (given, found)
+    with pytest.raises(TypeError, match="^plugin_path: a path .* not NoneType"):
+        devalloc.plugins(None)
+    with pytest.raises(TypeError, match="^plugin_path: a path .* not int"):
+        devalloc.plugins([mine, 1])
