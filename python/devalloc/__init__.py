@@ -7,7 +7,9 @@
 
 docs/python.md in the repository is the reference.
 """
+import numbers as _numbers
 import os as _os
+from collections.abc import Mapping as _Mapping
 
 from . import _native
 from ._errors import Error
@@ -65,6 +67,22 @@ def _trusted(trust_plugin_path):
     return _folders(trust_plugin_path, "trust_plugin_path", "names nothing to trust")
 
 
+def _names(value, what):
+    """One name (a str, which is one name, never its characters) or an
+    iterable of names; as a list."""
+    if isinstance(value, str):
+        return [value]
+    try:
+        names = list(value)
+    except TypeError:
+        raise TypeError("%s: a name (str) or an iterable of names, not %s"
+                        % (what, type(value).__name__)) from None
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError("%s: each name is a str, not %s" % (what, type(name).__name__))
+    return names
+
+
 def plugins(plugin_path=(), trust_plugin_path=()):
     """Every plugin on the search path, loaded or with the reason why not.
 
@@ -85,14 +103,43 @@ def plugins(plugin_path=(), trust_plugin_path=()):
 
 def plan(files, place=None, out="plan.json", default_device="host", alignment=256,
          methods=("main",)):
-    """Writes a plan for every tensor of the safetensors `files` to `out` and
-    returns its path. `place` maps name globs to device tags, first match wins
-    ({"model.layers.*": "cuda:0"}); other tensors go to default_device."""
-    if isinstance(files, (str, bytes, _os.PathLike)):
-        files = [files]
-    _native.write_plan([_os.fspath(f) for f in files], _os.fspath(out),
-                       list((place or {}).items()), default_device, alignment, list(methods))
-    return _os.fspath(out)
+    """Writes a plan for every tensor of the safetensors files to out and
+    returns its path, as the CLI's `devalloc plan`.
+
+    files           one path (str, bytes, os.PathLike) or an iterable of them;
+                    at least one
+    place           a mapping of tensor name globs to device tags, the first
+                    matching glob wins: {"model.layers.*": "cuda:0"}
+    default_device  the device tag of the tensors no glob matches
+    alignment       of each tensor in its buffer: a power of two, 1 to 2**63
+    methods         one method name, or an iterable of names; each method
+                    loads every tensor
+    An existing out that is not a regular file is refused, never replaced.
+    """
+    files = _paths(files, "files")
+    if not files:
+        raise ValueError("files: no safetensors file given; a plan needs at least one")
+    out = _path(out, "out")
+    if place is None:
+        place = {}
+    if not isinstance(place, _Mapping):
+        raise TypeError('place: a mapping of tensor name globs to device tags, first match '
+                        'wins ({"model.layers.*": "cuda:0"}), not %s' % type(place).__name__)
+    rules = list(place.items())
+    for glob, tag in rules:
+        if not isinstance(glob, str) or not isinstance(tag, str):
+            raise TypeError("place: each glob and device tag is a str, not %s: %s"
+                            % (type(glob).__name__, type(tag).__name__))
+    if not isinstance(default_device, str):
+        raise TypeError('default_device: a device tag (str) such as "host" or "cuda:0", not %s'
+                        % type(default_device).__name__)
+    if isinstance(alignment, bool) or not isinstance(alignment, _numbers.Integral):
+        raise TypeError("alignment: an int, a power of two, not %s" % type(alignment).__name__)
+    alignment = int(alignment)
+    if not 0 < alignment < 2**64 or alignment & (alignment - 1):
+        raise ValueError("alignment: a power of two from 1 to 2**63, not %d" % alignment)
+    _native.write_plan(files, out, rules, default_device, alignment, _names(methods, "methods"))
+    return out
 
 
 class Runtime:
@@ -124,26 +171,33 @@ class Runtime:
         return self._native.plugin_path
 
     def load(self, plan, methods=None, verify=None, progress=None):
-        """Loads the methods of the plan file (all when methods is None; an
-        empty list is a ValueError) and returns the Program. verify=True reads
-        every constant back and compares (None: as the config's [load] verify
-        says). progress(done, total) is called with the bytes this load issued
-        so far, from its loading threads, one call at a time. Loads of one
-        Runtime may run at once, each with its own progress."""
+        """Loads the methods of the plan file and returns the Program.
+
+        methods   one method name, an iterable of names, or None for all (an
+                  empty list is a ValueError, not "all")
+        verify    True reads every constant back and compares hashes with the
+                  file; None does as the config's [load] verify says
+        progress  progress(done, total), called with the bytes this load
+                  issued so far, from its loading threads, one call at a time
+        All or nothing: a failure raises devalloc.Error and keeps nothing.
+        Loads of one Runtime may run at once, each with its own progress.
+        """
+        plan = _path(plan, "plan")
         if methods is None:
             methods = []
-        elif isinstance(methods, str):
-            methods = [methods]
         else:
-            methods = list(methods)
+            methods = _names(methods, "methods")
             if not methods:
                 # An empty list loading everything would surprise; None says all.
                 raise ValueError("methods: an empty list names no method; pass None to load all")
+        if verify is not None and not isinstance(verify, bool):
+            raise TypeError("verify: True, False or None (as the config's [load] verify says), "
+                            "not %s" % type(verify).__name__)
         if progress is not None and not callable(progress):
             # Said now, not from a loading thread at the first call.
             raise TypeError("progress: a callable progress(done, total) or None, not %r"
                             % type(progress).__name__)
-        return self._native.load(_os.fspath(plan), methods, verify, progress)
+        return self._native.load(plan, methods, verify, progress)
 
 
 _DLPACK_CPU = 1

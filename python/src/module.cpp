@@ -364,17 +364,26 @@ NB_MODULE(_native, m) {
         return names;
       })
       .def("methods", &LoadedProgram::methods)
-      .def("__contains__", [](const LoadedProgram& p, const std::string& name) {
-        return p.find(name).has_value();
-      })
+      // A name is a str; anything else is in no program (as a key of the
+      // wrong type is in no dict), never a TypeError.
+      .def("__contains__", [](const LoadedProgram& p, nb::handle key) {
+        return nb::isinstance<nb::str>(key) &&
+               p.find(nb::cast<std::string>(key)).has_value();
+      }, nb::sig("def __contains__(self, name: object, /) -> bool"), nb::arg("name").none())
       .def("__len__", [](const LoadedProgram& p) { return p.tensors().size(); })
-      .def("__getitem__", [](std::shared_ptr<LoadedProgram> p, const std::string& name) {
+      .def("__getitem__", [](std::shared_ptr<LoadedProgram> p, nb::handle key) {
+        if (!nb::isinstance<nb::str>(key)) {
+          throw nb::key_error(("a tensor name is a str, not " +
+                               nb::cast<std::string>(nb::type_name(key.type())))
+                                  .c_str());
+        }
+        const std::string name = nb::cast<std::string>(key);
         std::optional<LoadedTensor> t = p->find(name);
         if (!t) {
           throw nb::key_error(("no tensor " + quote(name) + " in the loaded methods").c_str());
         }
         return Tensor{p, *t};
-      });
+      }, nb::sig("def __getitem__(self, name: str, /) -> Tensor"), nb::arg("name").none());
 
   nb::class_<PyRuntime>(m, "Runtime")
       .def(nb::init<std::optional<fs::path>, const std::vector<fs::path>&,

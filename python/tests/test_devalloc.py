@@ -662,3 +662,78 @@ def test_one_folder_given_as_a_str_or_path_is_one_folder_not_its_characters(tmp_
         devalloc.plugins(None)
     with pytest.raises(TypeError, match="^plugin_path: a path .* not int"):
         devalloc.plugins([mine, 1])
+
+
+def test_plan_takes_one_method_name_as_one_method_as_load_does(mixed, tmp_path):
+    folder, _ = mixed
+    out = devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json", methods="decode")
+    assert [m["name"] for m in json.loads(open(out).read())["methods"]] == ["decode"]
+    assert devalloc.Runtime().load(out, methods="decode").methods() == ["decode"]
+    with pytest.raises(TypeError, match="^methods: each name is a str, not NoneType"):
+        devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json", methods=[None])
+
+
+def test_plan_refuses_what_names_no_tensor_or_no_placement(mixed, tmp_path):
+    folder, _ = mixed
+    model, out = folder / "mixed.safetensors", tmp_path / "p.json"
+    for files in ([], ()):
+        with pytest.raises(ValueError, match="^files: no safetensors file given"):
+            devalloc.plan(files, out=out)
+    assert not out.exists()
+    with pytest.raises(TypeError, match="^files: a path .* not NoneType"):
+        devalloc.plan(None, out=out)
+    with pytest.raises(TypeError, match=r"^place: a mapping of tensor name globs to device tags"
+                                        r".* not list"):
+        devalloc.plan(model, place=[("w.*", "host")], out=out)
+    with pytest.raises(TypeError, match="^place: each glob and device tag is a str, not int: int"):
+        devalloc.plan(model, place={1: 2}, out=out)
+    with pytest.raises(TypeError, match="^default_device: a device tag"):
+        devalloc.plan(model, default_device=None, out=out)
+    with pytest.raises(TypeError, match="^out: a path"):
+        devalloc.plan(model, out=None)
+
+
+@pytest.mark.parametrize("alignment,error", [
+    (-1, ValueError), (0, ValueError), (3, ValueError), (2**64, ValueError),
+    (1.5, TypeError), ("256", TypeError), (True, TypeError)])
+def test_plan_names_the_alignment_it_refuses_and_what_it_must_be(mixed, tmp_path, alignment, error):
+    folder, _ = mixed
+    with pytest.raises(error, match="^alignment: a.* power of two"):
+        devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json", alignment=alignment)
+
+
+def test_plan_takes_any_power_of_two_alignment_up_to_2_63(mixed, tmp_path):
+    folder, _ = mixed
+    out = devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json",
+                        alignment=np.int64(4096))
+    assert all(t["offset"] % 4096 == 0 for t in json.loads(open(out).read())["tensors"])
+    with pytest.raises(devalloc.Error, match="would exceed 2\\^64 bytes"):
+        devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json", alignment=2**63)
+
+
+def test_load_names_the_argument_it_refuses(example):
+    runtime = devalloc.Runtime(config=example / "devalloc.toml")
+    plan = example / "plan.json"
+    for verify in ("yes", 1, 0.0):
+        with pytest.raises(TypeError, match="^verify: True, False or None"):
+            runtime.load(plan, verify=verify)
+    with pytest.raises(TypeError, match="^methods: each name is a str, not NoneType"):
+        runtime.load(plan, methods=[None])
+    with pytest.raises(TypeError, match="^methods: a name .* not int"):
+        runtime.load(plan, methods=123)
+    with pytest.raises(TypeError, match="^plan: a path .* not NoneType"):
+        runtime.load(None)
+    with pytest.raises(ValueError, match="^config: a path with a NUL character"):
+        devalloc.Runtime(config="a\0b")
+    with pytest.raises(TypeError, match="^config: a path .* not int"):
+        devalloc.Runtime(config=123)
+
+
+def test_a_key_that_is_not_a_str_is_in_no_program(mixed):
+    _, plan = mixed
+    program = devalloc.Runtime().load(plan)
+    assert "w.f32" in program
+    for key in (None, 1, b"w.f32", ("w.f32",)):
+        assert key not in program
+        with pytest.raises(KeyError, match="a tensor name is a str, not " + type(key).__name__):
+            program[key]
