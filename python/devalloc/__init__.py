@@ -1,11 +1,34 @@
 """devalloc: put a model's planned constants on devices through drop-in plugins.
 
+A plan (a JSON file) says on which device each tensor of some safetensors
+files goes; a Runtime loads the plan's methods through vendor plugins and
+returns a Program of Tensors, which numpy, torch and any DLPack consumer
+view without a copy:
+
     import devalloc, numpy
+    devalloc.plan("model.safetensors", place={"lm_head.*": "cuda:0"}, out="plan.json")
     runtime = devalloc.Runtime(config="devalloc.toml")   # or Runtime() for the defaults
     program = runtime.load("plan.json", methods=["decode"], verify=True)
     weights = numpy.from_dlpack(program["model.norm.weight"])  # host tensors
 
-docs/python.md in the repository is the reference.
+    plan(files, ...)    writes a plan for every tensor of the files
+    Runtime(config)     a runtime config and its plugins; .load(plan) -> Program
+    Program             the loaded tensors: program[name], name in program,
+                        names(), methods(), len(program)
+    Tensor              one tensor in device memory: name, dtype, shape,
+                        device, __dlpack__, numpy()
+    plugins()           every plugin on the search path, loaded or why not
+    Error               every devalloc failure: message, code, file, line, column
+
+Plugins: the package ships the host plugin (plugin_dir), so a plan for
+"host" loads without an accelerator. Vendor plugins (libdevalloc_cuda.so,
+...) are found in the config's plugin_path, then DEVALLOC_PLUGIN_PATH, then
+plugin_dir. A plugin file is opened only if nobody but root and the current
+user can change it or a folder above it; trust_plugin_path=FOLDER (on
+Runtime and plugins(), as the CLI's --trust-plugin-path) trusts the plugins
+at or below FOLDER anyway. The package's own plugin_dir is trusted as its
+Python code is. help(devalloc.Runtime), help(devalloc.plan) and so on say
+more.
 """
 import numbers as _numbers
 import os as _os
@@ -15,6 +38,9 @@ from . import _native
 from ._errors import Error
 
 __all__ = ["Error", "Program", "Runtime", "Tensor", "plan", "plugin_dir", "plugins", "to_numpy"]
+
+# pyproject.toml's version, compiled into the extension by its build.
+__version__ = _native.__version__
 
 Program = _native.Program
 Tensor = _native.Tensor

@@ -325,45 +325,66 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
 NB_MODULE(_native, m) {
   nb::module_::import_("atexit").attr("register")(
       nb::cpp_function(&stop_taking_gil_at_exit));
+  m.attr("__version__") = DEVALLOC_PYTHON_VERSION;
   m.def("plugins", &plugins, nb::arg("dirs"), nb::arg("trust_paths"), nb::arg("package_dirs"));
   m.def("write_plan", &write_plan_for, nb::arg("files"), nb::arg("out"), nb::arg("place"),
         nb::arg("default_device"), nb::arg("alignment"), nb::arg("methods"));
 
-  nb::class_<Tensor>(m, "Tensor")
-      .def_prop_ro("name", [](const Tensor& t) { return t.tensor.name(); })
+  nb::class_<Tensor>(m, "Tensor",
+                     "A tensor of a loaded Program, in its device's memory.\n\n"
+                     "It holds its program, and so the device buffers and the plugin, "
+                     "for as long as it or an array made from it lives. Exported "
+                     "through DLPack without a copy: numpy.from_dlpack(t) or t.numpy() "
+                     "for host memory, torch.from_dlpack(t) for a device's.")
+      .def_prop_ro("name", [](const Tensor& t) { return t.tensor.name(); },
+                   "The tensor's name in the plan and the safetensors file.")
       .def_prop_ro("dtype", [](const Tensor& t) {
         return std::string(to_string(t.tensor.planned.dtype));
-      })
+      }, "The safetensors dtype name: \"F32\", \"BF16\", \"I64\", ...")
       .def_prop_ro("shape", [](const Tensor& t) {
         nb::list shape;
         for (uint64_t n : t.tensor.planned.shape) shape.append(n);
         return nb::tuple(shape);
-      })
-      .def_prop_ro("nbytes", [](const Tensor& t) { return t.tensor.nbytes(); })
-      .def_prop_ro("address", [](const Tensor& t) { return t.tensor.address(); })
-      .def_prop_ro("device", [](const Tensor& t) { return t.tensor.device().describe(); })
-      .def_prop_ro("plugin", [](const Tensor& t) { return t.tensor.device().plugin_name; })
-      .def_prop_ro("device_index", [](const Tensor& t) { return t.tensor.device().device; })
-      .def_prop_ro("is_fallback", [](const Tensor& t) { return t.tensor.device().is_fallback; })
+      }, "The shape, a tuple of ints.")
+      .def_prop_ro("nbytes", [](const Tensor& t) { return t.tensor.nbytes(); },
+                   "Its size in bytes.")
+      .def_prop_ro("address", [](const Tensor& t) { return t.tensor.address(); },
+                   "Its address in the device's memory, an int.")
+      .def_prop_ro("device", [](const Tensor& t) { return t.tensor.device().describe(); },
+                   "The device it is on, in words: "
+                   "'cuda:0 (plugin cuda, device 1 \"...\")'.")
+      .def_prop_ro("plugin", [](const Tensor& t) { return t.tensor.device().plugin_name; },
+                   "The name of the plugin that holds its memory (\"host\", \"cuda\", ...).")
+      .def_prop_ro("device_index", [](const Tensor& t) { return t.tensor.device().device; },
+                   "The index of its device among the plugin's devices.")
+      .def_prop_ro("is_fallback", [](const Tensor& t) { return t.tensor.device().is_fallback; },
+                   "True when its device is a fallback of the planned device tag.")
       .def("__dlpack_device__", [](const Tensor& t) {
         const DeviceInfo& d = t.tensor.device().info();
         return nb::make_tuple(d.dlpack_device_type, d.dlpack_device_id);
-      })
+      }, "(DLPack device type, device id): CPU 1, CUDA 2, ROCm 10, oneAPI 14.")
       // stream, max_version, dl_device and copy are handled by nanobind's
       // ndarray, which makes the (versioned or legacy) capsule.
       .def("__dlpack__", [](nb::handle self, nb::kwargs kwargs) {
         const Tensor& t = nb::cast<const Tensor&>(self);
         nb::object array = nb::cast(t.ndarray(self));
         return array.attr("__dlpack__")(**kwargs);
-      });
+      }, "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None)\n\n"
+         "A DLPack capsule viewing the tensor's memory, versioned when max_version "
+         "is 1.x. copy=True and another dl_device raise BufferError.");
 
-  nb::class_<LoadedProgram>(m, "Program")
+  nb::class_<LoadedProgram>(m, "Program",
+                            "The tensors of the methods a Runtime.load loaded: "
+                            "program[name] is a Tensor (KeyError for a name of no loaded "
+                            "method), `name in program`, len(program).\n\n"
+                            "Its device memory is freed when the program and the last of "
+                            "its tensors are gone.")
       .def("names", [](const LoadedProgram& p) {
         std::vector<std::string> names;
         for (const LoadedTensor& t : p.tensors()) names.push_back(t.name());
         return names;
-      })
-      .def("methods", &LoadedProgram::methods)
+      }, "The names of the loaded tensors, a list.")
+      .def("methods", &LoadedProgram::methods, "The names of the loaded methods, a list.")
       // A name is a str; anything else is in no program (as a key of the
       // wrong type is in no dict), never a TypeError.
       .def("__contains__", [](const LoadedProgram& p, nb::handle key) {

@@ -737,3 +737,32 @@ def test_a_key_that_is_not_a_str_is_in_no_program(mixed):
         assert key not in program
         with pytest.raises(KeyError, match="a tensor name is a str, not " + type(key).__name__):
             program[key]
+
+
+def test_the_version_is_pyprojects():
+    pyproject = os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml")
+    with open(pyproject) as f:
+        version = re.search(r'^version = "([^"]+)"$', f.read(), re.M).group(1)
+    assert devalloc.__version__ == version
+
+
+def test_help_is_useful_without_the_repository():
+    import pydoc
+    text = pydoc.render_doc(devalloc, renderer=pydoc.plaintext)
+    assert "in the repository" not in text
+    for said in ("Runtime(config)", "trust_plugin_path", "DEVALLOC_PLUGIN_PATH", "plugin_dir"):
+        assert said in text, said
+    assert "DLPack" in devalloc.Tensor.__doc__ and "KeyError" in devalloc.Program.__doc__
+    documented = {
+        devalloc.Tensor.name: "name in the plan", devalloc.Tensor.dtype: "safetensors dtype",
+        devalloc.Tensor.shape: "tuple", devalloc.Tensor.nbytes: "bytes",
+        devalloc.Tensor.address: "address", devalloc.Tensor.device: "device it is on",
+        devalloc.Tensor.plugin: "plugin", devalloc.Tensor.device_index: "index",
+        devalloc.Tensor.is_fallback: "fallback", devalloc.Tensor.__dlpack__: "capsule",
+        devalloc.Tensor.__dlpack_device__: "DLPack device type",
+        devalloc.Program.names: "loaded tensors", devalloc.Program.methods: "loaded methods",
+    }
+    for member, said in documented.items():
+        assert said in (member.__doc__ or ""), (member, member.__doc__)
+    for function in (devalloc.plan, devalloc.plugins, devalloc.Runtime, devalloc.Runtime.load):
+        assert len(function.__doc__) > 200, function
