@@ -4,6 +4,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
+#include "plan_checks.hpp"
 #include "plan_errors.hpp"
 #include "source_files.hpp"
 
@@ -25,14 +26,6 @@ std::string at_index(const char* section, size_t index) {
 }
 
 bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
-
-// A constant's bytes inside its buffer, for the overlap check.
-struct Extent {
-  uint32_t memory_id;
-  uint64_t begin;
-  uint64_t end;
-  size_t tensor;
-};
 
 class Validator {
  public:
@@ -115,34 +108,11 @@ class Validator {
                                           std::to_string(target.memory_id) + ", which has " +
                                           std::to_string(target.size) + " bytes");
       }
-      if (tensor.is_constant() && *nbytes != 0) {
-        constants_.push_back(Extent{tensor.memory_id, tensor.offset, end, i});
-      }
     }
     return Status();
   }
 
-  Status check_overlaps() {
-    std::sort(constants_.begin(), constants_.end(), [](const Extent& a, const Extent& b) {
-      return std::tie(a.memory_id, a.begin, a.tensor) < std::tie(b.memory_id, b.begin, b.tensor);
-    });
-    // Sorted by start and without an overlap so far, each extent ends before
-    // the next one starts: comparing neighbours finds the first overlap.
-    for (size_t k = 1; k < constants_.size(); ++k) {
-      const Extent& before = constants_[k - 1];
-      const Extent& extent = constants_[k];
-      if (before.memory_id == extent.memory_id && extent.begin < before.end) {
-        const auto range = [](const Extent& e) {
-          return "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
-        };
-        return error(tensor_place(extent.tensor),
-                     "bytes " + range(extent) + " of buffer " +
-                         std::to_string(extent.memory_id) + " overlap " +
-                         tensor_place(before.tensor) + " at " + range(before));
-      }
-    }
-    return Status();
-  }
+  Status check_overlaps() { return detail::check_constant_overlaps(plan_); }
 
   Status check_methods() {
     std::unordered_map<std::string_view, size_t> method_index;
@@ -242,10 +212,61 @@ class Validator {
   const PlanValidationOptions& options_;
   std::map<uint32_t, size_t> buffer_index_;                  // memory id -> buffers index
   NameIndex tensor_index_;                                   // name -> tensors index
-  std::vector<Extent> constants_;
 };
 
+// A constant's bytes inside its buffer.
+struct Extent {
+  uint32_t memory_id;
+  uint64_t begin;
+  uint64_t end;
+  size_t tensor;
+};
+
+bool before(const Extent& a, const Extent& b) {
+  return std::tie(a.memory_id, a.begin, a.tensor) < std::tie(b.memory_id, b.begin, b.tensor);
+}
+
 }  // namespace
+
+Status detail::check_constant_overlaps(const Plan& plan) {
+  std::vector<Extent> constants;
+  constants.reserve(plan.tensors.size());
+  bool sorted = true;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const PlanTensor& tensor = plan.tensors[i];
+    if (!tensor.is_constant()) continue;
+    // A tensor without a byte count is the load's or validate_plan's error
+    // to report; an end past 64 bits overlaps whatever follows it.
+    const Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
+    if (!nbytes.ok() || *nbytes == 0) continue;
+    uint64_t end = 0;
+    if (__builtin_add_overflow(tensor.offset, *nbytes, &end)) end = UINT64_MAX;
+    const Extent extent{tensor.memory_id, tensor.offset, end, i};
+    if (!constants.empty() && !before(constants.back(), extent)) sorted = false;
+    constants.push_back(extent);
+  }
+  // Plans mostly list each buffer's constants in offset order: no sort then.
+  if (!sorted) std::sort(constants.begin(), constants.end(), before);
+  // Sorted by start and without an overlap so far, each extent ends before
+  // the next one starts: comparing neighbours finds the first overlap.
+  for (size_t k = 1; k < constants.size(); ++k) {
+    const Extent& prior = constants[k - 1];
+    const Extent& extent = constants[k];
+    if (prior.memory_id == extent.memory_id && extent.begin < prior.end) {
+      const auto range = [](const Extent& e) {
+        return "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+      };
+      const auto place = [&](size_t i) {
+        return named_place("tensors", i, plan.tensors[i].name);
+      };
+      return plan_error(plan, place(extent.tensor),
+                        "bytes " + range(extent) + " of buffer " +
+                            std::to_string(extent.memory_id) + " overlap " +
+                            place(prior.tensor) + " at " + range(prior));
+    }
+  }
+  return Status();
+}
 
 Status validate_plan(const Plan& plan, const PlanValidationOptions& options) {
   return detail::catch_as_status([&] { return Validator(plan, options).run(); },

@@ -5,6 +5,8 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
+#include "plan_checks.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -125,6 +127,12 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   const auto start = std::chrono::steady_clock::now();
   const LoadOptions& options = runtime_->config().load;
 
+  // Once per program, over all its methods: constants that overlap would
+  // take each other's bytes, at once or at a later load_methods.
+  if (!constants_checked_) {
+    if (Status s = detail::check_constant_overlaps(*plan_); !s.ok()) return s;
+    constants_checked_ = true;
+  }
   auto needs = needs_of(*plan_, methods);
   if (!needs.ok()) return needs.status();
   // validate_plan checks these too; a caller that skipped it must still get

@@ -157,6 +157,37 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_Then
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// A load checks what validate_plan checks of constants that overlap, with
+// the same message: the README's path (read_plan straight into load) must
+// not place one constant's bytes over another's.
+TEST_F(LoadFixture, GivenUnvalidatedPlanWithOverlappingConstants_WhenLoading_ThenRefusedNamingBothBeforeAllocating) {
+  const uint64_t before = DeviceBuffer::live_count();
+  plan().tensors[1].offset = 128;  // w.b [128, 640) over w.a [0, 256)
+  const Status validated = validate_plan(plan(), PlanValidationOptions{.check_sources = false});
+  ASSERT_FALSE(validated.ok());
+  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr, nullptr, true);
+  ASSERT_FALSE(program.ok()) << "the load placed w.b over w.a";
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(program.status().message(), validated.message());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("plan.json: "),
+                    HasSubstr("/tensors/1 \"w.b\": bytes [128, 640) of buffer 0 overlap "
+                              "/tensors/0 \"w.a\" at [0, 256)")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// The check covers the whole plan, not the methods of the call: a method
+// loaded later would otherwise overwrite an earlier one's constant, and
+// verify would pass (it reads the later copy back).
+TEST_F(LoadFixture, GivenOverlapOnlyInAMethodNotLoaded_WhenLoadingAnother_ThenRefusedAlready) {
+  plan().tensors[2].memory_id = 0;  // head (decode only) over w.a [0, 256)
+  plan().tensors[2].offset = 0;
+  auto program = Runtime::create(default_config())->load(plan(), {"prefill"}, nullptr);
+  ASSERT_FALSE(program.ok()) << "a later load_methods({\"decode\"}) would overwrite w.a";
+  EXPECT_THAT(program.status().message(),
+              HasSubstr("/tensors/2 \"head\": bytes [0, 256) of buffer 0 overlap /tensors/0 \"w.a\""));
+}
+
 // The buffer check of an unvalidated plan also holds for an offset past
 // the end of its buffer: size - offset must not wrap into "fits".
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithOffsetPastItsBuffer_WhenLoading_ThenRefusedBeforeAllocating) {

@@ -141,6 +141,8 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   const std::shared_ptr<const Plan> plan_;  // never null
   // Serializes load_methods and unload_method; held through the copies.
   std::mutex load_mutex_;
+  // The plan's constants were found not to overlap (load_mutex_ held).
+  bool constants_checked_ = false;
   // Guards the members below; never held while a plugin is called.
   mutable std::mutex mutex_;
   std::set<std::string, std::less<>> methods_;
