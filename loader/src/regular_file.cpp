@@ -78,7 +78,12 @@ Result<RegularFile> open_regular_file(const std::filesystem::path& path) {
   }
   RegularFile file;
   file.fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (file.fd_ < 0) return invalid(path, "cannot open: " + errno_text(errno));
+  if (file.fd_ < 0) {
+    const int error = errno;
+    const bool out_of_resources = error == EMFILE || error == ENFILE || error == ENOMEM;
+    return Status(out_of_resources ? StatusCode::out_of_host_memory : StatusCode::invalid_argument,
+                  path_for_message(path.string()) + ": cannot open: " + errno_text(error));
+  }
   struct stat info {};
   if (::fstat(file.fd_, &info) != 0) return invalid(path, "cannot stat: " + errno_text(errno));
   if (!S_ISREG(info.st_mode)) {

@@ -67,9 +67,11 @@ class RegularFile {
 };
 
 // Opens `path` with O_RDONLY | O_NONBLOCK | O_CLOEXEC and refuses anything
-// that fstat does not call a regular file. Errors are invalid_argument and
-// read "<path>: cannot open: <errno text>" or
-// "<path>: not a regular file (a FIFO)".
+// that fstat does not call a regular file. Errors read "<path>: cannot
+// open: <errno text>" or "<path>: not a regular file (a FIFO)" and are
+// invalid_argument, except out_of_host_memory when the process or system
+// ran out of descriptors or memory (EMFILE, ENFILE, ENOMEM): a resource
+// limit, not a bad file.
 Result<RegularFile> open_regular_file(const std::filesystem::path& path);
 
 // The whole of a regular file, refused (invalid_argument) when it is larger

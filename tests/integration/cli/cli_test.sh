@@ -85,6 +85,20 @@ truncated_safetensors_is_refused)
   head -c 100000 model.safetensors > cut && mv cut model.safetensors
   expect_failure 3 'model.safetensors' "$devalloc" load plan.json
   ;;
+more_shards_than_descriptors_fails_with_exit_1)
+  # A load holds one descriptor per source file until it returns: past
+  # ulimit -n that is a resource limit (exit 1), not bad input (exit 3).
+  "$python" - <<'PY'
+import numpy as np
+from safetensors.numpy import save_file
+for i in range(64):
+    save_file({f"w{i}": np.full(4, i, dtype=np.float32)}, f"f{i:02}.safetensors")
+PY
+  "$devalloc" plan f*.safetensors -o plan.json
+  "$devalloc" load plan.json --verify >/dev/null
+  expect_failure 1 'f[0-9]+\.safetensors: cannot open: Too many open files' \
+    bash -c 'ulimit -n 40 && exec "$0" load plan.json' "$devalloc"
+  ;;
 unresolvable_device_fails_with_reason)
   cp "$source_dir/examples/small_model/plan.json" .
   "$python" "$source_dir/examples/small_model/make_model.py" .

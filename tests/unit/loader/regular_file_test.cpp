@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,6 +80,26 @@ TEST_F(RegularFileTest, GivenMissingFileOrNulInPath_ThenReason) {
             (dir_ / "absent").string() + ": cannot open: No such file or directory");
   EXPECT_THAT(open_regular_file(std::string("a\0b", 3)).status().message(),
               EndsWith(": path contains a NUL byte"));
+}
+
+// Out of descriptors is a resource limit, not a bad file: the CLI maps it
+// to exit 1, not 3 (bad input). The soft limit is set to the lowest free
+// descriptor, so that every open fails with EMFILE, then restored.
+TEST_F(RegularFileTest, GivenNoFreeDescriptor_ThenOutOfHostMemoryNamingTheFile) {
+  const fs::path path = write("w.safetensors", "x");
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  struct rlimit none = saved;
+  none.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
+  Result<RegularFile> file = open_regular_file(path);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::out_of_host_memory);
+  EXPECT_EQ(file.status().message(), path.string() + ": cannot open: Too many open files");
 }
 
 }  // namespace
