@@ -26,7 +26,8 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     const auto it = by_id.find(id);
     if (it == by_id.end()) continue;
     const PlanBuffer& b = *it->second;
-    needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device});
+    needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device,
+                                          static_cast<size_t>(&b - plan.buffers.data())});
   }
   detail::SourceFiles sources(plan);
   needs.tensors.reserve(selection->tensors.size());
@@ -81,6 +82,11 @@ Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
   return placement;
 }
 
+std::string buffer_place(const Plan& plan, const PlannedBuffer& buffer) {
+  return detail::plan_name(plan) + ": /buffers/" +
+         (buffer.plan_index == SIZE_MAX ? std::string("?") : std::to_string(buffer.plan_index));
+}
+
 std::string DeviceDemand::summary() const {
   std::string text = "plan needs " + human_bytes(bytes) + " in " + std::to_string(buffers) +
                      (buffers == 1 ? " buffer" : " buffers") + ", ";
@@ -105,6 +111,7 @@ std::vector<DeviceDemand> device_demands(const std::vector<BufferPlacement>& pla
     it->bytes = p.buffer.nbytes > UINT64_MAX - it->bytes ? UINT64_MAX
                                                          : it->bytes + p.buffer.nbytes;
     ++it->buffers;
+    it->planned.emplace_back(p.buffer.plan_index, p.buffer.memory_id);
   }
   for (DeviceDemand& d : demands) {
     auto info = d.device.plugin->memory_info(d.device.device);
@@ -124,7 +131,18 @@ Status check_fit(const std::vector<DeviceDemand>& demands) {
   for (const DeviceDemand& d : demands) {
     if (d.fits()) continue;
     if (!message.empty()) message += "; ";
-    message += d.device.device_label() + ": " + d.summary();
+    message += d.device.device_label() + ": " + d.summary() + " (";
+    constexpr size_t kShown = 8;  // a plan may have thousands of buffers
+    for (size_t k = 0; k < d.planned.size() && k < kShown; ++k) {
+      const auto [index, memory_id] = d.planned[k];
+      message += (k == 0 ? "" : ", ") + std::string("/buffers/") +
+                 (index == SIZE_MAX ? std::string("?") : std::to_string(index)) +
+                 " (memory id " + std::to_string(memory_id) + ")";
+    }
+    if (d.planned.size() > kShown) {
+      message += ", ... " + std::to_string(d.planned.size()) + " in all";
+    }
+    message += ")";
   }
   if (message.empty()) return Status();
   return Status(StatusCode::out_of_device_memory,

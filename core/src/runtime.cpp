@@ -6,6 +6,7 @@
 #include <devalloc/no_exceptions.hpp>
 
 #include "plan_checks.hpp"
+#include "plan_errors.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -176,11 +177,13 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   for (const PlannedBuffer& b : needs->buffers) {
     if (buffers_.count(b.memory_id) != 0) continue;
     auto placed = place_buffer(b, runtime_->registry());
-    if (!placed.ok()) return placed.status();
+    if (!placed.ok()) return placed.status().with_context(buffer_place(*plan_, b));
     placements.push_back(std::move(*placed));
   }
   if (options.check_free_memory) {
-    if (Status s = check_fit(device_demands(placements)); !s.ok()) return s;
+    if (Status s = check_fit(device_demands(placements)); !s.ok()) {
+      return s.with_context(detail::plan_name(*plan_));
+    }
   }
 
   // Allocation. Until the commit below the buffers are owned here only, so
@@ -189,7 +192,7 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   for (const BufferPlacement& p : placements) {
     const PlannedBuffer& b = p.buffer;
     auto buffer = DeviceBuffer::allocate(p.device, b.memory_id, b.nbytes, b.alignment);
-    if (!buffer.ok()) return buffer.status();
+    if (!buffer.ok()) return buffer.status().with_context(buffer_place(*plan_, b));
     fresh.emplace(b.memory_id, std::move(*buffer));
   }
   // Consecutive tensors mostly share a buffer: look it up once per run.

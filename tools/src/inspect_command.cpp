@@ -37,8 +37,9 @@ int run_inspect(const InspectOptions& o) {
   std::printf("\nbuffers:\n");
   std::vector<BufferPlacement> placements;
   Status first_failure;
-  for (const PlanBuffer& b : plan->buffers) {
-    PlannedBuffer pb{b.memory_id, b.size, b.alignment, b.device};
+  for (size_t i = 0; i < plan->buffers.size(); ++i) {
+    const PlanBuffer& b = plan->buffers[i];
+    PlannedBuffer pb{b.memory_id, b.size, b.alignment, b.device, i};
     auto placed = place_buffer(pb, registry);
     std::printf("  [%u] %s, alignment %llu, planned %s", b.memory_id,
                 human_bytes(b.size).c_str(), static_cast<unsigned long long>(b.alignment),
@@ -49,7 +50,7 @@ int run_inspect(const InspectOptions& o) {
       placements.push_back(std::move(*placed));
     } else {
       std::printf(" -> unresolved\n      %s\n", placed.status().message().c_str());
-      if (first_failure.ok()) first_failure = placed.status();
+      if (first_failure.ok()) first_failure = placed.status().with_context(buffer_place(*plan, pb));
     }
   }
   std::printf("\nmethods:\n");
@@ -76,7 +77,10 @@ int run_inspect(const InspectOptions& o) {
     std::printf("  %s: %s%s\n", d.device.device_label().c_str(), d.summary().c_str(),
                 d.fits() ? "" : " [does not fit]");
   }
-  if (first_failure.ok() && config->load.check_free_memory) first_failure = check_fit(demands);
+  if (first_failure.ok() && config->load.check_free_memory) {
+    first_failure = check_fit(demands);
+    if (!first_failure.ok()) first_failure = first_failure.with_context(path_for_message(o.plan));
+  }
   if (!first_failure.ok()) return report_failure("inspect", first_failure);
   return kExitOk;
 }

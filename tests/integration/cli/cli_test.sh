@@ -104,7 +104,7 @@ unresolvable_device_fails_with_reason)
   "$python" "$source_dir/examples/small_model/make_model.py" .
   # No config: a tag means the plugin of its name, and there is none.
   sed -i 's/"cuda:0"/"nosuchvendor:0"/' plan.json
-  expect_failure 1 'no device for "nosuchvendor:0" \(memory id 0\): .*libdevalloc_nosuchvendor.so' \
+  expect_failure 1 'devalloc load: plan\.json: /buffers/0: no device for "nosuchvendor:0" \(memory id 0\): .*libdevalloc_nosuchvendor.so' \
     "$devalloc" load plan.json
   ;;
 plugins_lists_zoo_reasons_and_host)
@@ -130,7 +130,7 @@ cuda_without_driver_is_unavailable_with_reason)
   "$python" "$source_dir/examples/small_model/make_model.py" .
   # A config that requires CUDA, with a driver that is not there.
   printf '[plugins.cuda]\noptions = { runtime_library = "/nonexistent/libcuda.so.1" }\n' > cuda.toml
-  expect_failure 1 'no device for "cuda:0" \(memory id 0\): cuda index 0: plugin cuda is unavailable: .*cannot open the CUDA driver "/nonexistent/libcuda.so.1"' \
+  expect_failure 1 'plan\.json: /buffers/0: no device for "cuda:0" \(memory id 0\): cuda index 0: plugin cuda is unavailable: .*cannot open the CUDA driver "/nonexistent/libcuda.so.1"' \
     "$devalloc" load plan.json --config cuda.toml
   if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
     "$devalloc" plugins > out.txt
@@ -233,7 +233,7 @@ inspect_and_load_check_free_memory)
   [ "$rc" -eq 1 ] || fail "inspect exit code $rc, expected 1"
   grep -qE '^  host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 1\.0 MiB free of 1\.0 MiB \[does not fit\]$' out.txt \
     || fail "inspect does not show need against free"
-  expect_failure 1 'the load does not fit, nothing was allocated: host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 1\.0 MiB free of 1\.0 MiB' \
+  expect_failure 1 'devalloc load: plan\.json: the load does not fit, nothing was allocated: host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 1\.0 MiB free of 1\.0 MiB \(/buffers/0 \(memory id 0\), /buffers/1 \(memory id 1\), /buffers/2 \(memory id 2\), /buffers/3 \(memory id 3\)\)' \
     "$devalloc" load plan.json --config devalloc.toml
   # Without the check, the plugin's allocate is what refuses the load.
   sed -i 's/^\[load\]$/[load]\ncheck_free_memory = false/' devalloc.toml

@@ -141,7 +141,8 @@ TEST_F(LoadFixture, GivenUnresolvableDevice_WhenLoading_ThenErrorNamesTagMemoryI
   auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
-              AllOf(HasSubstr("\"nosuchvendor:0\""), HasSubstr("memory id 1"),
+              AllOf(HasSubstr(plan().path.string() +
+                              ": /buffers/1: no device for \"nosuchvendor:0\" (memory id 1)"),
                     HasSubstr("libdevalloc_nosuchvendor.so")));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
@@ -256,7 +257,8 @@ TEST_F(LoadFixture, GivenAllocateReturnsAMisalignedAddress_WhenLoading_ThenRefus
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
-              AllOf(HasSubstr("allocating buffer 0 (768 bytes, alignment 256) on host (plugin zoo"),
+              AllOf(HasSubstr(plan().path.string() + ": /buffers/0: allocating buffer 0 (768 "
+                                "bytes, alignment 256) on host (plugin zoo"),
                     HasSubstr("plugin zoo broke PLUGIN-11: allocate returned address 0x"),
                     HasSubstr(", not aligned to 256")));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
@@ -354,8 +356,10 @@ TEST_F(FaultyLoad, GivenPlanAboveTheDevicesFreeMemory_WhenLoading_ThenRefusedBef
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
   EXPECT_EQ(program.status().message(),
-            "the load does not fit, nothing was allocated: faulty device 0 \"host memory\": "
-            "plan needs 2.0 KiB in 3 buffers, 1.0 KiB free of 1.0 KiB");
+            plan().path.string() +
+                ": the load does not fit, nothing was allocated: faulty device 0 \"host memory\": "
+                "plan needs 2.0 KiB in 3 buffers, 1.0 KiB free of 1.0 KiB (/buffers/0 (memory id "
+                "0), /buffers/1 (memory id 1), /buffers/2 (memory id 2))");
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace devalloc {
@@ -22,6 +23,7 @@ struct PlannedBuffer {
   uint64_t nbytes = 0;
   uint64_t alignment = 0;
   std::string planned_tag;
+  size_t plan_index = SIZE_MAX;  // into Plan::buffers, for messages ("/buffers/N")
 };
 
 struct PlannedTensor {
@@ -78,6 +80,8 @@ struct DeviceDemand {
   ResolvedDevice device;  // as the first of its buffers resolved it
   uint64_t bytes = 0;     // the buffers' sizes, summed
   size_t buffers = 0;
+  // The buffers, each as (PlannedBuffer::plan_index, memory id).
+  std::vector<std::pair<size_t, uint32_t>> planned;
   // nullopt when the plugin does not offer the query or the query failed
   // (unknown_reason says which); the load then goes ahead and the plugin's
   // allocate has the last word.
@@ -95,7 +99,11 @@ struct DeviceDemand {
 std::vector<DeviceDemand> device_demands(const std::vector<BufferPlacement>& placements);
 
 // out_of_device_memory naming every device whose share does not fit in
-// what its plugin reports free; ok when each fits or cannot tell.
+// what its plugin reports free, and its buffers ("/buffers/N (memory id
+// M)", the first few); ok when each fits or cannot tell.
 Status check_fit(const std::vector<DeviceDemand>& demands);
+
+// "plan.json: /buffers/3", the buffer's place in its plan for messages.
+std::string buffer_place(const Plan& plan, const PlannedBuffer& buffer);
 
 }  // namespace devalloc
