@@ -318,6 +318,11 @@ struct devalloc_instance {
   zoo_allocation allocations[ZOO_MAX_ALLOCATIONS];
   zoo_release pending[ZOO_MAX_PENDING];
   size_t pending_count;
+  /* Threads firing releases they took out of `pending` (under mutex); a
+   * synchronize returns only once none is left (PLUGIN-20), `fired` says
+   * when. */
+  size_t firing;
+  pthread_cond_t fired;
   uint64_t until_released_copies;
 };
 
@@ -326,7 +331,9 @@ struct devalloc_instance {
 static char zoo_stray_user_data[64];
 #endif
 
-/* Takes the pending releases out under the lock and calls them outside it. */
+/* Takes the pending releases out under the lock and calls them outside it,
+ * then waits for those other threads took out before: every release of a
+ * copy issued before the call has run when it returns (PLUGIN-20). */
 static void zoo_fire_pending(devalloc_instance* z) {
   zoo_release fire[ZOO_MAX_PENDING];
   size_t n, i;
@@ -334,8 +341,13 @@ static void zoo_fire_pending(devalloc_instance* z) {
   n = z->pending_count;
   memcpy(fire, z->pending, n * sizeof fire[0]);
   z->pending_count = 0;
+  ++z->firing;
   pthread_mutex_unlock(&z->mutex);
   for (i = 0; i < n; ++i) fire[i].fn(fire[i].user_data);
+  pthread_mutex_lock(&z->mutex);
+  if (--z->firing == 0) pthread_cond_broadcast(&z->fired);
+  while (z->firing != 0) pthread_cond_wait(&z->fired, &z->mutex);
+  pthread_mutex_unlock(&z->mutex);
 }
 
 static int zoo_inside(devalloc_instance* z, uint64_t address, uint64_t nbytes) {
@@ -372,6 +384,7 @@ static devalloc_status zoo_create(devalloc_create_args* args, devalloc_error* er
   z = (devalloc_instance*)calloc(1, sizeof *z);
   if (z == NULL) return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, "zoo: calloc failed");
   pthread_mutex_init(&z->mutex, NULL);
+  pthread_cond_init(&z->fired, NULL);
   args->instance = z;
 #if defined(DEVALLOC_ZOO_MUTABLE_TABLE)
   devalloc_zoo_api.copy_host_to_device = NULL;
@@ -385,6 +398,7 @@ static void zoo_destroy(devalloc_instance* z) {
   zoo_fire_pending(z);
 #endif
   for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) free(z->allocations[i].raw);
+  pthread_cond_destroy(&z->fired);
   pthread_mutex_destroy(&z->mutex);
   free(z);
 }
