@@ -6,6 +6,9 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <string>
+
+#include <devalloc/plugin_abi.h>
 
 namespace {
 
@@ -13,6 +16,11 @@ int run(int argc, char** argv) {
   CLI::App app{"devalloc: put the planned constants of a model into device "
                "memory through vendor plugins"};
   app.require_subcommand(1);
+  // The project's version (CMakeLists.txt, which pyproject.toml must match)
+  // and the newest plugin ABI this program speaks.
+  app.set_version_flag("--version", "devalloc " DEVALLOC_VERSION " (plugin ABI " +
+                                        std::to_string(DEVALLOC_ABI_VERSION_MAJOR) + "." +
+                                        std::to_string(DEVALLOC_ABI_VERSION_MINOR) + ")");
   devalloc::cli::Action action;
   devalloc::cli::add_plugins_command(app, &action);
   devalloc::cli::add_conformance_command(app, &action);
@@ -24,6 +32,8 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);

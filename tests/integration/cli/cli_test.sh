@@ -73,6 +73,14 @@ malformed_plan_is_refused)
   printf '{"format": ' > broken.json
   expect_failure 3 'broken.json' "$devalloc" load broken.json
   ;;
+version_is_the_projects_and_names_the_abi)
+  version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$source_dir/pyproject.toml")
+  abi=$(sed -n 's/^#define DEVALLOC_ABI_VERSION_MAJOR \([0-9]*\)$/\1/p; s/^#define DEVALLOC_ABI_VERSION_MINOR \([0-9]*\)$/.\1/p' \
+        "$source_dir/abi/devalloc/plugin_abi.h" | tr -d '\n')
+  out=$("$devalloc" --version)
+  [ "$out" = "devalloc $version (plugin ABI $abi)" ] ||
+    { echo "FAIL: --version printed '$out', expected 'devalloc $version (plugin ABI $abi)'" >&2; exit 1; }
+  ;;
 malformed_config_is_refused)
   cp "$source_dir/examples/small_model/plan.json" .
   "$python" "$source_dir/examples/small_model/make_model.py" .
