@@ -4,6 +4,9 @@
 
 #include "mapping_guard.hpp"
 
+// xxHash compiled into the core (inline), so that neither the core's
+// consumers nor the Python extension need libxxhash.so at run time.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <algorithm>
