@@ -275,6 +275,47 @@ TEST(StreamReleases, QuiesceWithoutAccessToTheRuntime_StillDestroysTheStreamOnce
   EXPECT_EQ(counter.fired, 1);
 }
 
+// A release that a stream's callback thread took before destroy counts
+// until its on_release returned, also when the runtime cannot be reached
+// (quiesce(false) waits for nothing on the stream): the host may free the
+// release's user_data once destroy returned.
+TEST(StreamReleases, QuiesceWhileACallbackFiresARelease_ReturnsOnlyAfterItReturned) {
+  struct Gate {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool entered = false;
+    bool open = false;
+    std::atomic<bool> returned{false};
+    static void on_release(void* self) {
+      auto& gate = *static_cast<Gate*>(self);
+      std::unique_lock lock(gate.mutex);
+      gate.entered = true;
+      gate.changed.notify_all();
+      gate.changed.wait(lock, [&] { return gate.open; });
+      gate.returned = true;
+    }
+  } gate;
+  ScriptedStream stream;
+  StreamReleases releases(stream);
+  releases.copy_until_released(0, nullptr, 1, Release(&Gate::on_release, &gate));
+  std::thread callback([&] { stream.run_all(); });
+  {
+    std::unique_lock lock(gate.mutex);
+    gate.changed.wait(lock, [&] { return gate.entered; });
+  }
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::lock_guard lock(gate.mutex);
+    gate.open = true;
+    gate.changed.notify_all();
+  });
+  releases.quiesce(false);
+  EXPECT_TRUE(gate.returned) << "quiesce returned while a callback was still firing a release";
+  EXPECT_EQ(stream.destroyed, 1);
+  opener.join();
+  callback.join();
+}
+
 // A release popped by a callback thread counts until its on_release has
 // returned: quiesce() waits with wait_for_earlier() before destroy returns,
 // and a host may free the release's user_data once destroy returned.
@@ -314,6 +355,34 @@ TEST(ReleaseQueue, WaitForEarlier_ReturnsOnlyAfterAReleaseBeingFiredHasReturned)
   opener.join();
   callback.join();
   EXPECT_EQ(queue.pending(), 0u);
+}
+
+// A release taken back (its copy or callback could not be queued) is owed
+// by the queue no more: a wait_for_earlier blocked on it returns.
+TEST(ReleaseQueue, WaitForEarlier_ReturnsOnceTheReleaseItWaitsForIsTakenBack) {
+  ReleaseQueue queue;
+  Counter counter;
+  const uint64_t ticket = queue.push(counter.release());
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    queue.wait_for_earlier();
+    returned = true;
+  });
+  // Lets the waiter block first; had it not yet, it returns at once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Release taken = queue.take_back(ticket);
+  EXPECT_TRUE(static_cast<bool>(taken));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!returned && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_TRUE(returned) << "wait_for_earlier still waits for a release taken back";
+  if (!returned) {
+    // Wakes it (a later release fired) so that the test ends.
+    queue.push(Release{});
+    queue.complete_oldest();
+  }
+  waiter.join();
+  taken.fire();
+  EXPECT_EQ(counter.fired, 1);
 }
 
 }  // namespace
