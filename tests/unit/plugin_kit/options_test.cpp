@@ -67,5 +67,31 @@ TEST(Options, WhatIsNotTakenIsUnknownAndNamed) {
             "plugin host: unknown option \"asink\" (accepted: async, pool)");
 }
 
+TEST(Options, BooleansAreTrueOrOneAndFalseOrZero_AnythingElseIsRefused) {
+  Args a({"a", "b", "c", "d", "e"}, {"true", "1", "false", "0", "yes"});
+  Options options(a.args);
+  EXPECT_TRUE(options.take_bool("a", false));
+  EXPECT_TRUE(options.take_bool("b", false));
+  EXPECT_FALSE(options.take_bool("c", true));
+  EXPECT_FALSE(options.take_bool("d", true));
+  EXPECT_THAT(failure_of([&] { options.take_bool("e", false); }),
+              HasSubstr("expected true or false"));
+  EXPECT_TRUE(options.take_bool("absent", true));
+}
+
+TEST(Options, ACountWithNullArrays_IsRefusedBeforeAnyIsRead) {
+  const char* key = "async";
+  for (int which = 0; which < 3; ++which) {
+    devalloc_create_args args{};
+    args.struct_size = sizeof args;
+    args.option_count = 1;
+    args.option_keys = which == 1 ? &key : nullptr;
+    args.option_values = which == 2 ? &key : nullptr;
+    EXPECT_EQ(failure_of([&] { Options options(args); }),
+              "create: option_count > 0 with NULL option arrays (PLUGIN-8)")
+        << which;
+  }
+}
+
 }  // namespace
 }  // namespace devalloc::plugin
