@@ -415,5 +415,16 @@ TEST(HostPlugin, GivenMalformedArguments_ThenInvalidArgumentWithoutACrash) {
             DEVALLOC_STATUS_INVALID_ARGUMENT);
 }
 
+TEST(HostPlugin, GivenStagingBeyondTheHost_WhenAllocatingHostMemory_ThenOutOfHostMemory) {
+  auto host = open_host(sync_mode);
+  ASSERT_TRUE(host);
+  devalloc_error error = empty_error();
+  void* buffer = &error;
+  EXPECT_EQ(host->api().allocate_host(host->get(), UINT64_MAX, &buffer, &error),
+            DEVALLOC_STATUS_OUT_OF_HOST_MEMORY);
+  EXPECT_EQ(buffer, nullptr);
+  EXPECT_THAT(std::string(error.message), HasSubstr("out of host memory"));
+}
+
 }  // namespace
 }  // namespace devalloc::zoo_test
