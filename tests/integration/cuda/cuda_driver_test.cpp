@@ -136,6 +136,18 @@ TEST_F(CudaDevices,
   EXPECT_TRUE(plugin().deallocate(0, *address).ok());
 }
 
+// Pinned staging that the driver cannot give for lack of memory is host
+// memory that ran out, not device memory nor a device error.
+TEST_F(CudaDevices, PinnedAllocationOutOfMemory_IsOutOfHostMemoryNamingCuMemHostAlloc) {
+  fake().fail_next("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+  const Result<void*> pinned = plugin().allocate_host(4096);
+  EXPECT_EQ(pinned.status().code(), StatusCode::out_of_host_memory);
+  EXPECT_TRUE(contains(pinned.status().message(),
+                       "cuMemHostAlloc(bytesize = 4096, Flags = CU_MEMHOSTALLOC_PORTABLE) failed: "
+                       "CUDA_ERROR_OUT_OF_MEMORY"))
+      << pinned.status().message();
+}
+
 #if DEVALLOC_ABI_VERSION_MINOR >= 1
 TEST_F(CudaDevices, MemoryInfo_IsCuMemGetInfoOfTheDeviceAsked) {
   constexpr uint64_t kTotal = uint64_t{1} << 30, kBytes = uint64_t{1} << 20;
