@@ -367,6 +367,48 @@ TEST_F(HipPluginTest, ManyUntilReleasedCopies_NoMoreThan4096CallbacksQueuedBetwe
   fake().reset();
 }
 
+// The wait the plugin makes before it queues more than 4096 callbacks
+// fails (the stream idle: it ran everything): the copy is not queued, so
+// its call fails naming that wait, not silently succeeds; its source is
+// released once, before the call returns, and the bytes never land.
+TEST_F(HipPluginTest, WaitBeforeCallback4097Fails_CopyFailsNamingTheWaitAndIsReleasedOnce) {
+  constexpr uint64_t kBound = 4096;
+  constexpr size_t kBytes = 64;
+  fake().control<devalloc_fake_hip_set_delay_us_fn>("set_delay_us")(0);
+  Result<uint64_t> base = plugin().allocate(0, 2 * kBytes, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(2 * kBytes);
+  ASSERT_TRUE(pinned.ok());
+  auto* source = static_cast<uint8_t*>(*pinned);
+  const auto before = pattern(kBytes, 10);
+  std::copy(before.begin(), before.end(), source);
+  ReleaseCounter counter;
+  for (uint64_t i = 0; i < kBound; ++i) {
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(0, *base, source, kBytes,
+                                                   ReleaseCounter::on_release, &counter)
+                    .ok())
+        << "copy " << i;
+  }
+  const auto never = pattern(kBytes, 11);
+  std::copy(never.begin(), never.end(), source + kBytes);
+  ASSERT_TRUE(plugin().copy_to_device(0, *base + kBytes, source, kBytes).ok());
+  fake().fail_next("hipStreamSynchronize", hipErrorUnknown);
+  ReleaseCounter last;
+  const Status status = plugin().copy_to_device_until_released(
+      0, *base + kBytes, source + kBytes, kBytes, ReleaseCounter::on_release, &last);
+  EXPECT_EQ(status.code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(status.message(), "hipStreamSynchronize")) << status.message();
+  EXPECT_TRUE(contains(status.message(), "4096")) << status.message();
+  EXPECT_EQ(last.releases, 1);
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(counter.releases, static_cast<int>(kBound));
+  EXPECT_EQ(last.releases, 1);
+  EXPECT_EQ(fake().read(*base + kBytes, kBytes), before) << "the refused copy landed";
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {
   Result<uint64_t> base = plugin().allocate(0, kChunk, 0);
   ASSERT_TRUE(base.ok());
