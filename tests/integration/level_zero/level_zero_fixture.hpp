@@ -65,6 +65,7 @@ class LevelZeroPluginTest : public ::testing::Test {
 
   Plugin& plugin() { return *plugin_; }
   const FakeZe& fake() const { return *fake_; }
+  void destroy_plugin() { plugin_.reset(); }
 
  private:
   std::shared_ptr<Plugin> plugin_;

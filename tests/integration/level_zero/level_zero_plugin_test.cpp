@@ -441,5 +441,44 @@ TEST_F(LevelZeroErrors, EveryEventRetired_SynchronizeFailsOnlyAfterTheReleasesOw
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
 }
 
+// A device-to-host copy whose barrier was appended but whose copy was not
+// leaves the barrier on the list with no event tracking it. Destroy waits
+// for it (a barrier with an event behind it) before it destroys the list:
+// the fake records a list destroyed with unfinished commands.
+TEST_F(LevelZeroErrors, BarrierLeftWithoutItsCopy_DestroyWaitsForItBeforeTheListGoes) {
+  Result<uint64_t> base = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_TRUE(base.ok());
+  fake().pause(true);
+  fake().fail_next("zeCommandListAppendMemoryCopy", ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY);
+  std::vector<uint8_t> back(kChunk);
+  const Status copied = plugin().copy_to_host(kDevice, back.data(), *base, kChunk);
+  ASSERT_FALSE(copied.ok());
+  EXPECT_NE(copied.message().find("zeCommandListAppendMemoryCopy"), std::string::npos)
+      << copied.message();
+  ASSERT_EQ(fake().calls("zeCommandListAppendBarrier"), 1u);
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    destroy_plugin();
+    destroyed = true;
+  });
+  // The paused list holds the barrier: destroy appends its own and waits.
+  while (fake().calls("zeCommandListAppendBarrier") < 2 && !destroyed) {
+    std::this_thread::yield();
+  }
+  EXPECT_FALSE(destroyed) << "destroy did not wait for the barrier left on the paused list";
+  fake().pause(false);
+  destroyer.join();
+  // TearDown expects no violation.
+}
+
+TEST_F(LevelZeroErrors, StagingMemoryBeyondTheHost_IsOutOfHostMemoryNamingZeMemAllocHost) {
+  fake().fail_next("zeMemAllocHost", ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY);
+  const Result<void*> host = plugin().allocate_host(kChunk);
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().code(), StatusCode::out_of_host_memory);
+  EXPECT_NE(host.status().message().find("zeMemAllocHost"), std::string::npos)
+      << host.status().message();
+}
+
 }  // namespace
 }  // namespace devalloc::level_zero_test
