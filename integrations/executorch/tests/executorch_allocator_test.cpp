@@ -243,6 +243,27 @@ TEST_F(ExecuTorchAllocator, GivenAddressBeyondTheEndOfItsLastAllocation_WhenCopy
   EXPECT_EQ(take_log(), "");
 }
 
+// The range is exact: the whole allocation copies, in and out, and one
+// byte more does not, from its start or from one byte in.
+TEST_F(ExecuTorchAllocator, GivenCopyOneBytePastTheAllocation_WhenCopying_ThenRefusedAndTheWholeOneCopies) {
+  devalloc::executorch::DevallocDeviceAllocator allocator(own_runtime(), DeviceType::CUDA, "cuda");
+  auto memory = allocator.allocate(256, 0, 256);
+  ASSERT_TRUE(memory.ok()) << take_log();
+  auto* start = static_cast<uint8_t*>(*memory);
+  std::vector<uint8_t> bytes = pattern(257, 5);
+  EXPECT_EQ(allocator.copy_host_to_device(start, bytes.data(), 256, 0), et::Error::Ok);
+  EXPECT_EQ(allocator.copy_device_to_host(bytes.data(), start + 1, 255, 0), et::Error::Ok);
+  EXPECT_EQ(take_log(), "");
+  EXPECT_EQ(allocator.copy_host_to_device(start, bytes.data(), 257, 0),
+            et::Error::InvalidArgument);
+  EXPECT_NE(take_log().find("is not inside a live allocation of cuda:0"), std::string::npos);
+  EXPECT_EQ(allocator.copy_device_to_host(bytes.data(), start + 1, 256, 0),
+            et::Error::InvalidArgument);
+  EXPECT_NE(take_log().find("is not inside a live allocation of cuda:0"), std::string::npos);
+  allocator.deallocate(*memory, 0);
+  EXPECT_EQ(take_log(), "");
+}
+
 // ExecuTorch names the device of every free: memory of cuda:0 freed as
 // cuda:1's is refused and stays allocated, so the right free still works.
 TEST_F(ExecuTorchAllocator, GivenFreeNamingAnotherIndex_WhenDeallocating_ThenRefusedAndTheMemoryStaysLive) {
