@@ -287,6 +287,14 @@ TEST_F(ExecuTorchAllocator, GivenIndexWithoutDevice_WhenAllocating_ThenErrorNami
   EXPECT_NE(take_log().find("cuda:5"), std::string::npos);
 }
 
+// A negative index is refused as such, before any tag is made of it.
+TEST_F(ExecuTorchAllocator, GivenNegativeIndex_WhenAllocating_ThenRefusedSayingItIsNegative) {
+  auto buffer = DeviceMemoryBuffer::create(64, DeviceType::CUDA, -1);
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_EQ(buffer.error(), et::Error::InvalidArgument);
+  EXPECT_NE(take_log().find("device index -1 of CUDA is negative"), std::string::npos);
+}
+
 TEST_F(ExecuTorchAllocator, GivenRegisteredType_WhenRegisteringAgain_ThenErrorInsteadOfAbort) {
   auto again = devalloc::executorch::register_allocator(
       devalloc::Runtime::create(devalloc::default_config()));
