@@ -427,4 +427,21 @@ TEST(ExecuTorchLogParts, GivenLongUtf8Message_ThenPartsAreShortStartOnASequenceA
   EXPECT_EQ(devalloc::executorch::log_parts("").size(), 1u);
 }
 
+// The table of docs/integrations/executorch.md, code by code.
+TEST(ExecuTorchErrors, GivenEachStatusCode_ThenTheErrorTheDocumentedTableGives) {
+  using devalloc::StatusCode;
+  using devalloc::executorch::to_executorch_error;
+  EXPECT_EQ(to_executorch_error(StatusCode::ok), et::Error::Ok);
+  EXPECT_EQ(to_executorch_error(StatusCode::invalid_argument), et::Error::InvalidArgument);
+  EXPECT_EQ(to_executorch_error(StatusCode::out_of_device_memory),
+            et::Error::MemoryAllocationFailed);
+  EXPECT_EQ(to_executorch_error(StatusCode::out_of_host_memory),
+            et::Error::MemoryAllocationFailed);
+  EXPECT_EQ(to_executorch_error(StatusCode::no_such_device), et::Error::NotFound);
+  EXPECT_EQ(to_executorch_error(StatusCode::runtime_unavailable), et::Error::NotSupported);
+  EXPECT_EQ(to_executorch_error(StatusCode::unsupported), et::Error::NotSupported);
+  EXPECT_EQ(to_executorch_error(StatusCode::device_error), et::Error::AccessFailed);
+  EXPECT_EQ(to_executorch_error(StatusCode::internal), et::Error::Internal);
+}
+
 }  // namespace
