@@ -329,6 +329,13 @@ TEST_F(PlanTest, GivenTensorEndingPastItsBuffer_ThenRejected) {
             "bytes");
 }
 
+TEST_F(PlanTest, GivenTensorEndingOneBytePastItsBuffer_ThenRejected) {
+  plan_["tensors"][1]["offset"] = 4096 - 127;
+  EXPECT_EQ(validation_error(),
+            "/tensors/1 \"blk.0.attn.weight\": ends at byte 4097 of buffer 0, which has 4096 "
+            "bytes");
+}
+
 TEST_F(PlanTest, GivenTensorEndingExactlyAtItsBuffer_ThenOk) {
   plan_["tensors"][1]["offset"] = 4096 - 128;
   const Status status = validate();
