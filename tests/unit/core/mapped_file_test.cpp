@@ -192,6 +192,33 @@ TEST(MappedFile, GivenFileReplacedByRename_WhenChecked_ThenUnchanged) {
       << (*file)->check_unchanged("since it was opened").message();
 }
 
+// A hard link made after the open moves the link count, and so the status
+// change time no longer counts (as after a rename over the file): the
+// modification time and the size still tell a write in place, each on its
+// own.
+TEST(MappedFile, GivenAHardLinkMade_WhenTheFileIsThenWrittenInPlace_ThenModifiedInPlace) {
+  ScratchDir dir;
+  test::write_file(dir / "w", "old bytes");
+  auto file = MappedFile::open(dir / "w");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  std::filesystem::create_hard_link(dir / "w", dir / "w.link");
+  // The same size, another modification time.
+  rewrite_in_place(dir / "w.link", "new bytes");
+  EXPECT_THAT((*file)->check_unchanged("since it was opened").message(),
+              HasSubstr("modified in place since it was opened (its modification time went "
+                        "from "));
+  // Another size, the modification time set back to the one opened.
+  rewrite_in_place(dir / "w.link", "newer, longer bytes");
+  const FileVersion& opened = (*file)->version();
+  const timespec times[2] = {{0, UTIME_OMIT},
+                             {static_cast<time_t>(opened.modified_seconds),
+                              static_cast<long>(opened.modified_nanoseconds)}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir / "w").c_str(), times, 0), 0);
+  EXPECT_THAT((*file)->check_unchanged("since it was opened").message(),
+              HasSubstr("modified in place since it was opened (its size went from 9 to 19 "
+                        "bytes"));
+}
+
 // Only the status change time moved (a chmod here; a writer that set the
 // modification time back looks the same): taken for a change, the safe
 // side, and said as what it is.
