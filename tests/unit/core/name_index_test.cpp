@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <string>
 #include <vector>
 
@@ -28,6 +32,24 @@ TEST(NameIndex, GivenManyNames_ThenEachIsFoundWithItsValueThroughEveryGrowth) {
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(index.find(names[i]), i * 7);
   EXPECT_EQ(index.find("layers.5000.weight"), std::nullopt);
   EXPECT_EQ(index.find("layers.1.weigh"), std::nullopt);
+}
+
+// The table stays at most half full, so a missing name always meets an
+// empty slot. 16 names are as many as its first 16 slots: a table let
+// fill up would probe for ever (the alarm ends the child then).
+TEST(NameIndex, GivenAsManyNamesAsItsFirstSlots_WhenLookingUpAMissingName_ThenNothingIsFound) {
+  EXPECT_EXIT(
+      {
+        ::alarm(10);
+        std::vector<std::string> names;
+        for (int i = 0; i < 16; ++i) names.push_back("w" + std::to_string(i));
+        NameIndex index;
+        for (size_t i = 0; i < names.size(); ++i) {
+          if (!index.insert(names[i], i)) std::_Exit(2);
+        }
+        std::_Exit(index.find("missing") == std::nullopt && index.find("w15") == 15u ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(NameIndex, GivenANameTwice_ThenTheFirstStaysAndInsertSaysSo) {
