@@ -408,6 +408,21 @@ TEST_F(SafetensorsReader, GivenHeaderLengthPastEndOfFile_ThenRejected) {
             "header length 100 ends at byte 108, file has 10 bytes");
 }
 
+// One byte past the end is past it; a header that ends exactly at the end
+// of the file (no data) is a file.
+TEST_F(SafetensorsReader, GivenHeaderLengthOneBytePastEndOfFile_ThenRejected) {
+  std::string content = test::safetensors_bytes("{}", 0);
+  content[0] = 3;
+  test::write_file(dir_ / "m.safetensors", content);
+  EXPECT_EQ(error_of_file(dir_ / "m.safetensors"),
+            "header length 3 ends at byte 11, file has 10 bytes");
+  content[0] = 2;
+  test::write_file(dir_ / "m.safetensors", content);
+  auto file = SafetensorsFile::open(dir_ / "m.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_TRUE((*file)->tensors().empty());
+}
+
 TEST_F(SafetensorsReader, GivenHugeHeaderLength_ThenRejectedBeforeReading) {
   std::string content = test::safetensors_bytes("{}", 0);
   content.replace(0, 8, std::string("\0\0\0\0\0\0\0\x80", 8));
