@@ -485,6 +485,13 @@ TEST_F(SafetensorsReader, GivenOverlappingTensors_ThenRejectedNamingBoth) {
             "tensor \"b\": data_offsets [4, 12] overlap tensor \"a\" at [0, 8]");
 }
 
+TEST_F(SafetensorsReader, GivenTensorsOverlappingByOneByte_ThenRejected) {
+  EXPECT_EQ(error(R"({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},)"
+                  R"( "b": {"dtype": "U8", "shape": [8], "data_offsets": [7, 15]}})",
+                  15),
+            "tensor \"b\": data_offsets [7, 15] overlap tensor \"a\" at [0, 8]");
+}
+
 TEST_F(SafetensorsReader, GivenTensorInsideAnother_ThenOverlap) {
   EXPECT_THAT(error(R"({"a": {"dtype": "U8", "shape": [16], "data_offsets": [0, 16]},)"
                     R"( "b": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}})",
