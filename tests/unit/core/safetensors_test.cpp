@@ -504,6 +504,13 @@ TEST_F(SafetensorsReader, GivenShapeAndOffsetsDisagree_ThenRejectedWithBothSizes
             "tensor \"w\": shape [2, 3] of F32 needs 24 bytes, data_offsets [0,20] hold 20");
 }
 
+// Offsets that hold more bytes than the shape needs are the same mistake
+// the other way round, said as such (not as a gap after the tensor).
+TEST_F(SafetensorsReader, GivenOffsetsHoldingMoreThanTheShapeNeeds_ThenRejectedWithBothSizes) {
+  EXPECT_EQ(error(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 12]}})", 12),
+            "tensor \"w\": shape [2] of F32 needs 8 bytes, data_offsets [0,12] hold 12");
+}
+
 TEST_F(SafetensorsReader, GivenNegativeDimension_ThenRejected) {
   EXPECT_EQ(error(R"({"w": {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 0]}})", 0),
             "tensor \"w\": shape[1] is -3, expected a non-negative integer");
