@@ -955,6 +955,26 @@ TEST(SafetensorsCache, GivenAFileModifiedInPlaceAfterItWasOpened_WhenOpenedAgain
   EXPECT_EQ((*repaired)->bytes(*w3)[0], tensor_bytes(3, 3)[0]);
 }
 
+// Modified in place into a file that does not open: the failed open lets
+// the entry of the version opened before go (its mapping and descriptor
+// with it, once its holders let go too), rather than keeping it for good.
+TEST(SafetensorsCache, GivenAFileModifiedInPlaceIntoNoModel_WhenOpenedAgain_ThenTheCacheLetsItsOldEntryGo) {
+  ScratchDir dir;
+  const fs::path model = dir / "m.safetensors";
+  test::write_file(model, model_bytes(dir / "v1", 1, false));
+  SafetensorsCache cache;
+  std::weak_ptr<const SafetensorsFile> entry;
+  {
+    auto first = cache.open(model);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    entry = *first;
+  }
+  ASSERT_FALSE(entry.expired());  // the cache holds it
+  rewrite_in_place(model, "not a model");
+  EXPECT_FALSE(cache.open(model).ok());
+  EXPECT_TRUE(entry.expired());
+}
+
 // Replaced by a rename (a new inode at the path; the safe way to update a
 // model): the entry keeps serving the file it opened, as it was.
 TEST(SafetensorsCache, GivenAFileReplacedByRename_WhenOpenedAgain_ThenTheEntryItOpenedIsServed) {
