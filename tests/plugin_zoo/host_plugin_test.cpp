@@ -209,6 +209,23 @@ TEST(HostPlugin, GivenImpossibleSize_WhenAllocating_ThenOutOfDeviceMemoryNamesTh
                          "out of device memory"));
 }
 
+// One byte more than the host has is refused before malloc is asked: with
+// overcommit, malloc could hand it out and the load fail only when the
+// pages are touched.
+TEST(HostPlugin, GivenOneByteMoreThanTheHostHas_WhenAllocating_ThenRefusedNamingTheTotal) {
+  auto host = open_host(sync_mode);
+  ASSERT_TRUE(host);
+  ASSERT_NE(host->api().get_memory_info, nullptr);
+  uint64_t free_bytes = 0, total = 0;
+  devalloc_error error = empty_error();
+  ASSERT_EQ(host->api().get_memory_info(host->get(), 0, &free_bytes, &total, &error),
+            DEVALLOC_STATUS_OK);
+  uint64_t address = 1;
+  EXPECT_EQ(host->allocate(total + 1, 0, &address), DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY);
+  EXPECT_THAT(host->message(), HasSubstr("out of device memory (the host has " +
+                                         std::to_string(total) + " bytes)"));
+}
+
 TEST(HostPlugin, GivenAlignments_WhenAllocating_ThenPowersOfTwoUpToOneMibAreHonoured) {
   auto host = open_host(sync_mode);
   ASSERT_TRUE(host);
