@@ -13,7 +13,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/loader/include/devalloc"
 # COMPONENTS abi plugin_kit) needs none of the core's dependencies:
 #   abi        devalloc::abi (the header)
 #   plugin_kit devalloc::plugin_kit (static; threads and dlopen only)
-#   loader, core  devalloc::loader, devalloc::core (nlohmann-json, dlpack)
+#   loader, core  devalloc::loader, devalloc::core (toml++, nlohmann-json, dlpack)
 # Each exported target names its installed include folder itself
 # ($<INSTALL_INTERFACE:include>), so install(TARGETS) adds none (an INCLUDES
 # DESTINATION would list it twice). devalloc_warnings is the build's alone:

@@ -1,9 +1,6 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/device_selection.hpp>
 
-// toml++ compiled into the core (header-only), so that neither the core's
-// consumers nor the Python extension need libtomlplusplus.so at run time.
-#define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
 
 #include <devalloc/input_text.hpp>

@@ -4,9 +4,8 @@
 # links devalloc::core), and runs it: it plans and loads a model through the
 # installed host plugin. The installed package must not ask its consumers
 # for Boost, which only the loader's sources use, nor hand them the build's
-# own warnings target, nor toml++ or xxHash, which are compiled into the
-# core (the installed CLI and the runtime built here need neither library at
-# run time); and the installed CLI names no source file by the build
+# own warnings target, nor xxHash, which is compiled into the core (the
+# installed CLI and the runtime built here do not need it at run time); and the installed CLI names no source file by the build
 # machine's path. Installed under umask 002 (a user with a private
 # group, on Fedora and often Debian), its folders are still not
 # group-writable, so the installed program trusts its own plugins.
@@ -33,18 +32,18 @@ if grep -n "Boost" "$prefix"/lib/cmake/devalloc/*.cmake; then
   echo "FAIL: the installed package names Boost (above)" >&2
   exit 1
 fi
-if grep -n 'tomlplusplus\|XXHASH\|libxxhash' "$prefix"/lib/cmake/devalloc/*.cmake; then
-  echo "FAIL: the installed package asks its consumers for toml++ or xxHash (above)" >&2
+if grep -n 'XXHASH\|libxxhash' "$prefix"/lib/cmake/devalloc/*.cmake; then
+  echo "FAIL: the installed package asks its consumers for xxHash (above)" >&2
   exit 1
 fi
-# Neither library is a run-time dependency of a program with the core.
-needs_no_toml_or_xxhash() {
-  if readelf -d "$1" | grep -E 'NEEDED.*(toml|xxhash)'; then
-    echo "FAIL: $1 needs toml++ or xxHash at run time (above)" >&2
+# xxHash is no run-time dependency of a program with the core.
+needs_no_xxhash() {
+  if readelf -d "$1" | grep -E 'NEEDED.*xxhash'; then
+    echo "FAIL: $1 needs xxHash at run time (above)" >&2
     exit 1
   fi
 }
-needs_no_toml_or_xxhash "$prefix/bin/devalloc"
+needs_no_xxhash "$prefix/bin/devalloc"
 if grep -n 'devalloc_warnings\|LINK_ONLY:>' "$prefix"/lib/cmake/devalloc/*.cmake; then
   echo "FAIL: the installed package exports a build-only target or an empty entry (above)" >&2
   exit 1
@@ -64,6 +63,6 @@ fi
 cmake -S "$source_dir/examples/out_of_tree_runtime" -B "$scratch/build" \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$scratch/build"
-needs_no_toml_or_xxhash "$scratch/build/example_runtime"
+needs_no_xxhash "$scratch/build/example_runtime"
 DEVALLOC_PLUGIN_PATH= "$scratch/build/example_runtime" "$scratch/model" | tee "$scratch/out.txt"
 grep -q '^loaded 2 constants (4160 bytes) on host' "$scratch/out.txt"
