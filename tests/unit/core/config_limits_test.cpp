@@ -139,6 +139,94 @@ TEST(ConfigKeyDepth, GivenValuesNestedMoreThan32Deep_WhenParsing_ThenRefusedAtTh
               HasSubstr(": unknown key \"x\" at the top level"));
 }
 
+// --- Code points that reach toml++ 3.3's whitespace table -----------------
+
+// toml++ 3.3's is_non_ascii_horizontal_whitespace reaches
+// __builtin_unreachable for most code points of U+00A1-U+0499,
+// U+2C6E-U+3067 and U+FBC6-U+FEFE (found by fuzz_config with toml++
+// compiled into the instrumented core; docs/security.md). The core links
+// Debian's compiled library, whose code answers "not whitespace" there. These
+// tests pin that, for every code point of the Basic Multilingual Plane above
+// ASCII, in the three places a config's text reaches the table: the first
+// character after a line-ending backslash of a multi-line string (valid
+// TOML, which must keep the character), a key, and the character right after
+// a value (both errors at their place). A toml++ built otherwise fails here,
+// not in a user's load.
+
+std::string utf8(char32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// The code points toml++'s table means to call horizontal whitespace, and
+// the three it calls vertical.
+bool toml_whitespace(char32_t cp) {
+  return cp == 0xA0 || cp == 0x1680 || cp == 0x180E || (cp >= 0x2000 && cp <= 0x200B) ||
+         cp == 0x202F || cp == 0x205F || cp == 0x2060 || cp == 0x3000 || cp == 0xFEFF ||
+         cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+}
+
+// Runs check on every code point from U+0080 to U+FFFF but the surrogates;
+// it returns what went wrong, or nothing. Reports the first few failures.
+template <typename Check>
+void for_each_bmp_code_point(Check check) {
+  size_t failures = 0;
+  for (char32_t cp = 0x80; cp <= 0xFFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    const std::string wrong = check(cp);
+    if (wrong.empty()) continue;
+    if (++failures <= 5) {
+      ADD_FAILURE() << "U+" << std::hex << std::uppercase << static_cast<uint32_t>(cp)
+                    << ": " << wrong;
+    }
+  }
+  EXPECT_EQ(failures, 0u);
+}
+
+TEST(ConfigCodePoints, GivenEachCodePointAfterALineEndingBackslash_WhenParsing_ThenTheStringKeepsIt) {
+  for_each_bmp_code_point([](char32_t cp) -> std::string {
+    if (toml_whitespace(cp)) return {};
+    const std::string c = utf8(cp);
+    auto config = parse_config("[plugins.host.options]\nname = \"\"\"x\\\n  " + c +
+                                   "y\"\"\"\n",
+                               test::kConfigSource);
+    if (!config.ok()) return config.status().message();
+    const auto& options = config->plugins.at("host").options;
+    const std::string expected = "x" + c + "y";
+    if (options.size() != 1 || options.begin()->second != expected) {
+      return "the option is not \"" + expected + "\"";
+    }
+    return {};
+  });
+}
+
+TEST(ConfigCodePoints, GivenEachCodePointAsAKeyOrAfterAValue_WhenParsing_ThenRefusedAtItsPlace) {
+  for_each_bmp_code_point([](char32_t cp) -> std::string {
+    const std::string c = utf8(cp);
+    for (const auto& [text, place] :
+         {std::pair<std::string, std::string>{"[load]\n" + c + "threads = 1\n", ":2:1: "},
+          {"[load]\nthreads = 1" + c + "\n", ":2:12: "}}) {
+      auto config = parse_config(text, test::kConfigSource);
+      if (config.ok()) return "parsed: " + text;
+      const std::string prefix = std::string(test::kConfigSource) + place;
+      if (config.status().message().rfind(prefix, 0) != 0) {
+        return "not at " + prefix + ": " + config.status().message();
+      }
+    }
+    return {};
+  });
+}
+
 // --- Fallback expansion ----------------------------------------------------
 
 std::vector<std::string> describe_all(const std::vector<DeviceCandidate>& all) {
