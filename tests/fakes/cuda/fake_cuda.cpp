@@ -241,6 +241,7 @@ const ErrorText* find_error(CUresult result) {
 // strict verdict.
 __attribute__((destructor)) void at_unload() {
   Fake& f = fake();
+  record().closing();
   std::vector<CUstream_st*> streams;
   {
     std::lock_guard lock(f.mutex);

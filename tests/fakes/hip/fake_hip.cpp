@@ -217,6 +217,7 @@ const ErrorText* find_error(hipError_t result) {
 
 __attribute__((destructor)) void at_unload() {
   Fake& f = fake();
+  record().closing();
   std::vector<hipStream_t> streams;
   {
     std::lock_guard lock(f.mutex);

@@ -1076,6 +1076,7 @@ ze_result_t ZE_APICALL fake_zeEventHostSignal(ze_event_handle_t event) {
 // strict verdict.
 __attribute__((destructor)) void at_unload() {
   Fake& f = fake();
+  f.record.closing();
   std::vector<ze_command_list_handle_t> lists;
   {
     std::lock_guard lock(f.mutex);
