@@ -288,6 +288,16 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
       return s;
     }
   }
+  // A device that got buffers of this load but no constant (scratch only)
+  // has a row too, with nothing copied: the report covers every device the
+  // load allocated on. Before the commit, which must not allocate.
+  for (const auto& [id, buffer] : fresh) {
+    const ResolvedDevice& device = buffer->device();
+    const bool listed = std::any_of(stats.begin(), stats.end(), [&](const DeviceLoadStats& d) {
+      return d.device.same_device(device);
+    });
+    if (!listed) stats.push_back(DeviceLoadStats{device});
+  }
 
   // Commit, all at once for the lookups: nothing below can fail (every
   // tensor's buffer was checked above). What it needs to allocate is made

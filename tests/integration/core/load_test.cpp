@@ -121,6 +121,29 @@ TEST_F(LoadFixture, GivenMemoryOverride_WhenLoading_ThenThatBufferGoesWhereTheOv
   EXPECT_EQ((*program)->find("head")->device().plugin_name, "host");
 }
 
+// The report covers every device the load allocated on: one that holds only
+// scratch memory has its row, with nothing copied (it had none, and
+// `devalloc load` printed no line for it).
+TEST_F(LoadFixture, GivenADeviceWithOnlyScratchBuffers_WhenLoading_ThenTheReportListsItWithNothingCopied) {
+  plan().buffers[2].device = "other";
+  RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_zoo_well_behaved.so").string() +
+                           "\"\n[devices.other]\nuse = \"zoo\"\n");
+  LoadReport report;
+  auto program = Runtime::create(c)->load(plan(), {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  EXPECT_EQ(report.allocations, 3u);
+  ASSERT_EQ(report.devices.size(), 2u);
+  EXPECT_EQ(report.devices[0].device.plugin_name, "host");
+  EXPECT_EQ(report.devices[0].tensors, 3u);
+  EXPECT_EQ(report.devices[1].device.plugin_name, "zoo");
+  EXPECT_EQ(report.devices[1].device.device, 0u);
+  EXPECT_EQ(report.devices[1].tensors, 0u);
+  EXPECT_EQ(report.devices[1].bytes, 0u);
+  EXPECT_EQ(report.devices[1].copies + report.devices[1].direct_reads, 0u);
+  EXPECT_EQ((*program)->find("scratch")->device().plugin_name, "zoo");
+}
+
 TEST_F(LoadFixture, GivenUnavailablePrimaryWithHostFallback_WhenLoading_ThenTheFallbackServesIt) {
   plan().buffers[0].device = "nosuchvendor:0";
   auto program = Runtime::create(config(R"(

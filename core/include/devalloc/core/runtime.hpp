@@ -50,6 +50,8 @@ struct LoadedTensor {
 
 // What one load_methods call did.
 struct LoadReport {
+  // One per device this call copied to or allocated on (a device with
+  // only scratch buffers: nothing copied), in the order the copies ran.
   std::vector<DeviceLoadStats> devices;
   uint64_t allocations = 0;  // buffers allocated by this call
   uint64_t copies = 0;       // copy calls issued (staged pieces)
