@@ -361,7 +361,8 @@ typedef struct devalloc_plugin_api_v1 {
                                  devalloc_error* error);
 
   /* [optional] DMA-friendly host memory for staging; present only with
-   * DEVALLOC_CAPABILITY_HOST_STAGING. nbytes == 0 gives *host == NULL.
+   * DEVALLOC_CAPABILITY_HOST_STAGING. The host copies from it to every
+   * device of the instance (PLUGIN-18). nbytes == 0 gives *host == NULL.
    * OK; INVALID_ARGUMENT; OUT_OF_HOST_MEMORY; DEVICE_ERROR. */
   devalloc_status (*allocate_host)(devalloc_instance* instance, uint64_t nbytes,
                                    void** host, devalloc_error* error);
