@@ -125,7 +125,8 @@ Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset,
 
 // One slot of a staging ring.
 struct Slot {
-  std::byte* memory = nullptr;
+  std::byte* memory = nullptr;      // capacity bytes; aligned for O_DIRECT
+  std::byte* allocation = nullptr;  // what to free (memory, or a little before)
   uint64_t capacity = 0;
   bool from_plugin = false;
 };
@@ -142,9 +143,9 @@ struct Ring {
   void free_slots() {
     for (Slot& s : slots) {
       if (s.from_plugin) {
-        (void)plugin->free_host(s.memory);
+        (void)plugin->free_host(s.allocation);
       } else {
-        std::free(s.memory);
+        std::free(s.allocation);
       }
     }
     slots.clear();
@@ -586,33 +587,45 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
   for (size_t qi : ring.queues) {
     for (const CopyStep& s : queues_[qi].steps) pieces += (s.nbytes + payload - 1) / payload;
   }
+  const bool pinned = ring.plugin->capabilities().host_staging;
   uint64_t capacity = payload;
+  // Pinned memory from allocate_host has no alignment the ABI promises, and
+  // O_DIRECT reads into it must start on a block: a slot of it is taken
+  // from a block's length more and starts at the first aligned byte.
+  uint64_t slack = 0;
   if (read_ == ReadMode::direct_io) {
     // Room to read whole aligned blocks around any range.
     capacity = round_up(payload, kDirectIoAlign) + 2 * kDirectIoAlign;
-    if (capacity > budget) {
+    slack = pinned ? kDirectIoAlign : 0;
+    if (capacity + slack > budget) {
       read_ = ReadMode::pread;
       direct_io_fallback_ = true;
       capacity = payload;
+      slack = 0;
     }
   }
-  const uint64_t count = std::max<uint64_t>(1, std::min(budget / capacity, pieces));
+  const uint64_t count = std::max<uint64_t>(1, std::min(budget / (capacity + slack), pieces));
   ring.payload = payload;
-  const bool pinned = ring.plugin->capabilities().host_staging;
   for (uint64_t i = 0; i < count; ++i) {
     Slot slot;
     slot.capacity = capacity;
     if (pinned) {
-      auto memory = ring.plugin->allocate_host(capacity);
+      auto memory = ring.plugin->allocate_host(capacity + slack);
       if (!memory.ok()) {
-        return memory.status().with_context("allocating " + std::to_string(capacity) +
+        return memory.status().with_context("allocating " + std::to_string(capacity + slack) +
                                             " bytes of staging memory");
       }
-      slot.memory = static_cast<std::byte*>(*memory);
+      slot.allocation = static_cast<std::byte*>(*memory);
+      slot.memory = slot.allocation;
+      if (slack > 0) {
+        const auto at = reinterpret_cast<uintptr_t>(slot.allocation);
+        slot.memory += round_up(at, kDirectIoAlign) - at;
+      }
       slot.from_plugin = true;
     } else {
-      slot.memory = static_cast<std::byte*>(
+      slot.allocation = static_cast<std::byte*>(
           std::aligned_alloc(kDirectIoAlign, round_up(capacity, kDirectIoAlign)));
+      slot.memory = slot.allocation;
       if (slot.memory == nullptr) {
         return Status(StatusCode::out_of_host_memory,
                       "allocating " + std::to_string(capacity) +
@@ -813,9 +826,10 @@ Status Pipeline::force_progress(std::unique_lock<std::mutex>& lock, size_t ring_
 }
 
 // After synchronize(queue's device) returned: every ticket up to up_to_id
-// must be released within release_timeout (PLUGIN-20, PLUGIN-21). The
-// synchronize covered the copies whose call returned before it (returned
-// count at most `covered`); those released only now are counted late.
+// that it covered must be released within release_timeout (PLUGIN-20,
+// PLUGIN-21). The synchronize covered the copies whose call returned before
+// it (returned count at most `covered`); those released only now are
+// counted late.
 Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
                                uint64_t covered, uint64_t up_to_id) {
   Ledger& ledger = *ledger_;
@@ -828,24 +842,40 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
   // at most `covered`) and that is still unreleased now is late (PLUGIN-20),
   // counted once when its release comes, however many threads wait for it.
   // One still in its call then, on another thread, is not.
+  // Only those are waited for: PLUGIN-20 lets a plugin keep the release of
+  // a copy whose call was still running until a later synchronize, which
+  // the caller's next wait for a slot makes (a copy call may take longer
+  // than release_timeout, and its thread may have no piece after it).
+  const auto covered_by_the_synchronize = [&](const Ticket& t) {
+    return !t.in_call && t.returned <= covered;
+  };
+  // The oldest ticket up to up_to_id that the synchronize covered and that
+  // is still unreleased, or nullptr.
+  const auto first_owed = [&]() -> const Ticket* {
+    for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
+      if (covered_by_the_synchronize(ledger.tickets[*it])) return &ledger.tickets[*it];
+    }
+    return nullptr;
+  };
   bool late = false;
   for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
     Ticket& t = ledger.tickets[*it];
-    if (!t.in_call && t.returned <= covered) t.late = late = true;
+    if (covered_by_the_synchronize(t)) t.late = late = true;
   }
   if (late && ledger.late_waiters[qi]++ == 0) {
     ledger.late_wait_since[qi] = std::chrono::steady_clock::now();
   }
-  const bool done = ledger.changed.wait_for(lock, timeout, [&] {
-    return ledger.gave_up || pending.empty() || *pending.begin() > up_to_id;
+  const bool done = !late || ledger.changed.wait_for(lock, timeout, [&] {
+    return ledger.gave_up || first_owed() == nullptr;
   });
   if (late && --ledger.late_waiters[qi] == 0) {
     ledger.late_wait[qi] += std::chrono::steady_clock::now() - ledger.late_wait_since[qi];
   }
-  if (done) return Status();
+  const Ticket* owed = first_owed();
+  if (done || owed == nullptr) return Status();
   ledger.breach = true;
   ledger.gave_up = true;
-  const Ticket& t = ledger.tickets[*pending.begin()];
+  const Ticket& t = *owed;
   // A failed copy is released too (PLUGIN-14); a copy that went through
   // is released by the synchronize that covers it at the latest (PLUGIN-20).
   const std::string rule = t.copy_failed ? "PLUGIN-14" : "PLUGIN-20";

@@ -91,12 +91,21 @@
  *                                   is loaded hands out its table; every later one a
  *                                   copy named "zoo-b" without synchronize (refuses a
  *                                   host without major 1)
+ *   DEVALLOC_ZOO_SLOW_FOURTH_COPY   breaks nothing: as WELL_BEHAVED (releases at the next
+ *                                   synchronize, which PLUGIN-20 allows), but its fourth
+ *                                   until-released copy call takes 300 ms
+ *   DEVALLOC_ZOO_STAGING_16         breaks nothing: offers HOST_STAGING, and allocate_host
+ *                                   gives memory aligned to 16 bytes, not to a page (the
+ *                                   ABI promises no alignment)
  *   DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE
  *                                   a 1.0 plugin (negotiates minor 0, a table of 1.0's
  *                                   size) that sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE,
  *                                   which 1.1 added, though its device addresses are
  *                                   not host pointers (bit 62 flipped)
  */
+#if defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY) || defined(DEVALLOC_ZOO_STAGING_16)
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#endif
 #include <devalloc/plugin_abi.h>
 
 #include <stdio.h>
@@ -122,7 +131,8 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
     defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
     defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS) ||  \
-    defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES)
+    defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES) || defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY) || \
+    defined(DEVALLOC_ZOO_STAGING_16)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -284,6 +294,7 @@ static devalloc_status zoo_synchronize(devalloc_instance* instance, uint32_t dev
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #define ZOO_MAX_ALLOCATIONS 256
@@ -414,7 +425,7 @@ static devalloc_status zoo_get_capabilities(devalloc_instance* z,
   }
   c.struct_size = capabilities->struct_size;
   c.flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
-#if defined(DEVALLOC_ZOO_NULL_STAGING)
+#if defined(DEVALLOC_ZOO_NULL_STAGING) || defined(DEVALLOC_ZOO_STAGING_16)
   c.flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
 #endif
 #if defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
@@ -590,6 +601,18 @@ static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
     if (n == 2) return zoo_fail(error, DEVALLOC_STATUS_DEVICE_ERROR, "zoo: copy 2 fails");
   }
 #endif
+#if defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY)
+  if (releases && args->nbytes != 0) {
+    uint64_t n;
+    pthread_mutex_lock(&z->mutex);
+    n = ++z->until_released_copies;
+    pthread_mutex_unlock(&z->mutex);
+    if (n == 4) {
+      struct timespec pause = {0, 300000000L};
+      nanosleep(&pause, NULL);
+    }
+  }
+#endif
   if (args->nbytes != 0) {
     unsigned char* dst;
     pthread_mutex_lock(&z->mutex);
@@ -668,6 +691,34 @@ static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_
   (void)z;
   (void)host;
   (void)error;
+  return DEVALLOC_STATUS_OK;
+}
+#define ZOO_ALLOCATE_HOST zoo_allocate_host
+#define ZOO_FREE_HOST zoo_free_host
+#endif
+
+#if defined(DEVALLOC_ZOO_STAGING_16)
+/* 16 bytes past a page boundary: aligned to 16, never to 4096. */
+static devalloc_status zoo_allocate_host(devalloc_instance* z, uint64_t nbytes, void** host,
+                                         devalloc_error* error) {
+  void* raw = NULL;
+  (void)z;
+  if (host == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL host");
+  if (nbytes == 0) {
+    *host = NULL;
+    return DEVALLOC_STATUS_OK;
+  }
+  if (posix_memalign(&raw, 4096, (size_t)nbytes + 16) != 0) {
+    return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, "zoo: no host memory");
+  }
+  *host = (unsigned char*)raw + 16;
+  return DEVALLOC_STATUS_OK;
+}
+
+static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_error* error) {
+  (void)z;
+  (void)error;
+  if (host != NULL) free((unsigned char*)host - 16);
   return DEVALLOC_STATUS_OK;
 }
 #define ZOO_ALLOCATE_HOST zoo_allocate_host

@@ -1291,5 +1291,51 @@ TEST_F(PipelineLoad, GivenSetProgressCalledFromAnotherThreadDuringLoads_ThenNoDa
   EXPECT_GT(calls.load(), 0u);
 }
 
+// PLUGIN-20 lets a plugin release only in synchronize, and a synchronize
+// covers the copies whose call returned before it. A thread waiting for a
+// slot synchronized and then waited release_timeout for every unreleased
+// copy, also one still in its call on another thread: when that was the
+// other thread's last piece, nobody synchronized again, and the load failed
+// blaming a conformant plugin for PLUGIN-20 and leaked its staging. 256 KiB
+// + 4 KiB in 4 slots of 64 KiB, 5 pieces; the plugin's 4th copy call takes
+// 300 ms, the timeout is 1 s.
+TEST_F(PipelineLoad, GivenPluginReleasingInSynchronize_WhenACopyIsInItsCallDuringAForcedSynchronize_ThenTheLoadSucceeds) {
+  LoadReport report;
+  auto program = Runtime::create(config_for("zoo_slow_fourth_copy",
+                                            "staging = 262144\ndirect = false\nthreads = 2\n"
+                                            "release_timeout = \"1s\"\n"))
+                     ->load(plan_, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  EXPECT_EQ(report.pipeline.staging_slots, 4u);
+  EXPECT_GE(report.pipeline.forced_synchronizes, 1u);
+  ASSERT_EQ(report.devices.size(), 1u);
+  EXPECT_EQ(report.devices[0].late_releases, 0u);
+}
+
+// read = "direct_io" reads with O_DIRECT straight into a staging slot, which
+// must start on a block; memory from allocate_host carries no alignment in
+// the ABI. With a plugin whose staging is 16 bytes past a page, every
+// direct_io load failed with EINVAL; the slots now start on a block.
+TEST_F(PipelineLoad, GivenStagingMemoryAlignedTo16Bytes_WhenReadWithDirectIo_ThenTheLoadSucceeds) {
+  const int probe = ::open((dir_ / "model.safetensors").c_str(), O_RDONLY | O_DIRECT);
+  const bool file_system_takes_direct_io = probe >= 0;
+  if (probe >= 0) ::close(probe);
+  for (const char* mode : {"pread", "direct_io"}) {
+    LoadReport report;
+    auto program = Runtime::create(config_for("zoo_staging_16",
+                                              std::string("staging = 16384\nread = \"") + mode +
+                                                  "\"\n"))
+                       ->load(plan_, {}, &report);
+    ASSERT_TRUE(program.ok()) << mode << ": " << program.status().message();
+    expect_loaded_right(**program);
+    EXPECT_TRUE(report.pipeline.pinned) << mode;
+    if (std::string(mode) == "direct_io" && file_system_takes_direct_io) {
+      EXPECT_EQ(report.pipeline.read, ReadMode::direct_io);
+      EXPECT_FALSE(report.pipeline.direct_io_fallback);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace devalloc::testing
