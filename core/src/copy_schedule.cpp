@@ -1245,7 +1245,9 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     }
     pipeline->max_in_flight_bytes = ledger.max_in_flight;
     pipeline->forced_synchronizes = ledger.forced_synchronizes;
-    pipeline->read = chooser_.current();
+    // direct_io when some staged pieces were read with O_DIRECT.
+    pipeline->read = read_ == ReadMode::direct_io && !direct_fds_.empty() ? ReadMode::direct_io
+                                                                          : chooser_.current();
     pipeline->read_measured = chooser_.measured();
     pipeline->direct_io_fallback = direct_io_fallback_;
   }

@@ -144,7 +144,8 @@ int run_load(const LoadCommandOptions& o) {
                             {"max_in_flight_bytes", report.pipeline.max_in_flight_bytes},
                             {"forced_synchronizes", report.pipeline.forced_synchronizes},
                             {"read", to_string(report.pipeline.read)},
-                            {"read_measured", report.pipeline.read_measured}}},
+                            {"read_measured", report.pipeline.read_measured},
+                            {"direct_io_fallback", report.pipeline.direct_io_fallback}}},
                           {"devices", nlohmann::json::array()}};
     for (const auto& d : report.devices) {
       out["devices"].push_back({{"plugin", d.device.plugin_name},

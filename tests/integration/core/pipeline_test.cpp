@@ -225,6 +225,11 @@ TEST_F(PipelineLoad, GivenEachReadMode_WhenStaged_ThenTheBytesAreRight) {
     // Room for block alignment around each piece: fewer slots, same budget.
     if (std::string(mode) == "direct_io" && !report.pipeline.direct_io_fallback) {
       EXPECT_LE(report.pipeline.staging_slots * (4096 + 8192), kStaging);
+      EXPECT_EQ(report.pipeline.read, ReadMode::direct_io);
+    } else if (std::string(mode) != "auto") {
+      // direct_io on a file system that refuses O_DIRECT reads with pread.
+      const std::string used = std::string(mode) == "direct_io" ? "pread" : mode;
+      EXPECT_EQ(to_string(report.pipeline.read), used) << mode;
     }
   }
 }

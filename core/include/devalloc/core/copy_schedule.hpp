@@ -100,7 +100,9 @@ struct PipelineStats {
   uint64_t max_in_flight_bytes = 0;  // most staged bytes issued and not
                                      // yet released at any moment
   uint64_t forced_synchronizes = 0;  // waits that called synchronize
-  ReadMode read = ReadMode::automatic;  // as resolved (mmap or pread for auto)
+  // As resolved: mmap or pread for auto; direct_io when staged pieces were
+  // read with O_DIRECT (direct_io_fallback: not all of them).
+  ReadMode read = ReadMode::automatic;
   // read = auto, and the load was large enough to measure both modes: read
   // is the faster of them. False: auto fell back to mmap unmeasured.
   bool read_measured = false;
