@@ -114,7 +114,9 @@ void HipDevice::copy_during_call(uint64_t dst, const void* src, uint64_t nbytes)
   DeviceGuard guard(runtime_, ordinal_);
   // From pageable memory HIP copies before returning, from pinned memory
   // later: waiting for the stream makes both "read when this returns".
-  runtime_.check(static_cast<hipError_t>(enqueue_copy(dst, src, nbytes)), CallKind::work,
+  runtime_.check(static_cast<hipError_t>(
+                     releases_.submit([&] { return enqueue_copy(dst, src, nbytes); })),
+                 CallKind::work,
                  "hipMemcpyHtoDAsync(dst = 0x%llx, src = %p, sizeBytes = %llu, stream = device "
                  "%d's stream)",
                  static_cast<ull>(dst), src, static_cast<ull>(nbytes), ordinal_);
@@ -144,7 +146,9 @@ void HipDevice::copy_until_released(uint64_t dst, const void* src, uint64_t nbyt
 void HipDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
   allocations_.require_range(src, nbytes, "source");
   DeviceGuard guard(runtime_, ordinal_);
-  runtime_.check(runtime_.hipMemcpyDtoHAsync(dst, device_pointer(src), nbytes, stream_),
+  runtime_.check(static_cast<hipError_t>(releases_.submit([&] {
+                   return runtime_.hipMemcpyDtoHAsync(dst, device_pointer(src), nbytes, stream_);
+                 })),
                  CallKind::work,
                  "hipMemcpyDtoHAsync(dst = %p, src = 0x%llx, sizeBytes = %llu, stream = device "
                  "%d's stream)",

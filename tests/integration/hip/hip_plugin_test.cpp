@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -407,6 +408,67 @@ TEST_F(HipPluginTest, WaitBeforeCallback4097Fails_CopyFailsNamingTheWaitAndIsRel
   EXPECT_EQ(fake().read(*base + kBytes, kBytes), before) << "the refused copy landed";
   EXPECT_TRUE(plugin().free_host(*pinned).ok());
   EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+}
+
+// ROCm cuts its callback chain only at a hipStreamSynchronize during which
+// nothing was queued on the stream (the fake models this). The wait the
+// plugin makes before callback 4097 holds the submission lock, so no
+// until-released copy can be queued meanwhile; a during-call copy from
+// another thread must not be queued meanwhile either, or that wait cuts
+// nothing, the plugin still counts the chain as cut, and with other threads
+// keeping the stream busy the chain grows past ROCm's limit.
+TEST_F(HipPluginTest, DuringCallCopyWhileTheBoundedWaitRuns_IsQueuedOnlyAfterIt) {
+  constexpr uint64_t kBound = 4096;
+  constexpr size_t kBytes = 64;
+  fake().control<devalloc_fake_hip_set_delay_us_fn>("set_delay_us")(0);
+  Result<uint64_t> base = plugin().allocate(0, 2 * kBytes, 0);
+  ASSERT_TRUE(base.ok());
+  Result<void*> pinned = plugin().allocate_host(2 * kBytes);
+  ASSERT_TRUE(pinned.ok());
+  auto* source = static_cast<uint8_t*>(*pinned);
+  const auto first = pattern(kBytes, 12);
+  const auto second = pattern(kBytes, 13);
+  std::copy(first.begin(), first.end(), source);
+  std::copy(second.begin(), second.end(), source + kBytes);
+  ReleaseCounter counter;
+  fake().pause(true);
+  for (uint64_t i = 0; i < kBound; ++i) {
+    ASSERT_TRUE(plugin()
+                    .copy_to_device_until_released(0, *base, source, kBytes,
+                                                   ReleaseCounter::on_release, &counter)
+                    .ok())
+        << "copy " << i;
+  }
+  const uint64_t queued = fake().calls("hipMemcpyHtoDAsync");
+  // Copy 4097 waits for the paused stream first.
+  std::thread bounded([&] {
+    EXPECT_TRUE(plugin()
+                    .copy_to_device_until_released(0, *base, source, kBytes,
+                                                   ReleaseCounter::on_release, &counter)
+                    .ok());
+  });
+  for (int i = 0; i < 5000 && fake().calls("hipStreamSynchronize") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(fake().calls("hipStreamSynchronize"), 1u) << "the plugin did not wait before "
+                                                        "callback 4097";
+  // From pinned memory HIP queues the copy rather than running it at once.
+  std::thread during([&] {
+    EXPECT_TRUE(plugin().copy_to_device(0, *base + kBytes, source + kBytes, kBytes).ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(fake().calls("hipMemcpyHtoDAsync"), queued)
+      << "a copy was queued while the plugin's own synchronize waited";
+  fake().pause(false);
+  bounded.join();
+  during.join();
+  ASSERT_TRUE(plugin().synchronize(0).ok());
+  EXPECT_EQ(counter.releases, static_cast<int>(kBound + 1));
+  EXPECT_EQ(fake().read(*base + kBytes, kBytes), second);
+  EXPECT_EQ(fake().violations(), "");
+  EXPECT_TRUE(plugin().free_host(*pinned).ok());
+  EXPECT_TRUE(plugin().deallocate(0, *base).ok());
+  fake().reset();
 }
 
 TEST_F(HipPluginTest, FreeFails_AllocationStaysTrackedAndCanBeFreedAgain) {

@@ -53,12 +53,25 @@ class StreamReleases {
   // Queues the copy and, behind it, its release callback; first, when
   // callbacks_per_wait callbacks were queued since the last such wait,
   // waits until the stream is over (wait_until_over) with the submission
-  // lock held, so that no callback of this stream is queued meanwhile; no
-  // release fires under that lock. If any step fails, the release fires
-  // once the copy can no longer read src, before this returns; the results
-  // say which call failed.
+  // lock held, so that nothing is queued on this stream meanwhile (other
+  // copies go through submit()); no release fires under that lock. If any
+  // step fails, the release fires once the copy can no longer read src,
+  // before this returns; the results say which call failed.
   Submitted copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
                                 Release release);
+  // Queues other work on the stream (a copy whose caller then waits for
+  // it: during call, to host) and returns enqueue()'s result. When
+  // callbacks are bounded, with the submission lock held: ROCm cuts its
+  // chain of callbacks only at a synchronize during which nothing at all
+  // was queued on the stream, so copy_until_released's own wait would cut
+  // nothing if another thread queued a copy meanwhile, while the count here
+  // starts again from 0.
+  template <class Enqueue>
+  int submit(Enqueue&& enqueue) noexcept {
+    if (callbacks_per_wait_ == 0) return enqueue();
+    std::lock_guard lock(submit_mutex_);
+    return enqueue();
+  }
   // Waits for the stream (for synchronize, and for a copy that must be over
   // before its call returns). Returns only once nothing queued so far can
   // still read or write host memory and every owed release has fired: the
