@@ -32,8 +32,10 @@ void Driver::check(CUresult result, CallKind kind, const char* call_format, ...)
   if (result == CUDA_SUCCESS) return;
   va_list args;
   va_start(args, call_format);
+  std::string call = plugin::vformat(call_format, args);
+  va_end(args);
   plugin::raise_vendor_failure(kind, result == CUDA_ERROR_OUT_OF_MEMORY, describe(result),
-                               call_format, args);
+                               std::move(call));
 }
 
 }  // namespace devalloc::cuda

@@ -30,8 +30,10 @@ void Runtime::check(hipError_t result, plugin::CallKind kind, const char* call_f
   if (result == hipSuccess) return;
   va_list args;
   va_start(args, call_format);
-  plugin::raise_vendor_failure(kind, result == hipErrorOutOfMemory, describe(result), call_format,
-                               args);
+  std::string call = plugin::vformat(call_format, args);
+  va_end(args);
+  plugin::raise_vendor_failure(kind, result == hipErrorOutOfMemory, describe(result),
+                               std::move(call));
 }
 
 }  // namespace devalloc::hip

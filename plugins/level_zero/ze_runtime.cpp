@@ -67,7 +67,9 @@ void Runtime::check(ze_result_t result, plugin::CallKind kind, const char* call_
   if (too_large) reason += " (the driver makes no single allocation of this size)";
   va_list args;
   va_start(args, call_format);
-  plugin::raise_vendor_failure(kind, out_of_memory, reason, call_format, args);
+  std::string call = plugin::vformat(call_format, args);
+  va_end(args);
+  plugin::raise_vendor_failure(kind, out_of_memory, reason, std::move(call));
 }
 
 }  // namespace devalloc::level_zero

@@ -19,15 +19,19 @@ devalloc_status fail(devalloc_error* error, devalloc_status status,
   return status;
 }
 
-std::string vformat(const char* format, va_list args) {
+std::string vformat(const char* format, va_list args) noexcept {
   va_list measure;
   va_copy(measure, args);
   const int length = std::vsnprintf(nullptr, 0, format, measure);
   va_end(measure);
   if (length <= 0) return {};
-  std::string text(static_cast<size_t>(length), '\0');
-  std::vsnprintf(text.data(), text.size() + 1, format, args);
-  return text;
+  try {
+    std::string text(static_cast<size_t>(length), '\0');
+    std::vsnprintf(text.data(), text.size() + 1, format, args);
+    return text;
+  } catch (...) {
+    return {};  // out of host memory: the caller's va_end must still run
+  }
 }
 
 std::string format(const char* format, ...) {
@@ -54,9 +58,8 @@ devalloc_status status_of_failed_call(CallKind kind, bool out_of_memory) {
 }
 
 void raise_vendor_failure(CallKind kind, bool out_of_memory, const std::string& reason,
-                          const char* call_format, va_list args) {
-  raise_call_failure(status_of_failed_call(kind, out_of_memory), vformat(call_format, args),
-                     reason);
+                          std::string call) {
+  raise_call_failure(status_of_failed_call(kind, out_of_memory), std::move(call), reason);
 }
 
 void copy_text(char* dst, size_t capacity, const char* text) noexcept {

@@ -25,9 +25,11 @@ devalloc_status fail(devalloc_error* error, devalloc_status status,
                      const char* format, ...)
     __attribute__((format(printf, 3, 4)));
 
-// printf into a std::string, any length.
+// printf into a std::string, any length. vformat never throws (an empty
+// string when host memory runs out), so that a variadic caller reaches its
+// va_end before it throws.
 std::string format(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string vformat(const char* format, va_list args);
+std::string vformat(const char* format, va_list args) noexcept;
 
 // Throws Failure{status, "<call> failed: <reason>"}: the form every vendor
 // call's failure takes, e.g. "cuMemAlloc_v2(bytesize = 4096) failed:
@@ -41,11 +43,11 @@ std::string vformat(const char* format, va_list args);
 enum class CallKind { work, device_allocation, host_allocation };
 devalloc_status status_of_failed_call(CallKind kind, bool out_of_memory);
 
-// raise_call_failure with the call printf-formatted from call_format and
-// args, for a vendor's variadic check(result, format, ...) helper.
+// raise_call_failure with the status status_of_failed_call gives, for a
+// vendor's variadic check(result, format, ...) helper, which formats the
+// call with vformat and calls va_end first.
 [[noreturn]] void raise_vendor_failure(CallKind kind, bool out_of_memory,
-                                       const std::string& reason, const char* call_format,
-                                       va_list args);
+                                       const std::string& reason, std::string call);
 
 // Copies text into a fixed char array of the ABI, truncated and
 // NUL-terminated. Never allocates.
