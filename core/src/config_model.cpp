@@ -217,7 +217,7 @@ Result<uint64_t> parse_byte_size(std::string_view text) {
 Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   const auto invalid = [&](const std::string& why) {
     return Status(StatusCode::invalid_argument,
-                  "invalid duration \"" + std::string(text) + "\": " + why);
+                  "invalid duration " + quote(text) + ": " + why);
   };
   size_t pos = 0;
   uint64_t count = 0;
@@ -236,8 +236,7 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   if (unit == "s") factor = 1000;
   if (unit == "min") factor = 60000;
   if (factor == 0) {
-    return invalid("unknown or missing unit \"" + std::string(unit) +
-                   "\" (known: ms, s, min)");
+    return invalid("unknown or missing unit " + quote(unit) + " (known: ms, s, min)");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(count * factor));
 }

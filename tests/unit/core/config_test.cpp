@@ -574,6 +574,19 @@ TEST(ParseConfigErrors, GivenNulOrInvalidUtf8InPathsAndOptions_WhenParsing_ThenE
             "\"model.safetensors\\x00/../../etc/passwd\" contains a NUL byte at offset 17");
 }
 
+// A duration is quoted like every other value: escaped for the terminal
+// and cut after 200 bytes (it was repeated raw and whole, twice).
+TEST(ParseConfigErrors, GivenADurationWithEscapesOrOfAMegabyte_WhenRefused_ThenItIsQuotedEscapedAndCut) {
+  EXPECT_EQ(error_of("[load]\nrelease_timeout = \"5\\u001b[2Js\"\n"),
+            "/cfg/devalloc.toml:2:19: \"release_timeout\" in [load]: invalid "
+            "duration \"5\\x1b[2Js\": unknown or missing unit \"\\x1b[2Js\" "
+            "(known: ms, s, min)");
+  const std::string message =
+      error_of("[load]\nrelease_timeout = \"5" + std::string(1000000, 'x') + "\"\n");
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_NE(message.find("(1000001 bytes)"), std::string::npos) << message.substr(0, 300);
+}
+
 TEST(ParseByteSize, GivenEachUnit_WhenParsing_ThenItsFactorApplies) {
   EXPECT_EQ(parse_byte_size("4096").value(), 4096u);
   EXPECT_EQ(parse_byte_size("4096B").value(), 4096u);
