@@ -62,7 +62,9 @@ Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
   std::error_code error;
   std::filesystem::path out = std::filesystem::absolute(path, error);
   if (!error) out = std::filesystem::weakly_canonical(out, error);
-  if (error) return invalid(path.string() + ": cannot resolve: " + error.message());
+  if (error) {
+    return invalid(path_for_message(path.string()) + ": cannot resolve: " + error.message());
+  }
   return out;
 }
 
@@ -101,8 +103,8 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
     Result<std::filesystem::path> absolute = resolved(files[f]);
     if (!absolute.ok()) return absolute.status();
     if (const auto [it, inserted] = seen_files.emplace(*absolute, f); !inserted) {
-      return invalid(files[f].string() + ": given twice (also as " +
-                     files[it->second].string() + ")");
+      return invalid(path_for_message(files[f].string()) + ": given twice (also as " +
+                     path_for_message(files[it->second].string()) + ")");
     }
     Result<std::shared_ptr<const SafetensorsFile>> file =
         options.cache != nullptr ? options.cache->open(*absolute)
@@ -120,7 +122,8 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
     for (const SafetensorsTensor& tensor : (*file)->tensors()) {
       if (several_files && !owner.insert(tensor.name, f)) {
         return invalid("tensor " + quote(tensor.name) + " is in both " +
-                       files[*owner.find(tensor.name)].string() + " and " + files[f].string());
+                       path_for_message(files[*owner.find(tensor.name)].string()) + " and " +
+                       path_for_message(files[f].string()));
       }
       const std::string& device = device_for(tensor.name, options);
       auto [slot, added] = buffer_of.try_emplace(device, plan.buffers.size());

@@ -59,8 +59,9 @@ Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const Pla
   }
   if (!plan.allow_external_files && !is_within(resolved, folder)) {
     return plan_error(plan, place,
-                      "source file " + quoted + " resolves to " + resolved.string() +
-                          ", outside the plan's folder " + folder.string() +
+                      "source file " + quoted + " resolves to " +
+                          path_for_message(resolved.string()) + ", outside the plan's folder " +
+                          path_for_message(folder.string()) +
                           " (set \"allow_external_files\": true to allow this)");
   }
   return resolved;

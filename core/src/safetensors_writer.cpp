@@ -13,7 +13,7 @@ static Status write_safetensors_or_throw(const std::filesystem::path& path,
                                          std::span<const SafetensorsWriteTensor> tensors,
                                          const std::map<std::string, std::string>& metadata) {
   const auto fail = [&](const std::string& reason) {
-    return Status(StatusCode::invalid_argument, path.string() + ": " + reason);
+    return Status(StatusCode::invalid_argument, path_for_message(path.string()) + ": " + reason);
   };
   // The header in data order, which is how people read it, written as text
   // (json_text.hpp): a header of 100 000 tensors is not a JSON document

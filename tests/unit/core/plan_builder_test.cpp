@@ -191,6 +191,20 @@ TEST_F(PlanBuilder, GivenSameFileTwice_ThenSaysSo) {
                 (dir_ / "a.safetensors").string() + ")");
 }
 
+// File names in these messages are escaped like every path in a message:
+// a name that holds terminal escapes is shown as \x1b, never sent raw.
+TEST_F(PlanBuilder, GivenFilesNamedWithEscapes_WhenRefused_ThenTheMessagesShowThemEscaped) {
+  const fs::path odd = dir_ / "c\x1b[2J.safetensors";
+  write_model(odd, {{"blk.0.norm", DType::u8, {5}, span(5)}});
+  const std::string shown = (dir_ / "c\\x1b[2J.safetensors").string();
+  EXPECT_EQ(error(build_plan(std::vector<fs::path>{dir_ / "a.safetensors", odd},
+                             dir_ / "plan.json")),
+            "tensor \"blk.0.norm\" is in both " + (dir_ / "a.safetensors").string() + " and " +
+                shown);
+  EXPECT_EQ(error(build_plan(std::vector<fs::path>{odd, odd}, dir_ / "plan.json")),
+            shown + ": given twice (also as " + shown + ")");
+}
+
 TEST_F(PlanBuilder, GivenBadOptions_ThenRejected) {
   PlanBuildOptions options;
   options.alignment = 96;

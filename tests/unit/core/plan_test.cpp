@@ -496,6 +496,23 @@ TEST_F(PlanTest, GivenSourceEscapingThePlanFolder_ThenRejectedUnlessAllowed) {
   EXPECT_TRUE(status.ok()) << status.message();
 }
 
+// The resolved file and the plan's folder are paths in the middle of the
+// message: escaped like every path, so a folder named with terminal escapes
+// cannot drive the terminal that shows the error.
+TEST_F(PlanTest, GivenAPlanFolderNamedWithEscapes_WhenASourceEscapesIt_ThenTheMessageShowsThemEscaped) {
+  plan_["tensors"][0]["source"]["file"] = "../model.safetensors";
+  const fs::path nested = dir_ / "p\x1b[2J" / "plan.json";
+  test::write_file(nested, plan_.dump());
+  Result<Plan> plan = read_plan(nested);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const std::string message = validate_plan(*plan).message();
+  EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+  const fs::path canonical = fs::weakly_canonical(dir_.path());
+  EXPECT_THAT(message, HasSubstr("resolves to " + (canonical / "model.safetensors").string() +
+                                 ", outside the plan's folder " +
+                                 (canonical / "p\\x1b[2J").string() + " (set"));
+}
+
 TEST_F(PlanTest, GivenAbsoluteSource_ThenRejectedUnlessAllowed) {
   const std::string absolute = (dir_ / "model.safetensors").string();
   for (json& tensor : plan_["tensors"]) {
