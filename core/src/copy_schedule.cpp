@@ -643,13 +643,21 @@ void Pipeline::open_direct_io() {
     if (c.direct) continue;
     for (const CopyStep& s : c.queue->steps) {
       if (direct_io_fd_.count(s.file) != 0) continue;
-      int fd = ::open(s.file->path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      // O_NONBLOCK and O_NOCTTY as open_regular_file: the path may name a
+      // FIFO or a device by now, whose open(2) would wait for a writer.
+      int fd = ::open(s.file->path().c_str(),
+                      O_RDONLY | O_CLOEXEC | O_DIRECT | O_NONBLOCK | O_NOCTTY);
       struct stat a {}, b {};
       if (fd >= 0 && (::fstat(fd, &a) != 0 || ::fstat(s.file->fd(), &b) != 0 ||
                       a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
         // Not the file that was mapped (renamed over since): do not use it.
         ::close(fd);
         fd = -1;
+      }
+      if (fd >= 0) {
+        // The mapped regular file: its reads never block; clear the flag.
+        const int flags = ::fcntl(fd, F_GETFL);
+        if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
       }
       if (fd < 0) direct_io_fallback_ = true;
       if (fd >= 0) direct_fds_.push_back(fd);

@@ -1226,6 +1226,43 @@ TEST_F(PipelineLoad, GivenASourceRenamedOverAfterOpening_WhenReadWithDirectIo_Th
 }
 
 
+// The same, with a FIFO renamed over the source: opening it again for
+// O_DIRECT must not wait for a writer that never comes (open(2) of a FIFO
+// blocks without O_NONBLOCK); the load reads the file it opened.
+TEST_F(PipelineLoad, GivenAFifoRenamedOverTheSource_WhenReadWithDirectIo_ThenTheLoadNeitherBlocksNorReadsIt) {
+  const std::filesystem::path model = std::filesystem::canonical(dir_ / "model.safetensors");
+  SafetensorsCache files;
+  ASSERT_TRUE(files.open(model).ok());
+  const std::filesystem::path fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::rename(fifo.c_str(), model.c_str()), 0);
+  auto runtime = Runtime::create(config_for("host", "staging = 65536\ndirect = false\n"
+                                                    "read = \"direct_io\"\n"));
+  LoadReport report;
+  std::atomic<bool> done{false};
+  Result<std::shared_ptr<LoadedProgram>> program = Status(StatusCode::internal, "not run");
+  std::thread load([&] {
+    program = runtime->load(plan_, {}, &report, &files);
+    done = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool blocked = !done;
+  // Free a load that waits in open(2): a writer comes and goes.
+  while (!done) {
+    const int writer = ::open(model.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (writer >= 0) ::close(writer);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  load.join();
+  ASSERT_FALSE(blocked) << "the load waited for a writer of the FIFO";
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  EXPECT_TRUE(report.pipeline.direct_io_fallback);
+}
+
 // PLUGIN-14: a release whose user_data points inside a copy's ticket but
 // not at its start (host_stray_release releases each copy, then calls
 // on_release with user_data + 1) is no copy's: a stray release, not a
