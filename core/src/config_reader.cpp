@@ -224,7 +224,7 @@ void ConfigReader::read_security(const toml::node& node) {
       type_error(entry, "each \"trust_paths\" entry", "a string");
     } else if (dir->get().empty()) {
       error(entry.source(), "a \"trust_paths\" entry is empty");
-    } else {
+    } else if (check(entry, "the \"trust_paths\" entry", dir->get())) {
       config_.trust_paths.push_back(resolve(dir->get()));
     }
   }

@@ -122,6 +122,9 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
   bool trusted = file_trusted && !elevated;
   for (const auto& root : trusted_paths) {
     if (elevated || trusted) break;
+    // A NUL would cut the path for every call that resolves it: "DIR\0/x"
+    // would trust all of DIR. Such a path names no folder.
+    if (root.native().find('\0') != std::string::npos) continue;
     const fs::path canonical_root = fs::weakly_canonical(root, ec);
     trusted = !ec && is_within(resolved, canonical_root);
   }

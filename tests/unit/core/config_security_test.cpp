@@ -53,5 +53,14 @@ TEST(ConfigSecurity, GivenMistypedSecurityValues_WhenParsing_ThenEachIsReportedW
             "(known: trust_paths)");
 }
 
+// docs/security.md: a NUL is refused in every config path. A trust path
+// with one named a folder for the config and its NUL-cut prefix for every
+// C call that resolved it: "/srv/a\0/b" trusted all of /srv/a.
+TEST(ConfigSecurity, GivenATrustPathWithANul_WhenParsing_ThenRefusedWithTheOffset) {
+  EXPECT_EQ(error_of("[security]\ntrust_paths = [\"/srv/a\\u0000/b\"]\n"),
+            "/cfg/devalloc.toml:2:16: the \"trust_paths\" entry \"/srv/a\\x00/b\" "
+            "contains a NUL byte at offset 6");
+}
+
 }  // namespace
 }  // namespace devalloc

@@ -219,6 +219,21 @@ TEST_F(TrustFixture, GivenTrustedPath_WhenLoadingFromWritableFolder_ThenLoaded) 
   EXPECT_NE(plugin, nullptr) << error.status.message();
 }
 
+// A trusted path with a NUL names no folder (open_regular_file refuses such
+// a path too); resolved as a C string it was cut there, and "DIR\0/sub"
+// trusted every plugin of DIR.
+TEST_F(TrustFixture, GivenATrustedPathWithANul_WhenLoadingFromItsCutPrefix_ThenRefused) {
+  const fs::path file = plugin_copy(unique("nul"), plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  std::string with_nul = plugins_.string();
+  with_nul.push_back('\0');
+  with_nul += "/sub";
+  const PluginFileCheck check = check_plugin_file(file, false, {fs::path(with_nul)}, "",
+                                                  ProcessCredentials::current());
+  EXPECT_FALSE(check.ok());
+  EXPECT_THAT(check.refusal, HasSubstr("is world-writable"));
+}
+
 TEST_F(TrustFixture, GivenPluginMarkedTrusted_WhenLoadingFromWritableFolder_ThenLoaded) {
   const fs::path file = plugin_copy(unique("marked"), plugins_);
   ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
