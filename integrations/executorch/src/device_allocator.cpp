@@ -190,6 +190,9 @@ void DevallocDeviceAllocator::deallocate(void* ptr, DeviceIndex index) {
 et::Error DevallocDeviceAllocator::copy_host_to_device(void* dst, const void* src,
                                                        size_t nbytes,
                                                        DeviceIndex index) {
+  // 0 bytes copy nothing (PLUGIN-15): the buffer of a tensor with no
+  // elements is the nullptr a 0-byte allocate gave, in no allocation.
+  if (nbytes == 0) return et::Error::Ok;
   // The range first: an index this allocator never allocated on has no
   // range, whether or not it has a device.
   auto dev = check_range(index, address_of(dst), nbytes, "destination");
@@ -201,6 +204,7 @@ et::Error DevallocDeviceAllocator::copy_host_to_device(void* dst, const void* sr
 et::Error DevallocDeviceAllocator::copy_device_to_host(void* dst, const void* src,
                                                        size_t nbytes,
                                                        DeviceIndex index) {
+  if (nbytes == 0) return et::Error::Ok;  // as copy_host_to_device
   // The range first: an index this allocator never allocated on has no
   // range, whether or not it has a device.
   auto dev = check_range(index, address_of(src), nbytes, "source");

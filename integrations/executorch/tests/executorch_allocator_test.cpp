@@ -411,6 +411,24 @@ TEST_F(ExecuTorchAllocator, GivenZeroByteAllocations_ThenNullNothingTrackedAndFr
   EXPECT_EQ(adapter()->live_allocations(), before);
 }
 
+// A tensor with no elements has 0 bytes: its buffer is the nullptr a 0-byte
+// allocate gave, and copying its 0 bytes in or out is a no-op that succeeds
+// (as cudaMemcpy's and PLUGIN-15's), not an error that fails the method.
+TEST_F(ExecuTorchAllocator, GivenZeroByteCopies_ThenTheySucceedAsNoOps) {
+  auto empty = adapter()->allocate(0, 0);
+  ASSERT_TRUE(empty.ok());
+  ASSERT_EQ(*empty, nullptr);
+  uint8_t host = 0x5A;
+  EXPECT_EQ(adapter()->copy_host_to_device(*empty, &host, 0, 0), et::Error::Ok);
+  EXPECT_EQ(adapter()->copy_device_to_host(&host, *empty, 0, 0), et::Error::Ok);
+  EXPECT_EQ(host, 0x5A);
+  EXPECT_EQ(take_log(), "");
+  adapter()->deallocate(*empty, 0);
+  // A byte or more still needs a live allocation.
+  EXPECT_EQ(adapter()->copy_host_to_device(*empty, &host, 1, 0), et::Error::InvalidArgument);
+  take_log();
+}
+
 TEST(ExecuTorchLogParts, GivenLongUtf8Message_ThenPartsAreShortStartOnASequenceAndJoinToIt) {
   std::string message;
   for (int i = 0; i < 100; ++i) message += "tensor \xc3\xa9\xe2\x82\xac ";  // 2- and 3-byte sequences

@@ -62,7 +62,9 @@ class DevallocDeviceAllocator final : public et::DeviceAllocator {
   et::Result<void*> allocate(size_t nbytes, DeviceIndex index,
                              size_t alignment = kDefaultAlignment) override;
   void deallocate(void* ptr, DeviceIndex index) override;
-  // src may be reused when this returns ("during call").
+  // src may be reused when this returns ("during call"). Copies of 0 bytes
+  // are no-ops that succeed, whatever the pointers (a 0-byte allocation's
+  // nullptr included).
   et::Error copy_host_to_device(void* dst, const void* src, size_t nbytes,
                                 DeviceIndex index) override;
   et::Error copy_device_to_host(void* dst, const void* src, size_t nbytes,
