@@ -28,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace nb = nanobind;
@@ -37,11 +38,32 @@ namespace devalloc::python {
 
 namespace {
 
+// Text for Python: a message, or a name a plugin reported. Either may hold
+// bytes that are not UTF-8 (a path repeated as the system gave it, a
+// device name in a vendor's encoding), which nanobind's std::string
+// conversion refuses with a UnicodeDecodeError: such a byte becomes \xNN,
+// as devalloc's escaped() writes it.
+nb::str text(std::string_view s) {
+  PyObject* out = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),
+                                       "backslashreplace");
+  if (out == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(out);
+}
+
+// A path as a str, as os.fsdecode gives it: a byte that is not UTF-8
+// becomes a lone surrogate, which os.fsencode turns back into the byte.
+nb::str path_text(const fs::path& path) {
+  const std::string& s = path.native();
+  PyObject* out = PyUnicode_DecodeFSDefaultAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+  if (out == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(out);
+}
+
 // Raises devalloc.Error (defined in Python, so that it can parse the
 // file:line a message starts with) carrying the message and the code.
 [[noreturn]] void raise(const Status& status) {
   nb::object error_type = nb::module_::import_("devalloc._errors").attr("Error");
-  nb::object error = error_type(status.message(), to_string(status.code()));
+  nb::object error = error_type(text(status.message()), to_string(status.code()));
   PyErr_SetObject(error_type.ptr(), error.ptr());
   throw nb::python_error();
 }
@@ -125,10 +147,10 @@ T value_or_raise(Result<T> result) {
 nb::dict device_dict(const DeviceInfo& d) {
   nb::dict out;
   out["index"] = d.index;
-  out["name"] = d.name;
+  out["name"] = text(d.name);
   out["total_memory_bytes"] = d.total_memory_bytes;
   out["uuid"] = d.has_uuid() ? d.uuid_string() : std::string();
-  out["pci_bus_id"] = d.pci_bus_id;
+  out["pci_bus_id"] = text(d.pci_bus_id);
   out["dlpack_device"] = nb::make_tuple(d.dlpack_device_type, d.dlpack_device_id);
   return out;
 }
@@ -162,13 +184,13 @@ nb::list plugins(const std::vector<fs::path>& dirs, const std::vector<fs::path>&
   search.trust_path_option = kTrustPathOption;
   for (const PluginCandidate& c : PluginLoader(search).discover()) {
     nb::dict entry;
-    entry["name"] = c.name;
-    entry["path"] = c.path.string();
+    entry["name"] = text(c.name);
+    entry["path"] = path_text(c.path);
     entry["outcome"] = std::string(to_string(c.outcome));
-    entry["reason"] = c.reason;
+    entry["reason"] = text(c.reason);
     nb::list devices;
     if (c.plugin) {
-      entry["version"] = c.plugin->version();
+      entry["version"] = text(c.plugin->version());
       entry["abi"] = nb::make_tuple(c.plugin->abi_major(), c.plugin->abi_minor());
       for (const DeviceInfo& d : c.plugin->devices()) devices.append(device_dict(d));
     }
@@ -353,7 +375,7 @@ NB_MODULE(_native, m) {
       .def_prop_ro("device", [](const Tensor& t) { return t.tensor.device().describe(); },
                    "The device it is on, in words: "
                    "'cuda:0 (plugin cuda, device 1 \"...\")'.")
-      .def_prop_ro("plugin", [](const Tensor& t) { return t.tensor.device().plugin_name; },
+      .def_prop_ro("plugin", [](const Tensor& t) { return text(t.tensor.device().plugin_name); },
                    "The name of the plugin that holds its memory (\"host\", \"cuda\", ...).")
       .def_prop_ro("device_index", [](const Tensor& t) { return t.tensor.device().device; },
                    "The index of its device among the plugin's devices.")
@@ -413,9 +435,9 @@ NB_MODULE(_native, m) {
       .def("load", &PyRuntime::load, nb::arg("plan"), nb::arg("methods"),
            nb::arg("verify").none(), nb::arg("progress").none())
       .def_prop_ro("plugin_path", [](const PyRuntime& r) {
-        std::vector<std::string> out;
-        for (const auto& p : r.config().plugin_path) out.push_back(p.string());
-        for (const auto& p : r.config().fallback_plugin_path) out.push_back(p.string());
+        nb::list out;
+        for (const auto& p : r.config().plugin_path) out.append(path_text(p));
+        for (const auto& p : r.config().fallback_plugin_path) out.append(path_text(p));
         return out;
       });
 }

@@ -782,3 +782,63 @@ def test_help_is_useful_without_the_repository():
         assert said in (member.__doc__ or ""), (member, member.__doc__)
     for function in (devalloc.plan, devalloc.plugins, devalloc.Runtime, devalloc.Runtime.load):
         assert len(function.__doc__) > 200, function
+
+
+def test_a_message_naming_a_path_that_is_not_utf8_is_a_devalloc_error(mixed, tmp_path):
+    # A folder whose name is not UTF-8 (made by another tool, a Latin-1
+    # locale): the message names it, and is still a devalloc.Error with its
+    # reason, the bytes shown escaped, never a UnicodeDecodeError.
+    folder, _ = mixed
+    odd = os.fsencode(tmp_path) + b"/d\xff"
+    os.mkdir(odd)
+    source = odd + b"/m.safetensors"
+    shutil.copy(os.fsencode(folder / "mixed.safetensors"), source)
+    with pytest.raises(devalloc.Error, match="given twice") as caught:
+        devalloc.plan([source, odd + b"/./m.safetensors"], out=tmp_path / "p.json")
+    assert caught.value.code == "invalid_argument"
+    assert "d\\xff" in caught.value.message, caught.value.message
+
+    # Through a load: a plan in that folder naming a file outside it.
+    plan = odd + b"/plan.json"
+    devalloc.plan(folder / "mixed.safetensors", out=plan)
+    with open(plan) as f:
+        text = json.load(f)
+    text["allow_external_files"] = False
+    with open(plan, "w") as f:
+        json.dump(text, f)
+    with pytest.raises(devalloc.Error, match="outside the plan's folder") as caught:
+        devalloc.Runtime().load(plan)
+    assert "d\\xff" in caught.value.message, caught.value.message
+
+
+
+def test_paths_and_plugin_names_that_are_not_utf8_reach_python(tmp_path):
+    # A plugin folder whose name is not UTF-8: its plugins are listed, each
+    # path as os.fsdecode gives it (os.fsencode gets the bytes back), and a
+    # config there shows it in plugin_path the same way.
+    odd = os.fsencode(tmp_path) + b"/d\xff"
+    os.mkdir(odd, 0o755)
+    host = os.fsencode(os.path.join(devalloc.plugin_dir, "libdevalloc_host.so"))
+    shutil.copy(host, odd + b"/libdevalloc_mine.so")
+    found = {p["name"]: p for p in devalloc.plugins(plugin_path=odd)}
+    assert found["mine"]["outcome"] == "loaded", found["mine"]
+    assert os.fsencode(found["mine"]["path"]) == odd + b"/libdevalloc_mine.so"
+    with open(odd + b"/devalloc.toml", "w") as f:
+        f.write('plugin_path = ["."]\n')
+    runtime = devalloc.Runtime(config=odd + b"/devalloc.toml")
+    assert os.path.normpath(os.fsencode(runtime.plugin_path[0])) == odd
+
+    # A plugin whose version and device name are not UTF-8 (PLUGIN-10 asks
+    # only for NUL-terminated text) is listed, those bytes as \xNN, beside
+    # every other plugin of the search path.
+    zoo = os.environ.get("DEVALLOC_PLUGIN_ZOO_DIR")
+    if not zoo:
+        pytest.skip("needs the test build's plugin zoo (DEVALLOC_PLUGIN_ZOO_DIR)")
+    folder = tmp_path / "hostile"
+    folder.mkdir(mode=0o755)
+    shutil.copy(os.path.join(zoo, "libdevalloc_zoo_hostile_names.so"), folder)
+    found = {p["name"]: p for p in devalloc.plugins(plugin_path=folder)}
+    hostile = next(p for name, p in found.items() if "hostile" in p["path"])
+    assert hostile["outcome"] == "loaded", hostile
+    assert "\\xff" in hostile["version"] and "\\xff" in hostile["devices"][0]["name"]
+    assert found["host"]["outcome"] == "loaded"
