@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace nb = nanobind;
@@ -81,22 +82,35 @@ std::mutex g_exit_mutex;
 std::condition_variable g_exit_changed;
 bool g_exiting = false;  // under g_exit_mutex
 int g_taking_gil = 0;    // under g_exit_mutex
+// The thread that ran the hook (under g_exit_mutex). It goes on running
+// Python after it: the atexit handlers registered before this module was
+// imported run after its hook, and may load. Neither it nor the loading
+// threads of its loads are parked, or the exit would wait for them forever.
+std::thread::id g_exit_thread;
 std::atomic<int> g_loads_running{0};
 // This thread's part of g_taking_gil: above 0 inside a progress callback.
 thread_local int t_taking_gil = 0;
 
 // Before a thread takes the GIL; parks it for good when exiting, unless the
-// hook waits for it: it is inside a progress callback, or `awaited` (a
-// loading thread of a load started inside one). Parking those would keep
-// the callback from returning, and the hook from ever ending.
+// exit waits for it: it is inside a progress callback, it ran the hook, or
+// `awaited` (a loading thread of a load started inside a callback or by the
+// thread that ran the hook). Parking those would keep the callback from
+// returning, and the hook (or the atexit handlers after it) from ending.
 void start_taking_gil(bool awaited = false) {
   std::unique_lock lock(g_exit_mutex);
-  if (g_exiting && !awaited && t_taking_gil == 0) {
+  if (g_exiting && !awaited && t_taking_gil == 0 &&
+      std::this_thread::get_id() != g_exit_thread) {
     lock.unlock();
     for (;;) pause();
   }
   ++g_taking_gil;
   ++t_taking_gil;
+}
+
+// Whether this thread ran the atexit hook (so the exit waits for it).
+bool is_exit_thread() {
+  std::lock_guard lock(g_exit_mutex);
+  return g_exiting && std::this_thread::get_id() == g_exit_thread;
 }
 
 // Once it has taken the GIL (it runs Python code from here, which the
@@ -113,6 +127,7 @@ void stop_taking_gil_at_exit() {
   {
     std::lock_guard lock(g_exit_mutex);
     g_exiting = true;
+    g_exit_thread = std::this_thread::get_id();
   }
   // A thread parked inside a load keeps its objects: nanobind would call
   // them leaks when the module goes.
@@ -233,7 +248,9 @@ struct Tensor {
 // re-raised once the load returned.
 struct ProgressRelay {
   nb::object callback;
-  bool in_callback = false;  // the load was started inside a progress callback
+  // The exit waits for the load: it was started inside a progress callback,
+  // or by the thread that ran the atexit hook.
+  bool awaited = false;
   std::mutex mutex;
   std::optional<nb::python_error> error;
 
@@ -241,7 +258,7 @@ struct ProgressRelay {
     struct TakingGil {
       explicit TakingGil(bool awaited) { start_taking_gil(awaited); }
       ~TakingGil() { done_taking_gil(); }  // after the GIL is given back
-    } taking(in_callback);
+    } taking(awaited);
     nb::gil_scoped_acquire gil;
     {
       std::lock_guard lock(mutex);
@@ -290,7 +307,7 @@ class PyRuntime {
     LoadProgress own_progress;
     if (!progress.is_none()) {
       relay.callback = progress;
-      relay.in_callback = t_taking_gil > 0;
+      relay.awaited = t_taking_gil > 0 || is_exit_thread();
       own_progress = std::ref(relay);
     }
     Result<std::shared_ptr<LoadedProgram>> program = Status();

@@ -842,3 +842,31 @@ def test_paths_and_plugin_names_that_are_not_utf8_reach_python(tmp_path):
     assert hostile["outcome"] == "loaded", hostile
     assert "\\xff" in hostile["version"] and "\\xff" in hostile["devices"][0]["name"]
     assert found["host"]["outcome"] == "loaded"
+
+
+def test_a_load_from_an_atexit_handler_that_runs_after_the_packages_own_finishes(tmp_path):
+    # atexit handlers run last registered first: one registered before
+    # devalloc was imported runs after devalloc's own hook, which parks
+    # threads that take the GIL back. Its load (on the thread that exits)
+    # and that load's progress callback must not be parked: it hung for good.
+    save_file({"w": np.arange(4, dtype=np.float32)}, str(tmp_path / "m.safetensors"))
+    script = (
+        "import atexit, sys\n"
+        "folder = sys.argv[1]\n"
+        "def late(progress):\n"
+        "    import devalloc\n"
+        "    program = devalloc.Runtime().load(folder + '/plan.json', progress=progress)\n"
+        "    print('late load', progress is not None, len(program), flush=True)\n"
+        "atexit.register(late, None)\n"
+        "atexit.register(late, lambda done, total: None)\n"
+        "import threading, devalloc\n"
+        "plan = devalloc.plan([folder + '/m.safetensors'], out=folder + '/plan.json')\n"
+        "def loop():\n"
+        "    while True:\n"
+        "        devalloc.Runtime().load(plan, progress=lambda done, total: None)\n"
+        "threading.Thread(target=loop, daemon=True).start()\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "late load True 1\nlate load False 1\n", done.stdout + done.stderr
+    assert "leaked" not in done.stderr, done.stderr
