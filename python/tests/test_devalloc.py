@@ -787,7 +787,9 @@ def test_help_is_useful_without_the_repository():
 def test_a_message_naming_a_path_that_is_not_utf8_is_a_devalloc_error(mixed, tmp_path):
     # A folder whose name is not UTF-8 (made by another tool, a Latin-1
     # locale): the message names it, and is still a devalloc.Error with its
-    # reason, the bytes shown escaped, never a UnicodeDecodeError.
+    # reason, the bytes shown escaped (by the core, which escapes paths in
+    # messages, and by the binding for any text that is not), never a
+    # UnicodeDecodeError.
     folder, _ = mixed
     odd = os.fsencode(tmp_path) + b"/d\xff"
     os.mkdir(odd)
@@ -809,7 +811,6 @@ def test_a_message_naming_a_path_that_is_not_utf8_is_a_devalloc_error(mixed, tmp
     with pytest.raises(devalloc.Error, match="outside the plan's folder") as caught:
         devalloc.Runtime().load(plan)
     assert "d\\xff" in caught.value.message, caught.value.message
-
 
 
 def test_paths_and_plugin_names_that_are_not_utf8_reach_python(tmp_path):
