@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -244,8 +245,8 @@ struct Tensor {
   }
 };
 
-// A load's progress callback, on the loading threads; what it raised is
-// re-raised once the load returned.
+// A load's progress callback, on the loading threads. What it raises stops
+// the load, and is raised from load() once the load returned.
 struct ProgressRelay {
   nb::object callback;
   // The exit waits for the load: it was started inside a progress callback,
@@ -267,8 +268,13 @@ struct ProgressRelay {
     try {
       callback(done, total);
     } catch (nb::python_error& e) {
-      std::lock_guard lock(mutex);
-      error.emplace(std::move(e));
+      {
+        std::lock_guard lock(mutex);
+        error.emplace(std::move(e));
+      }
+      // The core stops a load whose progress callback throws (and frees
+      // what it allocated); load() then raises the callback's exception.
+      throw std::runtime_error("the progress callback raised");
     }
   }
 };

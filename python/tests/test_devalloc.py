@@ -191,8 +191,8 @@ def test_an_exception_in_progress_reaches_the_caller(example):
 
 
 def test_a_progress_that_raised_is_not_called_again(example):
-    # The load goes on to its end, but the callback, whose exception the
-    # caller gets, hears of it no more.
+    # The load stops, and the callback, whose exception the caller gets,
+    # hears of it no more.
     calls = []
 
     def fail(done, total):
@@ -201,6 +201,68 @@ def test_a_progress_that_raised_is_not_called_again(example):
     with pytest.raises(RuntimeError, match="^stop at call 1$"):
         devalloc.Runtime(config=example / "devalloc.toml").load(example / "plan.json", progress=fail)
     assert len(calls) == 1
+
+
+_PEAK_GROWTH_OF_A_LOAD = r"""
+import sys, devalloc
+
+
+def peak():
+    # This process's own peak RSS in bytes (getrusage's ru_maxrss keeps
+    # the parent's from before exec).
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+class Stop(Exception):
+    pass
+
+folder, stop = sys.argv[1], sys.argv[2] == "stop"
+runtime = devalloc.Runtime(config=folder + "/devalloc.toml")
+calls = []
+
+def progress(done, total):
+    calls.append(done)
+    if stop:
+        raise Stop("enough")
+
+before = peak()
+try:
+    program = runtime.load(folder + "/plan.json", progress=progress)
+    outcome = "loaded"
+except Stop:
+    outcome = "stopped"
+growth = peak() - before
+print(outcome, len(calls), growth)
+"""
+
+
+def test_a_progress_that_raises_stops_the_load(tmp_path):
+    # A callback raises to cancel a load: the load stops there, instead of
+    # copying the rest of the model first. Seen in the peak memory of a
+    # fresh process: a load of 64 MiB in pieces of 1 MiB touches all of its
+    # destination (so the measure sees a whole load), a load stopped at its
+    # first progress call a few MiB (its staging and first piece).
+    size = 64 << 20
+    save_file({"t%02d" % i: np.ones(size // 16 // 4, dtype=np.float32) for i in range(16)},
+              str(tmp_path / "big.safetensors"))
+    devalloc.plan(tmp_path / "big.safetensors", out=tmp_path / "plan.json")
+    (tmp_path / "devalloc.toml").write_text(
+        '[load]\nthreads = 1\nstaging = "4MiB"\ndirect = false\nread = "pread"\n')
+
+    def run(mode):
+        done = subprocess.run([sys.executable, "-c", _PEAK_GROWTH_OF_A_LOAD, str(tmp_path), mode],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outcome, calls, growth = done.stdout.split()
+        return outcome, int(calls), int(growth)
+
+    outcome, calls, whole = run("go on")
+    assert outcome == "loaded" and calls > 1
+    assert whole >= size * 3 // 4, "the measure does not see a whole load: %d bytes" % whole
+    outcome, calls, stopped = run("stop")
+    assert outcome == "stopped" and calls == 1
+    assert stopped <= size // 4, "the load went on after its callback raised: %d bytes" % stopped
 
 
 def test_config_error_carries_file_and_line(tmp_path):
