@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -30,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -153,6 +156,60 @@ class GilReleased {
  private:
   PyThreadState* state_;
 };
+
+// Whether this is Python's main thread, where signal handlers run.
+bool on_main_thread() {
+  nb::module_ threading = nb::module_::import_("threading");
+  return threading.attr("get_ident")().equal(threading.attr("main_thread")().attr("ident"));
+}
+
+// Runs work(stop) on a thread of its own, the GIL let go, while this thread
+// checks for signals every 20 ms: if a handler raises (KeyboardInterrupt),
+// sets stop, waits for work to return and gives back what was raised.
+// Without a thread to spare, runs work here.
+template <class Work>
+std::optional<nb::python_error> wait_checking_signals(Work&& work) {
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::condition_variable finished_changed;
+  bool finished = false;  // under mutex
+  std::exception_ptr failure;
+  std::optional<std::thread> worker;
+  try {
+    worker.emplace([&] {
+      try {
+        work(stop);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      finished = true;
+      finished_changed.notify_all();
+    });
+  } catch (const std::system_error&) {
+    GilReleased no_gil;
+    work(stop);
+    return std::nullopt;
+  }
+  std::optional<nb::python_error> raised;
+  for (;;) {
+    {
+      GilReleased no_gil;
+      std::unique_lock lock(mutex);
+      if (finished_changed.wait_for(lock, std::chrono::milliseconds(20),
+                                    [&] { return finished; })) {
+        break;
+      }
+    }
+    if (!raised && PyErr_CheckSignals() != 0) {
+      raised.emplace();  // takes the raised exception out of the interpreter
+      stop = true;
+    }
+  }
+  worker->join();
+  if (failure) std::rethrow_exception(failure);
+  return raised;
+}
 
 template <class T>
 T value_or_raise(Result<T> result) {
@@ -318,10 +375,26 @@ class PyRuntime {
     }
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     LoadReport report;
-    {
-      GilReleased no_gil;
+    const auto run = [&](const LoadProgress& with_progress) {
       program = shared_runtime()->load(std::move(plan), methods, &report, &files, verify,
-                                       own_progress);
+                                       with_progress);
+    };
+    if (on_main_thread()) {
+      // Python runs signal handlers (Ctrl-C's KeyboardInterrupt) on the main
+      // thread only, and only when it runs Python: the load runs on a thread
+      // of its own while this one waits and checks for signals; what a
+      // handler raises stops the load and is raised once it returned.
+      std::optional<nb::python_error> interrupted = wait_checking_signals(
+          [&](const std::atomic<bool>& stop) {
+            run([&](uint64_t done, uint64_t total) {
+              if (stop.load()) throw std::runtime_error("interrupted by a signal");
+              if (own_progress) own_progress(done, total);
+            });
+          });
+      if (interrupted) throw std::move(*interrupted);
+    } else {
+      GilReleased no_gil;
+      run(own_progress);
     }
     if (relay.error) throw std::move(*relay.error);
     std::shared_ptr<LoadedProgram> loaded = value_or_raise(std::move(program));
