@@ -406,6 +406,16 @@ RuntimeConfig host_config(uint64_t staging, bool direct, ReadMode read) {
   return c;
 }
 
+// A runtime for a memory child's setup, its plugin already opened: (b)'s
+// setup opens its own, so neither figure holds the plugin's loading (for
+// a GPU, the driver's initialization and context), only the load's memory.
+std::shared_ptr<Runtime> runtime_with_plugin(const RuntimeConfig& config) {
+  auto runtime = Runtime::create(config);
+  auto device = runtime->registry().resolve(g_device, std::nullopt);
+  if (!device.ok()) die(device.status().message());
+  return runtime;
+}
+
 // (a), through a runtime that already opened its plugin (as a server
 // loading several models would).
 LoadReport devalloc_load(const Model& m, Runtime& runtime) {
@@ -699,7 +709,7 @@ int main(int argc, char** argv) {
     PeakAnon& p = peaks[i];
     p.devalloc = peak_anon_in_child(
         [&m] {
-          auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
+          auto runtime = runtime_with_plugin(host_config(64 << 20, true, ReadMode::automatic));
           return std::function<void()>([&m, runtime] { devalloc_load(m, *runtime); });
         },
         destination_bytes(m));
@@ -730,7 +740,7 @@ int main(int argc, char** argv) {
         p.staged.push_back(peak_anon_in_child(
             [&m, staging_mib] {
               auto runtime =
-                  Runtime::create(host_config(staging_mib << 20, false, ReadMode::automatic));
+                  runtime_with_plugin(host_config(staging_mib << 20, false, ReadMode::automatic));
               return std::function<void()>([&m, runtime] { devalloc_load(m, *runtime); });
             },
             destination_bytes(m)));
@@ -752,7 +762,7 @@ int main(int argc, char** argv) {
         0);
     small_load_anon = peak_anon_in_child(
         [&m] {
-          auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
+          auto runtime = runtime_with_plugin(host_config(64 << 20, true, ReadMode::automatic));
           return std::function<void()>([&m, runtime] { devalloc_load(m, *runtime); });
         },
         destination_bytes(m));
