@@ -1,7 +1,10 @@
-// Host-to-device bandwidth on CUDA device 0: raw driver copies, and the same
+// Host-to-device bandwidth on CUDA device 0: raw driver copies
+// (cuMemcpyHtoDAsync on a stream, then cuStreamSynchronize), and the same
 // bytes through the CUDA plugin in both source-lifetime modes, measured in
 // one process so that the figures compare. Built by tests/gpu/run_cuda.sh
-// and linked against the real driver.
+// and linked against libcuda.so.1: the real driver, or the fake of
+// tests/fakes/cuda found first on LD_LIBRARY_PATH (run_cuda.sh does that
+// when DEVALLOC_GPU_DRIVER names the fake; its figures mean nothing).
 //
 //   devalloc_cuda_bandwidth PLUGIN.so [MIB]
 //
@@ -182,13 +185,19 @@ int main(int argc, char** argv) {
   CUdeviceptr raw_dst = 0;
   check(cuMemAlloc(&raw_dst, bytes), "cuMemAlloc");
 
-  row("raw cuMemcpyHtoD, pinned source", bytes, best_gb_per_s(bytes, [&] {
-        check(cuMemcpyHtoD(raw_dst, pinned, bytes), "cuMemcpyHtoD");
-      }));
-  row("raw cuMemcpyHtoD, pageable source", bytes, best_gb_per_s(bytes, [&] {
-        check(cuMemcpyHtoD(raw_dst, pageable.data(), bytes), "cuMemcpyHtoD");
-        check(cuCtxSynchronize(), "cuCtxSynchronize");
-      }));
+  // Raw copies as the plugin issues its own: cuMemcpyHtoDAsync on a stream,
+  // then the stream synchronized; the pinned buffer is warm (touched above).
+  CUstream stream = nullptr;
+  check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  auto raw_copy = [&](const void* src) {
+    check(cuMemcpyHtoDAsync(raw_dst, src, bytes, stream), "cuMemcpyHtoDAsync");
+    check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  };
+  row("raw cuMemcpyHtoDAsync, pinned source", bytes,
+      best_gb_per_s(bytes, [&] { raw_copy(pinned); }));
+  row("raw cuMemcpyHtoDAsync, pageable source", bytes,
+      best_gb_per_s(bytes, [&] { raw_copy(pageable.data()); }));
+  check(cuStreamDestroy(stream), "cuStreamDestroy");
   check(cuMemFree(raw_dst), "cuMemFree");
   check(cuMemFreeHost(pinned), "cuMemFreeHost");
 

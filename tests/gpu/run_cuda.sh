@@ -16,15 +16,20 @@
 #   MODEL_GIB  size of the generated model in GiB (default 4)
 #   MODEL_MIB  size in MiB instead (smoke runs against the fake driver)
 #   BENCH_ARGS extra arguments of devalloc_bench (default: --repeats 3)
+#   BANDWIDTH_MIB  size of the bandwidth copies in MiB, a multiple of 64
+#              (default 1024)
 #   WORK       scratch folder for the model, plan and logs (default: new in /tmp)
 #   CUDA_HOME  the CUDA toolkit: cuda.h and libcuda's link stub (/usr/local/cuda)
 #   JOBS       build parallelism (default: all cores)
 #   DEVALLOC_GPU_DRIVER  the driver library the plugin opens (libcuda.so.1).
-#              A fake driver's absolute path runs every step except the raw
-#              bandwidth, to check this script on a machine without a GPU.
+#              A fake driver's absolute path (a libcuda.so.1) runs every
+#              step against it, the bandwidth tool too (its folder first on
+#              LD_LIBRARY_PATH), to check this script on a machine without a
+#              GPU; the figures are then the fake's.
 #
 # The figures come last, as Markdown to paste into docs/hardware.md. Exits 0
-# when conformance and the verified load passed. See tests/gpu/README.md.
+# when conformance, the bandwidth tool, the load, the verified load and the
+# benchmark passed. See tests/gpu/README.md.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,6 +39,7 @@ model_size=$model_gib
 model_mib=$((model_gib * 1024))
 if [ -n "${MODEL_MIB:-}" ]; then model_size=${MODEL_MIB}M; model_mib=$MODEL_MIB; fi
 bench_args=${BENCH_ARGS:---repeats 3}
+bandwidth_mib=${BANDWIDTH_MIB:-1024}
 jobs=${JOBS:-$(nproc)}
 driver=${DEVALLOC_GPU_DRIVER:-libcuda.so.1}
 mode=source
@@ -133,15 +139,20 @@ failed=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$work/conformance.log" || true)
 conformance="$conformance: $tests, $failed failed (log: $work/conformance.log)"
 echo "$conformance" >&2
 
-bandwidth_rows=""
-if [ "$driver" = libcuda.so.1 ]; then
-  step "raw and plugin bandwidth, 1 GiB"
-  bandwidth_rows=$(timeout 300 "$bin/devalloc_cuda_bandwidth" "$plugin" 1024) ||
-    bandwidth_rows="| devalloc_cuda_bandwidth failed (see above) | | |"
-  echo "$bandwidth_rows" >&2
-else
-  echo "(raw bandwidth skipped: $driver is not the real driver)" >&2
+step "raw and plugin bandwidth, $bandwidth_mib MiB"
+# The tool is linked against libcuda.so.1, and its plugin opens that name:
+# a fake driver's folder first on the search path makes both the fake.
+bandwidth_path=${LD_LIBRARY_PATH}
+if [ "$driver" != libcuda.so.1 ]; then
+  bandwidth_path=$(dirname "$driver")${bandwidth_path:+:$bandwidth_path}
 fi
+bandwidth=passed
+bandwidth_rows=$(LD_LIBRARY_PATH=$bandwidth_path timeout 300 \
+                   "$bin/devalloc_cuda_bandwidth" "$plugin" "$bandwidth_mib") || {
+  bandwidth=FAILED
+  bandwidth_rows="| devalloc_cuda_bandwidth failed (see above) | | |"
+}
+echo "$bandwidth_rows" >&2
 
 step "generate a $model_mib MiB model"
 timeout 600 "$bin/devalloc_make_model" "$work/model.safetensors" "$model_size" >&2
@@ -192,7 +203,7 @@ cat <<EOF
 
 ### CUDA: $device, $(date -u +%Y-%m-%d)
 
-\`tests/gpu/run_cuda.sh\` ($mode build, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)): a ${model_mib} MiB model of F16 tensors, read from the page cache; copies of 1 GiB for the bandwidth rows, best of 5.
+\`tests/gpu/run_cuda.sh\` ($mode build, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)): a ${model_mib} MiB model of F16 tensors, read from the page cache; copies of $bandwidth_mib MiB for the bandwidth rows, best of 5.
 
 | what | MiB | GB/s |
 |---|---|---|${bandwidth_rows:+
@@ -208,8 +219,8 @@ $(cat "$work/bench.txt")
 \`\`\`
 
 - conformance against $driver: $conformance
-- load: $loaded; load with --verify: $verified; benchmark: $benched
+- bandwidth: $bandwidth; load: $loaded; load with --verify: $verified; benchmark: $benched
 - whole script: $(elapsed "$started") s
 EOF
 
-[[ $conformance == passed* && $loaded == passed && $verified == passed && $benched == passed ]]
+[[ $conformance == passed* && $bandwidth == passed && $loaded == passed && $verified == passed && $benched == passed ]]
