@@ -85,7 +85,10 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
     LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
     const LoadProgress& progress) {
   if (plan == nullptr) {
-    return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
+    // The message is an allocation too: it must not throw out of here.
+    return detail::without_exceptions("load", []() -> Result<std::shared_ptr<LoadedProgram>> {
+      return Status(StatusCode::invalid_argument, "load: no plan (a null pointer)");
+    });
   }
   const Plan& planned = *plan;
   return detail::catch_as_status(

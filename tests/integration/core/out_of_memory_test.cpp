@@ -124,6 +124,20 @@ TEST_F(OutOfMemory, GivenEachAllocationOfALoadFailingInTurn_ThenItFailsWithAStat
   EXPECT_GT(failures, 0);
 }
 
+// A null plan is refused with a Status: the message is an allocation too,
+// and when it fails, no exception leaves Runtime::load either.
+TEST_F(OutOfMemory, GivenANullPlanAndEachAllocationFailingInTurn_ThenLoadRefusesWithAStatus) {
+  std::shared_ptr<Runtime> runtime = Runtime::create(default_config());
+  const std::shared_ptr<const Plan> none;
+  const std::vector<std::string> all;
+  const long runs = sweep([&] { return runtime->load(none, all, nullptr); },
+                          [&](long n, auto& armed) {
+                            if (!armed.result) return;
+                            EXPECT_FALSE(armed.result->ok()) << "after allocation " << n;
+                          });
+  EXPECT_GT(runs, 1);
+}
+
 // A program's own calls: loading a method more, unloading one, exporting.
 TEST_F(OutOfMemory, GivenEachAllocationOfAProgramsCallsFailingInTurn_ThenEachReturnsAStatusAndTheProgramStaysWhole) {
   auto runtime = Runtime::create(config("[plugins.host]\noptions = { async = false }\n"));
