@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 
 namespace devalloc {
@@ -20,6 +21,65 @@ namespace {
 std::string where(const PlanTensor& t) {
   return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
          ", offset " + std::to_string(t.offset) + ")";
+}
+
+std::string hex_range(uint64_t begin, uint64_t nbytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
+                static_cast<unsigned long long>(begin + nbytes));
+  return text;
+}
+
+// PLUGIN-11/12, checked on every load (cheaply: a sort): the buffers this
+// load allocated overlap neither each other nor the program's live buffers
+// on their device. Overlapping allocations take each other's constants,
+// silently. Buffers of other programs are the validation layer's to check.
+Status check_no_overlap(const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& fresh,
+                        const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& live,
+                        uint32_t* blamed_id) {
+  struct Extent {
+    const Plugin* plugin;
+    uint32_t device;
+    uint64_t begin;
+    uint64_t nbytes;
+    const DeviceBuffer* buffer;
+    bool fresh;
+  };
+  std::vector<Extent> extents;
+  for (const auto* buffers : {&fresh, &live}) {
+    for (const auto& [id, b] : *buffers) {
+      if (b->nbytes() == 0) continue;
+      extents.push_back(Extent{b->device().plugin.get(), b->device().device, b->address(),
+                               b->nbytes(), b.get(), buffers == &fresh});
+    }
+  }
+  if (extents.empty()) return Status();
+  const auto key = [](const Extent& e) {
+    return std::tie(e.plugin, e.device, e.begin, e.buffer);
+  };
+  std::sort(extents.begin(), extents.end(),
+            [&](const Extent& a, const Extent& b) { return key(a) < key(b); });
+  // Sorted by start: if any two overlap, two neighbours do.
+  for (size_t k = 1; k < extents.size(); ++k) {
+    const Extent& prior = extents[k - 1];
+    const Extent& next = extents[k];
+    if (prior.plugin != next.plugin || prior.device != next.device) continue;
+    if (!prior.fresh && !next.fresh) continue;  // both checked when allocated
+    if (next.begin - prior.begin >= prior.nbytes) continue;
+    // Blame a buffer of this load: the later one when both are.
+    const Extent& blamed = next.fresh ? next : prior;
+    const Extent& other = next.fresh ? prior : next;
+    const ResolvedDevice& d = blamed.buffer->device();
+    *blamed_id = blamed.buffer->memory_id();
+    return Status(StatusCode::device_error,
+                  "allocating buffer " + std::to_string(blamed.buffer->memory_id()) + " (" +
+                      std::to_string(blamed.nbytes) + " bytes) on " + d.describe() +
+                      ": plugin " + d.plugin_name + " broke PLUGIN-11: allocate returned " +
+                      hex_range(blamed.begin, blamed.nbytes) + ", which overlaps buffer " +
+                      std::to_string(other.buffer->memory_id()) + " at " +
+                      hex_range(other.begin, other.nbytes) + " on the same device");
+  }
+  return Status();
 }
 
 }  // namespace
@@ -197,6 +257,13 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
     auto buffer = DeviceBuffer::allocate(p.device, b.memory_id, b.nbytes, b.alignment);
     if (!buffer.ok()) return buffer.status().with_context(buffer_place(*plan_, b));
     fresh.emplace(b.memory_id, std::move(*buffer));
+  }
+  uint32_t blamed_id = 0;
+  if (Status s = check_no_overlap(fresh, buffers_, &blamed_id); !s.ok()) {
+    for (const BufferPlacement& p : placements) {
+      if (p.buffer.memory_id == blamed_id) return s.with_context(buffer_place(*plan_, p.buffer));
+    }
+    return s;
   }
   // Consecutive tensors mostly share a buffer: look it up once per run.
   uint32_t last_id = 0;

@@ -55,6 +55,9 @@
  *                                   addresses from the same base, so two instances
  *                                   hand out the same address (as a driver with
  *                                   per-context page tables would)
+ *   DEVALLOC_ZOO_SHARED_ADDRESSES   PLUGIN-11/12: every allocation of an instance starts
+ *                                   at one address, so a second live allocation overlaps
+ *                                   the first (a copy to it lands in the first one)
  *   DEVALLOC_ZOO_TOP_ADDRESSES      breaks nothing by itself: allocation slot i starts at
  *                                   2^64 - (i + 1) MiB whatever its size, so a 1 MiB
  *                                   allocation in slot 0 ends exactly at 2^64; a larger
@@ -128,6 +131,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
     defined(DEVALLOC_ZOO_HOSTILE_NAMES) || defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES) || \
+    defined(DEVALLOC_ZOO_SHARED_ADDRESSES) ||                                             \
     defined(DEVALLOC_ZOO_MINOR_MISMATCH) || defined(DEVALLOC_ZOO_TOP_ADDRESSES) ||      \
     defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
     defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS) ||  \
@@ -313,6 +317,10 @@ typedef struct zoo_allocation {
 /* Allocation slot i of every instance is at this base + i * stride. */
 #define ZOO_INSTANCE_BASE ((uint64_t)0x100000000000ULL)
 #define ZOO_SLOT_STRIDE ((uint64_t)1 << 31)
+#endif
+#if defined(DEVALLOC_ZOO_SHARED_ADDRESSES)
+/* Every allocation starts here, whatever its slot. */
+#define ZOO_SHARED_BASE ((uint64_t)0x100000000000ULL)
 #endif
 #if defined(DEVALLOC_ZOO_TOP_ADDRESSES)
 /* Allocation slot i starts at 2^64 - (i + 1) * this, whatever its size. */
@@ -525,6 +533,9 @@ static devalloc_status zoo_allocate(devalloc_instance* z, devalloc_allocate_args
   z->allocations[i].host = (unsigned char*)(uintptr_t)z->allocations[i].base;
 #if defined(DEVALLOC_ZOO_PER_INSTANCE_ADDRESSES)
   z->allocations[i].base = ZOO_INSTANCE_BASE + (uint64_t)i * ZOO_SLOT_STRIDE;
+#endif
+#if defined(DEVALLOC_ZOO_SHARED_ADDRESSES)
+  z->allocations[i].base = ZOO_SHARED_BASE;
 #endif
 #if defined(DEVALLOC_ZOO_TOP_ADDRESSES)
   z->allocations[i].base = (uint64_t)0 - ((uint64_t)i + 1) * ZOO_TOP_SLOT;

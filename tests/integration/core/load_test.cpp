@@ -305,6 +305,51 @@ TEST_F(LoadFixture, GivenAMisalignedAddressThatCannotBeHandedBack_WhenLoading_Th
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// Allocations that overlap on one device (shared_addresses: every one
+// starts at the same address) would take each other's constants: without
+// the validation layer the load must still refuse them, naming both
+// buffers, and free what it allocated; never load silently wrong bytes.
+TEST_F(LoadFixture, GivenAllocateReturnsOverlappingAddresses_WhenLoading_ThenRefusedNamingBothBuffers) {
+  const uint64_t before = DeviceBuffer::live_count();
+  RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_zoo_shared_addresses.so").string() +
+                           "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
+  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok()) << "w.a reads back as "
+                             << (read_back(*(*program)->find("w.a")) == source("w.a")
+                                     ? "its own bytes"
+                                     : "another tensor's bytes");
+  EXPECT_EQ(program.status().code(), StatusCode::device_error);
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr(plan().path.string() + ": /buffers/1"),
+                    HasSubstr("plugin zoo broke PLUGIN-11: allocate returned"),
+                    HasSubstr("which overlaps buffer 0 at [0x100000000000, 0x100000000300)")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// A later load_methods checks its new buffers against the program's live
+// ones too.
+TEST_F(LoadFixture, GivenAllocateReturnsAnAddressOverlappingALiveBuffer_WhenLoadingMore_ThenRefusedAndTheProgramUnchanged) {
+  RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                           (kZooDir / "libdevalloc_zoo_shared_addresses.so").string() +
+                           "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n"
+                           "[devices.other]\nuse = [\"host\", { index = 0 }]\n");
+  plan().buffers[2].device = "other";  // scratch apart: prefill has one zoo buffer
+  auto program = Runtime::create(c)->load(plan(), {"prefill"}, nullptr);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  const uint64_t before = DeviceBuffer::live_count();
+  const Status more = (*program)->load_methods({"decode"});  // buffer 1 on the zoo
+  ASSERT_FALSE(more.ok());
+  EXPECT_THAT(more.message(), AllOf(HasSubstr("/buffers/1"),
+                                    HasSubstr("which overlaps buffer 0 at [")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+  EXPECT_EQ((*program)->methods(), std::vector<std::string>{"prefill"});
+  // Not read back: handing the overlapping address back makes this plugin
+  // free the first allocation at it, which is the live buffer's.
+  EXPECT_TRUE((*program)->find("w.a").has_value());
+  EXPECT_FALSE((*program)->find("head").has_value());
+}
+
 // A buffer that ends exactly at 2^64 (top_addresses: slot 0 starts 1 MiB
 // below it) is no wrap: its last tensor loads, verifies and reads back,
 // through the validation layer too.
