@@ -203,6 +203,25 @@ def test_a_progress_that_raised_is_not_called_again(example):
     assert len(calls) == 1
 
 
+def _model_of_4_mib_tensors(folder, size):
+    """A model of size bytes in tensors of 4 MiB of ones (so that loading
+    it touches its destination), its plan, and a config that loads it with
+    one thread in staged pieces of 1 MiB."""
+    save_file({"t%03d" % i: np.ones(1 << 20, dtype=np.float32) for i in range(size >> 22)},
+              str(folder / "big.safetensors"))
+    devalloc.plan(folder / "big.safetensors", out=folder / "plan.json")
+    (folder / "devalloc.toml").write_text(
+        '[load]\nthreads = 1\nstaging = "4MiB"\ndirect = false\nread = "pread"\n')
+
+
+def _run_script(script, folder, mode):
+    """Runs script in a fresh interpreter; the words it printed."""
+    done = subprocess.run([sys.executable, "-c", script, str(folder), mode],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 _PEAK_GROWTH_OF_A_LOAD = r"""
 import sys, devalloc
 
@@ -244,17 +263,10 @@ def test_a_progress_that_raises_stops_the_load(tmp_path):
     # destination (so the measure sees a whole load), a load stopped at its
     # first progress call a few MiB (its staging and first piece).
     size = 64 << 20
-    save_file({"t%02d" % i: np.ones(size // 16 // 4, dtype=np.float32) for i in range(16)},
-              str(tmp_path / "big.safetensors"))
-    devalloc.plan(tmp_path / "big.safetensors", out=tmp_path / "plan.json")
-    (tmp_path / "devalloc.toml").write_text(
-        '[load]\nthreads = 1\nstaging = "4MiB"\ndirect = false\nread = "pread"\n')
+    _model_of_4_mib_tensors(tmp_path, size)
 
     def run(mode):
-        done = subprocess.run([sys.executable, "-c", _PEAK_GROWTH_OF_A_LOAD, str(tmp_path), mode],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        outcome, calls, growth = done.stdout.split()
+        outcome, calls, growth = _run_script(_PEAK_GROWTH_OF_A_LOAD, tmp_path, mode)
         return outcome, int(calls), int(growth)
 
     outcome, calls, whole = run("go on")
@@ -316,17 +328,10 @@ def test_ctrl_c_during_a_load_stops_it(tmp_path):
     # callback) reaches its whole size in memory; interrupted after 8 MiB,
     # well under half of it.
     size = 256 << 20
-    save_file({"t%02d" % i: np.ones(size // 64 // 4, dtype=np.float32) for i in range(64)},
-              str(tmp_path / "big.safetensors"))
-    devalloc.plan(tmp_path / "big.safetensors", out=tmp_path / "plan.json")
-    (tmp_path / "devalloc.toml").write_text(
-        '[load]\nthreads = 1\nstaging = "4MiB"\ndirect = false\nread = "pread"\n')
+    _model_of_4_mib_tensors(tmp_path, size)
 
     def run(mode):
-        done = subprocess.run([sys.executable, "-c", _CTRL_C_DURING_A_LOAD, str(tmp_path), mode],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        outcome, growth = done.stdout.split()
+        outcome, growth = _run_script(_CTRL_C_DURING_A_LOAD, tmp_path, mode)
         return outcome, int(growth)
 
     outcome, whole = run("let it load")
