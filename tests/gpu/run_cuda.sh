@@ -99,7 +99,7 @@ if [ "$mode" = pack ]; then
   done
   strip -o "$prefix/lib/devalloc/plugins/libdevalloc_cuda.so" \
     "$build_dir/lib/devalloc/plugins/libdevalloc_cuda.so"
-  # Libraries the CLI needs beyond the C and C++ runtimes (toml++, xxHash),
+  # Libraries the CLI needs beyond the C and C++ runtimes (toml++),
   # which a GPU image without the Debian packages lacks.
   ldd "$build_dir/bin/devalloc" | awk '$3 ~ /^\// { print $3 }' |
     grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|ld-linux[^/]*)\.so' |
