@@ -91,7 +91,10 @@ class HostInstance final : public plugin::Instance {
       // it unwinds (PLUGIN-14), only the copy itself waits for synchronize.
       device_.require_destination(dst, nbytes);
       std::lock_guard lock(deferred_mutex_);
-      deferred_.push_back(Deferred{dst, src, nbytes, std::move(release)});
+      // Filled once it is in: if making room throws, `release` fires as
+      // it unwinds, after the lock (PLUGIN-14).
+      deferred_.push_back(Deferred{dst, src, nbytes, plugin::Release()});
+      deferred_.back().release = std::move(release);
     } else if constexpr (releases_twice) {
       device_.copy_now(dst, src, nbytes);
       release.fire_twice_on_purpose();

@@ -21,7 +21,11 @@ CompletionThread::~CompletionThread() {
 void CompletionThread::push(Complete complete, Release release) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(Job{std::move(complete), std::move(release)});
+    // Filled once it is in, as in ReleaseQueue::push: if making room
+    // throws, the release fires with the parameter, outside the lock.
+    jobs_.push_back(Job{});
+    jobs_.back().complete.swap(complete);
+    jobs_.back().release = std::move(release);
     ++pushed_;
   }
   work_ready_.notify_one();
