@@ -28,9 +28,20 @@ DeviceBuffer::~DeviceBuffer() {
   Status s = device_.plugin->deallocate(device_.device, address_);
   if (!s.ok()) {
     // Nothing can be done about it here but say so: the memory is lost to
-    // the device until the plugin is destroyed.
-    std::fprintf(stderr, "devalloc: freeing buffer %u on %s: %s\n", memory_id_,
-                 device_.describe().c_str(), s.message().c_str());
+    // the device until the plugin is destroyed. Wording it allocates, and
+    // nothing may leave a destructor: without memory, a shorter line.
+    try {
+      const std::string why =
+          s.message().empty() ? std::string("failed (") + to_string(s.code()) + ", no message)"
+                            : s.message();
+      std::fprintf(stderr, "devalloc: freeing buffer %u on %s: %s\n", memory_id_,
+                   device_.describe().c_str(), why.c_str());
+    } catch (...) {
+      std::fprintf(stderr,
+                   "devalloc: freeing buffer %u on device %u failed, and the host ran out of "
+                   "memory saying why\n",
+                   memory_id_, device_.device);
+    }
   }
   --g_live_buffers;
 }

@@ -38,6 +38,8 @@
  *   DEVALLOC_ZOO_MISALIGNED_KEEPS   PLUGIN-11 as MISALIGNED, and deallocate refuses
  *                                   every address (destroy frees all)
  *   DEVALLOC_ZOO_ACCEPTS_BAD_FREE   PLUGIN-12: deallocate accepts any address
+ *   DEVALLOC_ZOO_REFUSES_FREE       breaks nothing, but deallocate fails with
+ *                                   DEVICE_ERROR for every address (destroy frees all)
  *   DEVALLOC_ZOO_DOUBLE_RELEASE     PLUGIN-14: releases at the copy and again at synchronize
  *   DEVALLOC_ZOO_ACCEPTS_BAD_COPY   PLUGIN-15: a copy outside every allocation "succeeds"
  *   DEVALLOC_ZOO_NEVER_RELEASES     PLUGIN-20: synchronize returns without releasing
@@ -126,7 +128,7 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_UNKNOWN_STATUS) || defined(DEVALLOC_ZOO_NO_MESSAGE) ||          \
     defined(DEVALLOC_ZOO_DESTROY_FORGETS) || defined(DEVALLOC_ZOO_BAD_DEVICE_TYPE) ||    \
     defined(DEVALLOC_ZOO_MISALIGNED) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_FREE) ||        \
-    defined(DEVALLOC_ZOO_MISALIGNED_KEEPS) ||                                             \
+    defined(DEVALLOC_ZOO_MISALIGNED_KEEPS) || defined(DEVALLOC_ZOO_REFUSES_FREE) ||       \
     defined(DEVALLOC_ZOO_DOUBLE_RELEASE) || defined(DEVALLOC_ZOO_ACCEPTS_BAD_COPY) ||    \
     defined(DEVALLOC_ZOO_NEVER_RELEASES) || defined(DEVALLOC_ZOO_FAILED_COPY_UNRELEASED) || \
     defined(DEVALLOC_ZOO_STRAY_RELEASE) || defined(DEVALLOC_ZOO_NULL_STAGING) ||          \
@@ -555,7 +557,7 @@ static devalloc_status zoo_deallocate(devalloc_instance* z, uint32_t device,
   void* raw = NULL;
   if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
   if (address == 0) return DEVALLOC_STATUS_OK;
-#if defined(DEVALLOC_ZOO_MISALIGNED_KEEPS)
+#if defined(DEVALLOC_ZOO_MISALIGNED_KEEPS) || defined(DEVALLOC_ZOO_REFUSES_FREE)
   (void)z;
   (void)i;
   (void)raw;

@@ -183,6 +183,37 @@ TEST_F(OutOfMemory, GivenEachAllocationOfAProgramsCallsFailingInTurn_ThenEachRet
         });
 }
 
+// Dropping a program whose plugin refuses to free its buffers: each
+// buffer's destructor says so on stderr, and an allocation that fails
+// while it words that does not end the process (destructors are noexcept).
+TEST_F(OutOfMemory, GivenAPluginThatRefusesToFree_WhenAProgramIsDroppedWhileAllocationsFail_ThenNothingEscapes) {
+  const uint64_t before = DeviceBuffer::live_count();
+  const RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
+                                 (kZooDir / "libdevalloc_zoo_refuses_free.so").string() +
+                                 "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
+  std::shared_ptr<Runtime> runtime = Runtime::create(c);
+  const std::shared_ptr<const Plan> shared = std::make_shared<const Plan>(plan());
+  const std::vector<std::string> all;
+  std::shared_ptr<LoadedProgram> program;
+  const auto load = [&] {
+    auto loaded = runtime->load(shared, all, nullptr);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    program = *loaded;
+  };
+  load();
+  ASSERT_GT(DeviceBuffer::live_count(), before);
+  const long runs = sweep(
+      [&] {
+        program.reset();
+        return 0;
+      },
+      [&](long n, auto&) {
+        EXPECT_EQ(DeviceBuffer::live_count(), before) << "after allocation " << n;
+        load();
+      });
+  EXPECT_GT(runs, 1);
+}
+
 // Planning: building, writing, reading and validating a plan.
 TEST_F(OutOfMemory, GivenEachAllocationOfPlanningFailingInTurn_ThenEachCallReturnsAStatus) {
   const std::vector<std::filesystem::path> files = {dir() / "model.safetensors"};
