@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string_view>
 #include <system_error>
 
@@ -221,14 +222,18 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
 
   auto impl = std::make_unique<Impl>();
   // The error_code overload: a failure of dlopen is an error code (and
-  // dlerror's text, below), never an exception. So an exception out of
-  // load() can only come from the library's own code that dlopen ran, its
-  // static initializers (PLUGIN-7), and it has left dlopen without
-  // releasing the dynamic linker's lock. (Boost.DLL itself allocates only a
-  // copy of the path before dlopen: were that to fail, later plugins would
-  // be refused needlessly, never left hanging.)
+  // dlerror's text, below), never an exception. An exception out of load()
+  // comes either from the library's own code that dlopen ran, its static
+  // initializers (PLUGIN-7), which left dlopen without releasing the dynamic
+  // linker's lock, or from an allocation of Boost.DLL's own (a copy of the
+  // path before dlopen, the program's location after a failed one), which
+  // left nothing locked. Only in the first case is the object in the
+  // dynamic linker's list afterwards without having been there before: a
+  // host out of memory for a moment must not lose every plugin for good.
+  const bool listed_before = detail::listed_by_dynamic_linker(path, file);
   std::error_code load_error;
-  bool initializer_threw = false;
+  bool threw = false;
+  bool out_of_memory = false;
   std::string thrown;
   try {
     // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
@@ -237,15 +242,29 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                        boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local,
                        load_error);
   } catch (const std::exception& e) {
-    record_linker_left_locked(path);  // before anything else can fail
-    initializer_threw = true;
+    threw = true;
+    out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
     try {
-      thrown = ": " + escaped(e.what(), 8192);
+      thrown = e.what();
     } catch (...) {
     }
   } catch (...) {
-    record_linker_left_locked(path);
-    initializer_threw = true;
+    threw = true;
+  }
+  const bool initializer_threw =
+      threw && !listed_before && detail::listed_by_dynamic_linker(path, file);
+  if (initializer_threw) record_linker_left_locked(path);  // before anything else can fail
+  try {
+    if (!thrown.empty()) thrown = ": " + escaped(thrown, 8192);
+  } catch (...) {
+    thrown.clear();
+  }
+  if (threw && !initializer_threw) {
+    return {nullptr,
+            refuse(PluginOutcome::open_failed,
+                   out_of_memory ? StatusCode::out_of_host_memory : StatusCode::internal, path,
+                   "not opened: Boost.DLL failed around dlopen, before the plugin's code ran" +
+                       thrown + "; nothing was loaded, and a later try may succeed")};
   }
   if (initializer_threw) {
     return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::internal, path,
