@@ -182,6 +182,9 @@ void ZeDevice::destroy_objects() noexcept {
 }
 
 plugin::MemoryInfo ZeDevice::memory_info() const {
+  // A lost device keeps failing (PLUGIN-17), as CUDA's and HIP's memory
+  // queries do: its "free" memory is nothing a host can count on.
+  require_alive();
   // Level Zero's core API reports no free memory; what this instance has
   // not allocated is what it can still count on.
   const uint64_t total = description_.total_memory_bytes;

@@ -279,11 +279,18 @@ TEST_F(LevelZeroErrors,
   EXPECT_NE(sync.message().find("ZE_RESULT_ERROR_DEVICE_LOST"),
             std::string::npos)
       << sync.message();
-  // A lost device keeps failing.
+  // A lost device keeps failing, also when asked for its free memory (a
+  // host picking a device by it must not pick a lost one).
   EXPECT_FALSE(plugin().synchronize(kDevice).ok());
   EXPECT_FALSE(plugin().copy_to_device(kDevice, *base, source.data(), 64).ok());
+  const Result<std::optional<MemoryInfo>> memory = plugin().memory_info(kDevice);
+  ASSERT_FALSE(memory.ok()) << "a lost device reported its free memory";
+  EXPECT_EQ(memory.status().code(), StatusCode::device_error);
+  EXPECT_NE(memory.status().message().find("lost"), std::string::npos)
+      << memory.status().message();
   // The other device is unaffected.
   EXPECT_TRUE(plugin().synchronize(1).ok());
+  EXPECT_TRUE(plugin().memory_info(1).ok());
   fake().reset();
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
 }
