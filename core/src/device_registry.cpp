@@ -11,6 +11,13 @@ std::string ResolvedDevice::describe() const {
          std::to_string(device) + " " + quote(info().name) + ")";
 }
 
+bool ResolvedDevice::same_physical_device(const ResolvedDevice& other) const {
+  if (same_device(other)) return true;
+  const DeviceInfo& mine = info();
+  const DeviceInfo& theirs = other.info();
+  return mine.has_uuid() && theirs.has_uuid() && mine.uuid == theirs.uuid;
+}
+
 std::string ResolvedDevice::device_label() const {
   return plugin_name + " device " + std::to_string(device) + " " + quote(info().name);
 }

@@ -95,17 +95,31 @@ std::string DeviceDemand::summary() const {
          human_bytes(memory->total_bytes);
 }
 
+std::string DeviceDemand::label() const {
+  std::string text = device.device_label();
+  for (size_t k = 0; k < also_as.size(); ++k) {
+    text += (k == 0 ? " (also as " : ", ") + also_as[k];
+  }
+  return also_as.empty() ? text : text + ")";
+}
+
 std::vector<DeviceDemand> device_demands(const std::vector<BufferPlacement>& placements) {
   std::vector<DeviceDemand> demands;
   for (const BufferPlacement& p : placements) {
     auto it = std::find_if(demands.begin(), demands.end(), [&](const DeviceDemand& d) {
-      return d.device.same_device(p.device);
+      return d.device.same_physical_device(p.device);
     });
     if (it == demands.end()) {
       DeviceDemand fresh;
       fresh.device = p.device;
       demands.push_back(std::move(fresh));
       it = demands.end() - 1;
+    } else if (!it->device.same_device(p.device)) {
+      std::string other = p.device.device_label();
+      if (other != it->device.device_label() &&
+          std::find(it->also_as.begin(), it->also_as.end(), other) == it->also_as.end()) {
+        it->also_as.push_back(std::move(other));
+      }
     }
     // Saturating: a hostile plan's sizes must not wrap into "fits".
     it->bytes = p.buffer.nbytes > UINT64_MAX - it->bytes ? UINT64_MAX
@@ -131,7 +145,7 @@ Status check_fit(const std::vector<DeviceDemand>& demands) {
   for (const DeviceDemand& d : demands) {
     if (d.fits()) continue;
     if (!message.empty()) message += "; ";
-    message += d.device.device_label() + ": " + d.summary() + " (";
+    message += d.label() + ": " + d.summary() + " (";
     constexpr size_t kShown = 8;  // a plan may have thousands of buffers
     for (size_t k = 0; k < d.planned.size() && k < kShown; ++k) {
       const auto [index, memory_id] = d.planned[k];

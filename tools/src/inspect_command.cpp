@@ -74,7 +74,7 @@ int run_inspect(const InspectOptions& o) {
   const std::vector<DeviceDemand> demands = device_demands(placements);
   std::printf("\ndevices:\n");
   for (const DeviceDemand& d : demands) {
-    std::printf("  %s: %s%s\n", d.device.device_label().c_str(), d.summary().c_str(),
+    std::printf("  %s: %s%s\n", d.label().c_str(), d.summary().c_str(),
                 d.fits() ? "" : " [does not fit]");
   }
   if (first_failure.ok() && config->load.check_free_memory) {

@@ -252,6 +252,36 @@ inspect_and_load_check_free_memory)
   grep -qE '^  host device 0 "host memory": plan needs 4\.3 MiB in 4 buffers, 8\.0 MiB free of 8\.0 MiB$' out.txt \
     || fail "inspect does not show free memory"
   ;;
+one_gpu_through_two_plugin_entries_is_one_device_to_the_fit_check)
+  # Two [plugins.*] entries with one library and one driver reach one GPU
+  # (one UUID): the fit check adds their buffers up against its free
+  # memory instead of counting the GPU twice (fake driver, 4 MiB).
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  cuda_so="$(cd "$(dirname "$devalloc")/$PLUGIN_DIR_FROM_BIN" && pwd)/libdevalloc_cuda.so"
+  cat > devalloc.toml <<TOML
+[plugins.cuda]
+options = { runtime_library = "$FAKE_CUDA_DIR/libcuda.so.1" }
+[plugins.cuda_b]
+library = "$cuda_so"
+options = { runtime_library = "$FAKE_CUDA_DIR/libcuda.so.1" }
+[memory]
+1 = "cuda_b"
+TOML
+  export DEVALLOC_FAKE_CUDA_MEMORY_BYTES=4194304
+  set +e; "$devalloc" inspect plan.json --config devalloc.toml >out.txt 2>err.txt; rc=$?; set -e
+  cat out.txt err.txt
+  [ "$rc" -eq 1 ] || fail "inspect exit code $rc, expected 1"
+  grep -qE '^  cuda device 0 "[^"]*" \(also as cuda_b device 0 "[^"]*"\): plan needs 4\.3 MiB in 3 buffers, 4\.0 MiB free of 4\.0 MiB \[does not fit\]$' out.txt \
+    || fail "inspect does not add up the GPU's buffers from both entries"
+  [ "$(sed -n '/^devices:$/,$p' out.txt | grep -c '^  cuda')" -eq 1 ] \
+    || fail "the GPU is listed more than once among the devices"
+  expect_failure 1 'the load does not fit, nothing was allocated: cuda device 0 "[^"]*" \(also as cuda_b device 0 "[^"]*"\): plan needs 4\.3 MiB in 3 buffers' \
+    "$devalloc" load plan.json --config devalloc.toml
+  # Each entry's share alone fits: on a GPU with room the load goes through.
+  export DEVALLOC_FAKE_CUDA_MEMORY_BYTES=8388608
+  "$devalloc" load plan.json --config devalloc.toml --verify
+  ;;
 plugins_with_config_uses_its_path_options_and_aliases)
   # Issue 7: `devalloc plugins --config` shows the plugins as that config's
   # runtime would load them.

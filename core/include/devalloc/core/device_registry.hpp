@@ -35,6 +35,10 @@ struct ResolvedDevice {
   bool same_device(const ResolvedDevice& other) const {
     return plugin == other.plugin && device == other.device;
   }
+  // The same device, or one that reports the same non-zero UUID through
+  // another plugin instance or plugin (two [plugins.*] entries with one
+  // library, say): one physical device, whose memory both share.
+  bool same_physical_device(const ResolvedDevice& other) const;
 };
 
 // The search path and trusted paths of a config: plugin_path as the

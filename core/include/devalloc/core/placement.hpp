@@ -78,6 +78,9 @@ Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
 // plugin says is free there (get_memory_info, ABI 1.1).
 struct DeviceDemand {
   ResolvedDevice device;  // as the first of its buffers resolved it
+  // The same physical device as other buffers reached it (another plugin
+  // entry, same UUID): "cuda12 device 0 \"...\"", once each.
+  std::vector<std::string> also_as;
   uint64_t bytes = 0;     // the buffers' sizes, summed
   size_t buffers = 0;
   // The buffers, each as (PlannedBuffer::plan_index, memory id).
@@ -92,10 +95,15 @@ struct DeviceDemand {
   // "plan needs 96.0 MiB, 64.0 MiB free of 64.0 MiB" (or "free memory
   // unknown: ...").
   std::string summary() const;
+  // The device's label, with the other ways the buffers reached it:
+  // "cuda device 0 \"X\" (also as cuda12 device 0 \"X\")".
+  std::string label() const;
 };
 
 // One entry per physical device the placements use (in order of first
-// use), each with the device's free memory asked for once.
+// use), each with the device's free memory asked for once. Devices that
+// report one non-zero UUID are one physical device, whichever plugin entry
+// reached them: their buffers share its free memory.
 std::vector<DeviceDemand> device_demands(const std::vector<BufferPlacement>& placements);
 
 // out_of_device_memory naming every device whose share does not fit in
