@@ -107,6 +107,15 @@
  *                                   size) that sets DEVALLOC_CAPABILITY_HOST_ADDRESSABLE,
  *                                   which 1.1 added, though its device addresses are
  *                                   not host pointers (bit 62 flipped)
+ *   DEVALLOC_ZOO_ROUND_ROBIN_STAGING
+ *                                   PLUGIN-18: offers HOST_STAGING from a pool of 4
+ *                                   buffers of 64 KiB per instance, handed out round
+ *                                   robin whether or not the host still uses them (the
+ *                                   fifth allocate_host gives the first buffer again;
+ *                                   free_host keeps them for the pool); its until-released
+ *                                   copies read their source only at the next
+ *                                   synchronize (then release), as an asynchronous
+ *                                   copy engine does
  */
 #if defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY) || defined(DEVALLOC_ZOO_STAGING_16)
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
@@ -138,8 +147,15 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
     defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS) ||  \
     defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES) || defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY) || \
-    defined(DEVALLOC_ZOO_STAGING_16)
+    defined(DEVALLOC_ZOO_STAGING_16) || defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
 #define DEVALLOC_ZOO_WORKS 1
+#endif
+
+#if defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
+/* Until-released copies are done by synchronize, not by the copy call. */
+#define ZOO_DEFERS_COPIES 1
+#define ZOO_POOL_BUFFERS 4
+#define ZOO_POOL_BUFFER_BYTES ((uint64_t)64 << 10)
 #endif
 
 #if defined(DEVALLOC_ZOO_MUTABLE_TABLE)
@@ -332,6 +348,12 @@ typedef struct zoo_allocation {
 typedef struct zoo_release {
   devalloc_release_fn fn;
   void* user_data;
+#if defined(ZOO_DEFERS_COPIES)
+  /* The copy that synchronize does before the release. */
+  unsigned char* dst;
+  const void* src;
+  uint64_t nbytes;
+#endif
 } zoo_release;
 
 struct devalloc_instance {
@@ -345,6 +367,10 @@ struct devalloc_instance {
   size_t firing;
   pthread_cond_t fired;
   uint64_t until_released_copies;
+#if defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
+  unsigned char* pool[ZOO_POOL_BUFFERS]; /* under mutex; freed by destroy */
+  size_t pool_next;
+#endif
 };
 
 #if defined(DEVALLOC_ZOO_STRAY_RELEASE)
@@ -364,7 +390,12 @@ static void zoo_fire_pending(devalloc_instance* z) {
   z->pending_count = 0;
   ++z->firing;
   pthread_mutex_unlock(&z->mutex);
-  for (i = 0; i < n; ++i) fire[i].fn(fire[i].user_data);
+  for (i = 0; i < n; ++i) {
+#if defined(ZOO_DEFERS_COPIES)
+    if (fire[i].nbytes != 0) memcpy(fire[i].dst, fire[i].src, (size_t)fire[i].nbytes);
+#endif
+    fire[i].fn(fire[i].user_data);
+  }
   pthread_mutex_lock(&z->mutex);
   if (--z->firing == 0) pthread_cond_broadcast(&z->fired);
   while (z->firing != 0) pthread_cond_wait(&z->fired, &z->mutex);
@@ -419,6 +450,9 @@ static void zoo_destroy(devalloc_instance* z) {
   zoo_fire_pending(z);
 #endif
   for (i = 0; i < ZOO_MAX_ALLOCATIONS; ++i) free(z->allocations[i].raw);
+#if defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
+  for (i = 0; i < ZOO_POOL_BUFFERS; ++i) free(z->pool[i]);
+#endif
   pthread_cond_destroy(&z->fired);
   pthread_mutex_destroy(&z->mutex);
   free(z);
@@ -435,7 +469,8 @@ static devalloc_status zoo_get_capabilities(devalloc_instance* z,
   }
   c.struct_size = capabilities->struct_size;
   c.flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
-#if defined(DEVALLOC_ZOO_NULL_STAGING) || defined(DEVALLOC_ZOO_STAGING_16)
+#if defined(DEVALLOC_ZOO_NULL_STAGING) || defined(DEVALLOC_ZOO_STAGING_16) || \
+    defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
   c.flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
 #endif
 #if defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE)
@@ -626,6 +661,22 @@ static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
     }
   }
 #endif
+#if defined(ZOO_DEFERS_COPIES)
+  if (releases && args->nbytes != 0) {
+    pthread_mutex_lock(&z->mutex);
+    if (z->pending_count < ZOO_MAX_PENDING) {
+      z->pending[z->pending_count].fn = args->on_release;
+      z->pending[z->pending_count].user_data = args->user_data;
+      z->pending[z->pending_count].dst = zoo_host_pointer(z, args->dst);
+      z->pending[z->pending_count].src = args->src;
+      z->pending[z->pending_count].nbytes = args->nbytes;
+      ++z->pending_count;
+      pthread_mutex_unlock(&z->mutex);
+      return DEVALLOC_STATUS_OK;
+    }
+    pthread_mutex_unlock(&z->mutex);
+  }
+#endif
   if (args->nbytes != 0) {
     unsigned char* dst;
     pthread_mutex_lock(&z->mutex);
@@ -649,6 +700,9 @@ static devalloc_status zoo_copy_host_to_device(devalloc_instance* z,
   }
   z->pending[z->pending_count].fn = args->on_release;
   z->pending[z->pending_count].user_data = args->user_data;
+#if defined(ZOO_DEFERS_COPIES)
+  z->pending[z->pending_count].nbytes = 0; /* copied already */
+#endif
   ++z->pending_count;
   pthread_mutex_unlock(&z->mutex);
   return DEVALLOC_STATUS_OK;
@@ -732,6 +786,39 @@ static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_
   (void)z;
   (void)error;
   if (host != NULL) free((unsigned char*)host - 16);
+  return DEVALLOC_STATUS_OK;
+}
+#define ZOO_ALLOCATE_HOST zoo_allocate_host
+#define ZOO_FREE_HOST zoo_free_host
+#endif
+
+#if defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
+/* The pool's next buffer, in use by the host or not. */
+static devalloc_status zoo_allocate_host(devalloc_instance* z, uint64_t nbytes, void** host,
+                                         devalloc_error* error) {
+  unsigned char** buffer;
+  if (host == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL host");
+  if (nbytes == 0) {
+    *host = NULL;
+    return DEVALLOC_STATUS_OK;
+  }
+  if (nbytes > ZOO_POOL_BUFFER_BYTES) {
+    return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, "zoo: above the pool's 64 KiB");
+  }
+  pthread_mutex_lock(&z->mutex);
+  buffer = &z->pool[z->pool_next++ % ZOO_POOL_BUFFERS];
+  if (*buffer == NULL) *buffer = (unsigned char*)malloc((size_t)ZOO_POOL_BUFFER_BYTES);
+  *host = *buffer;
+  pthread_mutex_unlock(&z->mutex);
+  if (*host == NULL) return zoo_fail(error, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY, "zoo: malloc failed");
+  return DEVALLOC_STATUS_OK;
+}
+
+/* Kept for the pool; destroy frees it. */
+static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_error* error) {
+  (void)z;
+  (void)host;
+  (void)error;
   return DEVALLOC_STATUS_OK;
 }
 #define ZOO_ALLOCATE_HOST zoo_allocate_host

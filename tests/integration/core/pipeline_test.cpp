@@ -343,6 +343,41 @@ TEST_F(PipelineLoad, GivenPluginWhoseStagingAllocationIsNull_WhenLoadingStaged_T
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// PLUGIN-18: staging memory is the host's from allocate_host to free_host.
+// zoo_round_robin_staging hands out a pool of 4 buffers round robin, in use
+// or not, and copies only at synchronize: a second load started while the
+// first one's copies wait would get the first one's 4 buffers and read its
+// pieces over the first one's (and the first would load the second's
+// bytes, silently). The second load fails naming the rule; the first loads
+// its own bytes; once both are done the pool's buffers serve a third.
+TEST_F(PipelineLoad, GivenStagingHandedOutAgainWhileInUse_WhenASecondLoadStartsDuringTheFirst_ThenTheSecondFailsAndTheFirstLoadsRight) {
+  const uint64_t before = DeviceBuffer::live_count();
+  const auto runtime =
+      Runtime::create(config_for("zoo_round_robin_staging", "staging = 16384\nthreads = 1\n"));
+  std::optional<Result<std::shared_ptr<LoadedProgram>>> second;
+  const LoadProgress start_second = [&](uint64_t, uint64_t) {
+    if (!second) second = runtime->load(plan_, {}, nullptr);
+  };
+  auto first = runtime->load(plan_, {}, nullptr, nullptr, std::nullopt, start_second);
+  ASSERT_TRUE(second.has_value());
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  expect_loaded_right(**first);
+  ASSERT_FALSE(second->ok());
+  EXPECT_EQ(second->status().code(), StatusCode::internal);
+  EXPECT_THAT(second->status().message(),
+              AllOf(HasSubstr("allocating 4096 bytes of staging memory: plugin zoo broke "
+                              "PLUGIN-18: allocate_host(nbytes 4096) returned [0x"),
+                    HasSubstr("which overlaps staging memory still in use: [0x"),
+                    HasSubstr("which plugin zoo gave earlier and the host has not freed")));
+  first = Status(StatusCode::internal, "dropped");
+  second.reset();
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+
+  auto third = runtime->load(plan_, {}, nullptr);
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  expect_loaded_right(**third);
+}
+
 // PLUGIN-14: a copy that fails is released too. One that is not ends the
 // load with the copy's own error and then the breach, after release_timeout.
 TEST_F(PipelineLoad, GivenPluginThatDoesNotReleaseAFailedCopy_WhenLoading_ThenTheErrorNamesTheCopyAndThenTheBreach) {
