@@ -1,6 +1,7 @@
 #include "plugin_layer.hpp"
 
 #include "capability_flags.hpp"
+#include "guarded_call.hpp"
 
 #include <devalloc/status.hpp>
 
@@ -356,7 +357,15 @@ bool PluginLayer::take_owed(uint32_t device, std::string* text) {
 
 void PluginLayer::destroy(devalloc_instance* instance) {
   PluginLayer* layer = self(instance);
-  layer->real_.destroy(layer->real_instance_);
+  // An exception out of the plugin's destroy (PLUGIN-7) is dropped, as
+  // Plugin drops it without a layer, but only once the layer has ended:
+  // left among the live layers, it would take a share of every later stray
+  // release (logged under its plugin's name, owed to no live plugin), its
+  // tickets would stay followable and its memory would leak.
+  detail::guarded_call("destroy", nullptr, [&] {
+    layer->real_.destroy(layer->real_instance_);
+    return DEVALLOC_STATUS_OK;
+  });
   {
     // Releases after destroy are strays from here on.
     std::lock_guard owners(g_tickets_mutex);

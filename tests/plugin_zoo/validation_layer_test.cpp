@@ -303,6 +303,31 @@ TEST_F(ValidationLayer, GivenPluginReleasingWithAMadeUpUserData_ThenPlugin14AndT
   ASSERT_TRUE(plugin->deallocate(0, *base).ok());
 }
 
+// PLUGIN-7: an exception out of the plugin's destroy is dropped, under the
+// layer too, and the layer still ends. One left among the live layers
+// would share the next stray release: logged under its plugin's name as
+// well, and owed to no one.
+TEST_F(ValidationLayer, GivenAPluginWhoseDestroyThrew_WhenAnotherReleasesWithAMadeUpUserData_ThenTheBreachIsThatPluginsAlone) {
+  {
+    auto throwing = open("throws");
+    ASSERT_TRUE(throwing);
+  }  // its destroy throws
+  auto plugin = open("stray_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  const std::vector<ValidationBreach> breaches = validation_breaches();
+  ASSERT_EQ(breaches.size(), 1u);
+  EXPECT_EQ(breaches[0].rule, "PLUGIN-14");
+  EXPECT_THAT(breaches[0].plugin, AllOf(HasSubstr("plugin zoo ("), Not(HasSubstr("zoo_throws"))));
+  EXPECT_THAT(breaches[0].detail, HasSubstr("no copy was given"));
+  EXPECT_FALSE(plugin->synchronize(0).ok());
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
 // The caller's side of the rules, checked by the same layer.
 
 struct Reentrant {
