@@ -759,26 +759,35 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     return layer.fail_breach(call, "PLUGIN-10",
                              "succeeded for a device index at or above the count");
   }
+  // The breaches seen in callbacks since the last synchronize were taken
+  // above and are this call's to report, before a missing release found
+  // now (in the order found): a stray release, say, is often why a copy's
+  // own release never came.
+  const auto after_owed = [&](const std::string& text) {
+    return "validation: " + (owed.empty() ? text : owed + "; then " + text);
+  };
   // Each copy's missing release is one breach, printed and logged by the
   // first synchronize that finds it; every synchronize that returns without
   // the release still fails.
   if (newly_missing_count != 0 && layer.settings_.validate) {
     const size_t earlier = missing_count - newly_missing_count;
-    return layer.fail_breach(
-        call, "PLUGIN-20",
-        "returned while " + std::to_string(newly_missing_count) +
-            " copies issued before it were not released (first: " + newly_missing + ")" +
-            (earlier == 0 ? std::string()
-                          : "; " + std::to_string(earlier) +
-                                " more were reported by an earlier synchronize"));
+    return layer.fail(
+        call, DEVALLOC_STATUS_INTERNAL,
+        after_owed(layer.breach(
+            "PLUGIN-20", call.text,
+            "returned while " + std::to_string(newly_missing_count) +
+                " copies issued before it were not released (first: " + newly_missing + ")" +
+                (earlier == 0 ? std::string()
+                              : "; " + std::to_string(earlier) +
+                                    " more were reported by an earlier synchronize"))));
   }
   if (missing_count != 0 && layer.settings_.validate) {
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL,
-                      "validation: PLUGIN-20: " + call.text + ": returned while " +
-                          std::to_string(missing_count) +
-                          " copies issued before it were not released, as an earlier "
-                          "synchronize reported (first: " +
-                          missing + ")");
+                      after_owed("PLUGIN-20: " + call.text + ": returned while " +
+                                 std::to_string(missing_count) +
+                                 " copies issued before it were not released, as an earlier "
+                                 "synchronize reported (first: " +
+                                 missing + ")"));
   }
   if (!owed.empty() && layer.settings_.validate) {
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL, "validation: " + owed);

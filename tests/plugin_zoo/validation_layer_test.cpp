@@ -303,6 +303,31 @@ TEST_F(ValidationLayer, GivenPluginReleasingWithAMadeUpUserData_ThenPlugin14AndT
   ASSERT_TRUE(plugin->deallocate(0, *base).ok());
 }
 
+// A breach seen in a callback is reported by the next synchronize of the
+// device, also when that synchronize finds a release missing: the stray
+// release is why this copy's own never came, and the status says both.
+TEST_F(ValidationLayer, GivenAStrayReleaseAndACopyNeverReleased_WhenSynchronizing_ThenTheStatusNamesBothBreaches) {
+  auto plugin = open("stray_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  // In the order found: the stray release at the copy, then the missing one.
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("validation: PLUGIN-14: on_release(0x"),
+                                 HasSubstr("no copy was given"),
+                                 HasSubstr("; then PLUGIN-20: synchronize(device 0): returned "
+                                           "while 1 copies issued before it were not released")));
+  // Reported once: the next synchronize names the missing release only.
+  s = plugin->synchronize(0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), Not(HasSubstr("no copy was given")));
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
 // PLUGIN-7: an exception out of the plugin's destroy is dropped, under the
 // layer too, and the layer still ends. One left among the live layers
 // would share the next stray release: logged under its plugin's name as
