@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -866,6 +867,31 @@ TEST_F(PlanTest, GivenWhatWritePlanWrites_ThenTheFastReaderTakesIt) {
   Result<Plan> fast = read_plan(dir_ / "copy.json", detail::PlanReading::fast_only);
   ASSERT_TRUE(fast.ok()) << fast.status().message();
   expect_same_plan(*fast, *plan);
+}
+
+// Loading a plan without naming methods selects every method, and unloading
+// one selects those that stay: each name was looked up by a scan of all the
+// methods, so a plan of 200 000 methods (about 45 MB) took minutes to load.
+// No timing here: ParseScaling runs as its own ctest with a TIMEOUT.
+TEST(ParseScaling, GivenPlanOf200000Methods_WhenAllAreSelected_ThenEachIsFoundByName) {
+  Plan plan;
+  plan.buffers = {{0, "host", 200000, 1}};
+  // Names of one length with a long common start: a scan compares them all.
+  const std::string prefix(200, 'm');
+  std::vector<std::string> names;
+  for (int i = 0; i < 200000; ++i) {
+    char digits[8];
+    std::snprintf(digits, sizeof digits, "%06d", i);
+    names.push_back(prefix + digits);
+    plan.tensors.push_back(PlanTensor{"t" + std::to_string(i), DType::u8, {1}, 0,
+                                      static_cast<uint64_t>(i), std::nullopt});
+    plan.methods.push_back(PlanMethod{names.back(), {0}, {plan.tensors.back().name}});
+  }
+  ASSERT_TRUE(validate_plan(plan).ok());
+  Result<PlanSelection> all = plan.tensors_for_methods(names);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(all->tensors.size(), 200000u);
+  EXPECT_THAT(all->memory_ids, ElementsAre(0));
 }
 
 }  // namespace
