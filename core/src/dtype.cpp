@@ -1,4 +1,5 @@
 #include <devalloc/core/dtype.hpp>
+#include <devalloc/input_text.hpp>
 
 #include <array>
 #include <iterator>
@@ -76,9 +77,15 @@ uint32_t bit_width(DType dtype) { return info(dtype).bits; }
 DLDataType to_dlpack(DType dtype) { return info(dtype).dlpack; }
 
 std::string shape_to_string(std::span<const uint64_t> shape) {
+  // A shape comes from a file, which may give it millions of dimensions:
+  // cut, like any value a message repeats (quote()), after about
+  // kMaxQuotedBytes, never inside a number, saying how many there are.
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i != 0) text += ", ";
+    if (text.size() >= kMaxQuotedBytes) {
+      return text + "... (" + std::to_string(shape.size()) + " dimensions)]";
+    }
     text += std::to_string(shape[i]);
   }
   return text + "]";

@@ -159,5 +159,18 @@ TEST(DType, ShapeToString) {
   EXPECT_EQ(shape_to_string(std::vector<uint64_t>{2, 3, 0}), "[2, 3, 0]");
 }
 
+// Shapes come from files: a message shows the first 200 bytes or so of one
+// and says how many dimensions it has, as quote() does for a long value.
+TEST(DType, GivenAShapeOfManyDimensions_ThenShapeToStringIsCut) {
+  const std::vector<uint64_t> many(100000, 12345);
+  const std::string text = shape_to_string(many);
+  EXPECT_LT(text.size(), 260u) << text;
+  EXPECT_EQ(text.rfind("[12345, 12345, ", 0), 0u) << text;
+  EXPECT_THAT(text, ::testing::EndsWith(", 12345, ... (100000 dimensions)]"));
+  // Up to the limit a shape is shown whole.
+  const std::vector<uint64_t> some(20, 12345);
+  EXPECT_EQ(shape_to_string(some).find("..."), std::string::npos);
+}
+
 }  // namespace
 }  // namespace devalloc

@@ -818,6 +818,18 @@ TEST_F(SafetensorsReader, GivenHugeValueInAnError_ThenTheMessageIsCutAndSaysTheL
   EXPECT_THAT(message, HasSubstr("... (200001 bytes), expected a string"));
 }
 
+// A shape is quoted in several messages; one of a million dimensions was
+// repeated whole (2 MB of message for a 2 MB header).
+TEST_F(SafetensorsReader, GivenHugeShapeInAnError_ThenTheMessageIsCutAndSaysTheDimensions) {
+  std::string dims;
+  for (int i = 0; i < 1000000; ++i) dims += i == 0 ? "1" : ",1";
+  const std::string message =
+      error(R"({"w": {"dtype": "U8", "shape": [)" + dims + R"(], "data_offsets": [0, 2]}})", 2);
+  EXPECT_LT(message.size(), 400u) << message.substr(0, 400);
+  EXPECT_THAT(message, HasSubstr(", 1, ... (1000000 dimensions)] of U8 needs 1 bytes, "
+                                 "data_offsets [0,2] hold 2"));
+}
+
 TEST_F(SafetensorsReader, GivenTerminalControlsInAName_ThenTheMessageEscapesThem) {
   const std::string message = error(
       "{\"w\\u001b[2J\\u202e\xc2\x9b\": {\"dtype\": \"X\", \"shape\": [], \"data_offsets\": [0, 0]}}", 0);

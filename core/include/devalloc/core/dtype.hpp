@@ -69,7 +69,8 @@ uint32_t bit_width(DType dtype);
 // above 2^63-1 (DLPack and most frameworks hold dimensions as int64).
 Result<uint64_t> byte_size(DType dtype, std::span<const uint64_t> shape);
 
-// "[2, 3]", for messages.
+// "[2, 3]", for messages: a shape longer than about 200 bytes of text is cut
+// and says how many dimensions it has: "[1, 1, ... (1000000 dimensions)]".
 std::string shape_to_string(std::span<const uint64_t> shape);
 
 // DLPack codes beyond the 0.6 header that Debian ships (libdlpack-dev).
