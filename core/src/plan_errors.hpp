@@ -9,6 +9,11 @@
 
 namespace devalloc::detail {
 
+// How many items of a list from the plan (memory ids, method names) a
+// message shows before it gives only their count: a plan may hold a
+// million of them.
+inline constexpr size_t kShownIds = 16;
+
 // "/tensors/4 \"blk.0.attn.weight\"", "/methods/1 \"decode\"".
 inline std::string named_place(const char* section, size_t index, const std::string& name) {
   return "/" + std::string(section) + "/" + std::to_string(index) + " " + quote(name);

@@ -100,8 +100,14 @@ Result<PlanSelection> Plan::tensors_for_methods(
   for (const std::string& name : method_names) {
     const auto listed = method_index.find(name);
     if (listed == method_index.end()) {
+      // The first few and the count: a plan may have a million methods.
       std::string known;
-      for (const PlanMethod& m : methods) known += (known.empty() ? "" : ", ") + quote(m.name);
+      for (size_t k = 0; k < methods.size() && k < detail::kShownIds; ++k) {
+        known += (known.empty() ? "" : ", ") + quote(methods[k].name);
+      }
+      if (methods.size() > detail::kShownIds) {
+        known += ", ... (" + std::to_string(methods.size()) + " in all)";
+      }
       return plan_error(*this, "", "no method " + quote(name) + " (methods: " +
                                    (known.empty() ? "none" : known) + ")");
     }

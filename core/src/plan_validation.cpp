@@ -48,10 +48,17 @@ class Validator {
     return named_place("tensors", i, plan_.tensors[i].name);
   }
 
+  // The first kShownIds ids and the count: a plan may have a million
+  // buffers, and a message must not repeat them all.
   std::string known_memory_ids() const {
     std::string ids;
+    size_t shown = 0;
     for (const auto& [id, unused] : buffer_index_) {
+      if (shown == detail::kShownIds) {
+        return ids + ", ... (" + std::to_string(buffer_index_.size()) + " in all)";
+      }
       ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      ++shown;
     }
     return ids.empty() ? "none" : ids;
   }

@@ -212,7 +212,7 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
       // A safety check, not validate_plan's: the ids of all the methods of
       // this call are allowed, which keeps every address in its buffer.
       // At most kShownIds of them: a plan may have thousands of buffers.
-      constexpr size_t kShownIds = 16;
+      using detail::kShownIds;
       std::string ids;
       for (size_t k = 0; k < needs->buffers.size() && k < kShownIds; ++k) {
         ids += (k == 0 ? "" : ", ") + std::to_string(needs->buffers[k].memory_id);

@@ -323,6 +323,19 @@ TEST_F(PlanTest, GivenUnknownMemoryId_ThenRejectedListingKnownOnes) {
             "/tensors/2 \"blk.0.norm\": memory id 7 has no buffer (memory ids: 0, 2)");
 }
 
+// The known ids were listed whole: a plan of a million buffers gave a
+// message of megabytes. At most 16 are shown, then the count.
+TEST_F(PlanTest, GivenUnknownMemoryIdAmongManyBuffers_ThenTheListIsCutAndSaysTheCount) {
+  for (int id = 3; id < 100000; ++id) {
+    plan_["buffers"].push_back({{"memory_id", id}, {"device", "host"}, {"size", 0}});
+  }
+  plan_["tensors"][2]["memory_id"] = 100000;
+  const std::string message = validation_error();
+  EXPECT_EQ(message,
+            "/tensors/2 \"blk.0.norm\": memory id 100000 has no buffer (memory ids: 0, 2, 3, 4, "
+            "5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, ... (99999 in all))");
+}
+
 TEST_F(PlanTest, GivenTensorEndingPastItsBuffer_ThenRejected) {
   plan_["tensors"][1]["offset"] = 4224;
   EXPECT_EQ(validation_error(),
@@ -611,6 +624,20 @@ TEST_F(PlanTest, GivenUnknownMethod_ThenErrorListsTheKnownOnes) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(without_file(plan->tensors_for_methods(std::vector<std::string>{"decod"}).status()),
             "no method \"decod\" (methods: \"prefill\", \"decode\")");
+}
+
+TEST_F(PlanTest, GivenUnknownMethodAmongManyMethods_ThenTheListIsCutAndSaysTheCount) {
+  for (int i = 0; i < 100000; ++i) {
+    plan_["methods"].push_back(
+        {{"name", "m" + std::to_string(i)}, {"memory_ids", json::array()}, {"tensors", json::array()}});
+  }
+  Result<Plan> plan = read();
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const std::string message =
+      without_file(plan->tensors_for_methods(std::vector<std::string>{"decod"}).status());
+  EXPECT_LT(message.size(), 400u) << message.substr(0, 400);
+  EXPECT_THAT(message, StartsWith("no method \"decod\" (methods: \"prefill\", \"decode\", \"m0\", "));
+  EXPECT_THAT(message, ::testing::EndsWith(", \"m13\", ... (100002 in all))"));
 }
 
 // A plan built in code may have no file: its messages say so rather than
