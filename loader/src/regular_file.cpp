@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -76,18 +77,44 @@ Result<RegularFile> open_regular_file(const std::filesystem::path& path) {
   if (path.native().find('\0') != std::string::npos) {
     return invalid(path, "path contains a NUL byte");
   }
-  RegularFile file;
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (file.fd_ < 0) {
-    const int error = errno;
+  const auto cannot_open = [&](int error) {
     const bool out_of_resources = error == EMFILE || error == ENFILE || error == ENOMEM;
     return Status(out_of_resources ? StatusCode::out_of_host_memory : StatusCode::invalid_argument,
                   path_for_message(path.string()) + ": cannot open: " + errno_text(error));
+  };
+  // Opening for reading acts on what is not a regular file: a device's
+  // driver runs its open (a watchdog starts counting down, a serial line
+  // raises DTR) and a FIFO's waiting writer is let through. So the path is
+  // first opened with O_PATH, which does neither, and checked; only a
+  // regular file is then opened for reading, through /proc/self/fd: the
+  // very file checked, whatever was renamed over the path meanwhile.
+  RegularFile probe;
+  probe.fd_ = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (probe.fd_ < 0) return cannot_open(errno);
+  struct stat checked {};
+  if (::fstat(probe.fd_, &checked) != 0) return invalid(path, "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(checked.st_mode)) {
+    return invalid(path, std::string("not a regular file (") + kind_of(checked.st_mode) + ")");
   }
+  constexpr int kReadFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+  RegularFile file;
+  file.fd_ = ::open(("/proc/self/fd/" + std::to_string(probe.fd_)).c_str(), kReadFlags);
+  if (file.fd_ < 0 && (errno == ENOENT || errno == EMFILE || errno == ENFILE)) {
+    // No /proc, or no second descriptor (a process at its limit still
+    // opens a file with the one it has left): by the path again, which
+    // another program may have pointed elsewhere since (the checks below
+    // still refuse anything but the file checked, after its open).
+    ::close(probe.release());
+    file.fd_ = ::open(path.c_str(), kReadFlags);
+  }
+  if (file.fd_ < 0) return cannot_open(errno);
   struct stat info {};
   if (::fstat(file.fd_, &info) != 0) return invalid(path, "cannot stat: " + errno_text(errno));
   if (!S_ISREG(info.st_mode)) {
     return invalid(path, std::string("not a regular file (") + kind_of(info.st_mode) + ")");
+  }
+  if (info.st_dev != checked.st_dev || info.st_ino != checked.st_ino) {
+    return invalid(path, "replaced by another file while it was opened");
   }
   // Reads of a regular file never block; clearing the flag keeps it that way
   // for whoever reads through this descriptor.

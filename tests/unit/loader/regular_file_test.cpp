@@ -5,13 +5,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "scratch_dir.hpp"
 
@@ -55,6 +59,33 @@ TEST_F(RegularFileTest, GivenFifo_ThenRefusedAtOnce) {
   ASSERT_FALSE(text.ok());
   EXPECT_EQ(text.status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(text.status().message(), fifo.string() + ": not a regular file (a FIFO)");
+}
+
+// Opening what is not a regular file acts on it, even when nothing is read:
+// a device's driver runs its open (a watchdog starts counting down, a serial
+// line raises DTR), and a FIFO's writer that waits in open(2) is let through
+// (its next write, once the reader closed again, fails with EPIPE). A FIFO
+// is the case a test can watch: the writer must still be waiting after the
+// refusal. (A writer that had not yet reached its open when the file was
+// refused makes this pass without proving anything; it never fails wrongly.)
+TEST_F(RegularFileTest, GivenFifoWithAWriterWaiting_ThenRefusedWithoutLettingTheWriterThrough) {
+  const fs::path fifo = dir_ / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> writer_through{false};
+  std::thread writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    writer_through = true;
+    if (fd >= 0) ::close(fd);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // into its open
+  EXPECT_EQ(open_regular_file(fifo).status().message(),
+            fifo.string() + ": not a regular file (a FIFO)");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(writer_through) << "the FIFO was opened for reading";
+  // Let the writer go.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  writer.join();
+  if (reader >= 0) ::close(reader);
 }
 
 TEST_F(RegularFileTest, GivenDevices_ThenRefusedBeforeReading) {
