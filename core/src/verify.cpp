@@ -44,9 +44,22 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
     if (r.nbytes == 0) continue;
     chunk.resize(std::min(chunk_bytes, r.nbytes));
     const ResolvedDevice& d = r.buffer->device();
+    // Guarded: the file may have been truncated since the load mapped it.
+    const std::byte* from = r.file->data() + r.file_offset;
+    uint64_t fault = 0;
     XXH3_64bits_reset(state.get());
     for (uint64_t done = 0; done < r.nbytes;) {
       const uint64_t n = std::min<uint64_t>(chunk.size(), r.nbytes - done);
+      // The chunk first holds the complement of the bytes expected, so a
+      // read-back that writes less than asked (or nothing) cannot match on
+      // bytes left from an earlier chunk or tensor.
+      auto poison = [&]() noexcept {
+        for (uint64_t i = 0; i < n; ++i) chunk[i] = ~from[done + i];
+      };
+      if (!detail::guarded_read(from + done, n, poison, &fault)) {
+        return detail::lost_to_truncation(*r.file, r.file_offset + done + fault)
+            .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");
+      }
       Status s = d.plugin->copy_to_host(d.device, chunk.data(),
                                         r.buffer->address() + r.buffer_offset + done, n);
       if (!s.ok()) {
@@ -59,11 +72,8 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
       done += n;
     }
     const XXH64_hash_t on_device = XXH3_64bits_digest(state.get());
-    // Guarded: the file may have been truncated since the load mapped it.
-    const std::byte* from = r.file->data() + r.file_offset;
     XXH64_hash_t in_file = 0;
     auto hash = [&]() noexcept { in_file = XXH3_64bits(from, r.nbytes); };
-    uint64_t fault = 0;
     if (!detail::guarded_read(from, r.nbytes, hash, &fault)) {
       return detail::lost_to_truncation(*r.file, r.file_offset + fault)
           .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");

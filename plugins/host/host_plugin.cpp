@@ -108,6 +108,7 @@ class HostInstance final : public plugin::Instance {
 
   void copy_to_host(uint32_t, void* dst, uint64_t src, uint64_t nbytes) override {
     land_deferred();
+    if (faults_.skips_read_back()) return;
     device_.copy_to_host(dst, src, nbytes);
   }
 

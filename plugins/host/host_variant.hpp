@@ -56,7 +56,7 @@ namespace devalloc::host {
 inline constexpr const char* plugin_name = "host_faulty";
 inline constexpr const char* accepted_options =
     "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy, memory_limit, pool, "
-    "release_failed_copy_twice, release_late_ms";
+    "release_failed_copy_twice, release_late_ms, skip_read_back_at";
 #elif defined(DEVALLOC_HOST_BREAK_DURING_CALL)
 inline constexpr const char* plugin_name = "host_late_read";
 inline constexpr const char* accepted_options = "memory_limit, pool";
@@ -128,7 +128,10 @@ inline constexpr uint64_t abi_1_1_capabilities = DEVALLOC_CAPABILITY_HOST_ADDRES
 //                        once, but its release comes N ms after the call,
 //                        from a thread of its own, also after synchronize
 //                        returned: late, as PLUGIN-20 forbids, but within
-//                        [load] release_timeout when N is below it.
+//                        [load] release_timeout when N is below it;
+//   skip_read_back_at=N  the N-th copy_device_to_host() answers OK but
+//                        writes nothing into its destination (a read-back
+//                        that verify must not take for a match).
 // Copies are counted over copy_host_to_device() calls on device 0 with a
 // known src_lifetime, a non-zero size and a source.
 class FaultPlan {
@@ -140,6 +143,7 @@ class FaultPlan {
     bool fail_synchronize = false;
     bool release_failed_copy_twice = false;
     uint64_t release_late_ms = 0;
+    uint64_t skip_read_back_at = 0;
   };
 
   static Settings take_settings(plugin::Options& options) {
@@ -151,6 +155,7 @@ class FaultPlan {
     s.release_failed_copy_twice = options.take_bool("release_failed_copy_twice", false);
     // At most an hour: a test plugin, but no clock overflow either.
     s.release_late_ms = std::min<uint64_t>(options.take_u64("release_late_ms", 0), 3'600'000);
+    s.skip_read_back_at = options.take_u64("skip_read_back_at", 0);
     return s;
   }
 
@@ -189,6 +194,9 @@ class FaultPlan {
     }
     return n == settings_.flip_byte_at_copy;
   }
+
+  // True when this copy to the host must write nothing.
+  bool skips_read_back() { return ++read_backs_ == settings_.skip_read_back_at; }
 
   bool release_failed_copy_twice() const { return settings_.release_failed_copy_twice; }
 
@@ -237,6 +245,7 @@ class FaultPlan {
   const Settings settings_;
   std::atomic<uint64_t> allocations_{0};
   std::atomic<uint64_t> copies_{0};
+  std::atomic<uint64_t> read_backs_{0};
   std::mutex late_mutex_;
   std::condition_variable late_changed_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, plugin::Release>> late_;
@@ -252,6 +261,7 @@ class FaultPlan {
   explicit FaultPlan(const Settings&) {}
   void before_allocate() {}
   bool before_copy() { return false; }
+  bool skips_read_back() { return false; }
   bool release_failed_copy_twice() const { return false; }
   bool releases_late() const { return false; }
   void release_later(plugin::Release) {}

@@ -483,6 +483,40 @@ TEST_F(FaultyLoad, GivenCorruptingPlugin_WhenLoadingWithVerify_ThenTheCorruptTen
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// Two tensors with the same bytes, each in a buffer of its own (so each is
+// a copy of its own): the second copy lands corrupted, and the read-back of
+// that tensor writes nothing. A verify pass whose read-back buffer still
+// held the first tensor's bytes would take them for the second's and vouch
+// for a corrupt tensor.
+TEST_F(FaultyLoad, GivenAReadBackThatWritesNothing_WhenVerifying_ThenStaleBytesOfAnEqualTensorDoNotPass) {
+  std::vector<std::byte> same(4096);
+  for (size_t i = 0; i < same.size(); ++i) same[i] = static_cast<std::byte>(i * 7 + 3);
+  const std::vector<SafetensorsWriteTensor> written = {{"twin.a", DType::u8, {4096}, same},
+                                                      {"twin.b", DType::u8, {4096}, same}};
+  ASSERT_TRUE(write_safetensors(dir() / "twins.safetensors", written).ok());
+  Plan twins;
+  twins.path = dir() / "twins.json";
+  twins.buffers = {{0, "host", 4096, 256}, {1, "host", 4096, 256}};
+  twins.tensors = {PlanTensor{"twin.a", DType::u8, {4096}, 0, 0,
+                              PlanSource{"twins.safetensors", "twin.a"}},
+                   PlanTensor{"twin.b", DType::u8, {4096}, 1, 0,
+                              PlanSource{"twins.safetensors", "twin.b"}}};
+  twins.methods = {{"forward", {0, 1}, {"twin.a", "twin.b"}}};
+  ASSERT_TRUE(validate_plan(twins).ok());
+  const uint64_t before = DeviceBuffer::live_count();
+  for (const char* options : {"skip_read_back_at = \"2\"",
+                              "flip_byte_at_copy = \"2\", skip_read_back_at = \"2\""}) {
+    SCOPED_TRACE(options);
+    RuntimeConfig c = faulty_config(options);
+    c.load.verify = true;
+    auto program = Runtime::create(c)->load(twins, {}, nullptr);
+    ASSERT_FALSE(program.ok()) << "verify vouched for a tensor it never read back";
+    EXPECT_THAT(program.status().message(),
+                AllOf(HasSubstr("verify: tensor \"twin.b\""), HasSubstr("differs from")));
+    EXPECT_EQ(DeviceBuffer::live_count(), before);
+  }
+}
+
 TEST_F(FaultyLoad, GivenCorruptingPlugin_WhenLoadingWithoutVerify_ThenTheLoadCannotTell) {
   auto program = load_with("flip_byte_at_copy = \"2\"");
   ASSERT_TRUE(program.ok()) << program.status().message();
