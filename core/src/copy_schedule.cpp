@@ -472,6 +472,14 @@ class Pipeline {
         ledger_->running = false;
       }
       if (ledger_->breach) {
+        // A copy never released may still be running: the buffers it
+        // copies into must not be freed under it either.
+        {
+          std::lock_guard lock(ledger_->mutex);
+          for (const std::set<uint64_t>& ids : ledger_->unreleased) {
+            for (uint64_t id : ids) ledger_->tickets[id].step->buffer->keep_allocated();
+          }
+        }
         abandon(std::move(ledger_));
       } else {
         for (Ring& r : ledger_->rings) r.free_slots();
@@ -991,7 +999,9 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
                     (t.copy_failed ? " failed and" : "") + " was not released " +
                     std::to_string(timeout.count()) +
                     " ms after synchronize returned ([load] release_timeout); "
-                    "its staging memory is kept, never freed");
+                    "its staging memory is kept, never freed, and buffer " +
+                    std::to_string(t.step->buffer->memory_id()) +
+                    " stays allocated until the plugin is closed");
 }
 
 Status Pipeline::direct_piece(const Piece& p) {

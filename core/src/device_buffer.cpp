@@ -9,11 +9,13 @@ namespace devalloc {
 
 namespace {
 std::atomic<uint64_t> g_live_buffers{0};
+std::atomic<uint64_t> g_kept_buffers{0};
 // What alignment 0 asks for at least (PLUGIN-11: natural, at least 256).
 constexpr uint64_t kNaturalAlignment = 256;
 }
 
 uint64_t DeviceBuffer::live_count() { return g_live_buffers.load(); }
+uint64_t DeviceBuffer::kept_count() { return g_kept_buffers.load(); }
 
 DeviceBuffer::DeviceBuffer(ResolvedDevice device, uint32_t memory_id,
                            uint64_t address, uint64_t nbytes)
@@ -25,6 +27,11 @@ DeviceBuffer::DeviceBuffer(ResolvedDevice device, uint32_t memory_id,
 }
 
 DeviceBuffer::~DeviceBuffer() {
+  if (keep_allocated_.load()) {
+    ++g_kept_buffers;
+    --g_live_buffers;
+    return;
+  }
   Status s = device_.plugin->deallocate(device_.device, address_);
   if (!s.ok()) {
     // Nothing can be done about it here but say so: the memory is lost to

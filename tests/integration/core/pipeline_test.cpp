@@ -382,6 +382,7 @@ TEST_F(PipelineLoad, GivenStagingHandedOutAgainWhileInUse_WhenASecondLoadStartsD
 // load with the copy's own error and then the breach, after release_timeout.
 TEST_F(PipelineLoad, GivenPluginThatDoesNotReleaseAFailedCopy_WhenLoading_ThenTheErrorNamesTheCopyAndThenTheBreach) {
   const uint64_t before = DeviceBuffer::live_count();
+  const uint64_t kept = DeviceBuffer::kept_count();
   auto program =
       Runtime::create(config_for("zoo_failed_copy_unreleased",
                                  "staging = 16384\nthreads = 1\nrelease_timeout = \"100ms\"\n"))
@@ -393,8 +394,41 @@ TEST_F(PipelineLoad, GivenPluginThatDoesNotReleaseAFailedCopy_WhenLoading_ThenTh
                     HasSubstr("; then plugin zoo broke PLUGIN-14 (PLUGIN-21 release "
                               "accounting): copy of tensor \"t1001\" (bytes 4096..8192 of "
                               "buffer 0)"),
-                    HasSubstr("failed and was not released 100 ms after synchronize")));
+                    HasSubstr("failed and was not released 100 ms after synchronize"),
+                    HasSubstr("buffer 0 stays allocated until the plugin is closed")));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
+  // The copy may still run: its buffer is not handed back to the plugin.
+  EXPECT_EQ(DeviceBuffer::kept_count(), kept + 1);
+}
+
+// PLUGIN-20: copies never released may still be running when the load
+// gives up on them, so the buffers they copy into are not handed back to
+// the plugin (a later allocation could get that memory and have it
+// overwritten); the staging memory they read is kept too. Buffers without
+// such a copy are freed as usual.
+TEST_F(PipelineLoad, GivenPluginThatNeverReleases_WhenTheLoadGivesUp_ThenTheBuffersItCopiesIntoStayAllocated) {
+  const uint64_t before = DeviceBuffer::live_count();
+  const uint64_t kept = DeviceBuffer::kept_count();
+  auto runtime = Runtime::create(config_for("zoo_never_releases",
+                                            "threads = 1\ndirect = false\n"
+                                            "release_timeout = \"100ms\"\n"));
+  auto program = runtime->load(plan_, {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_THAT(program.status().message(),
+              AllOf(HasSubstr("plugin zoo broke PLUGIN-20"),
+                    HasSubstr("stays allocated until the plugin is closed")));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+  EXPECT_EQ(DeviceBuffer::kept_count(), kept + 2) << "both buffers had copies in flight";
+
+  // Only the tensors of buffer 1 (the lone one): buffer 0 is allocated but
+  // never copied into, and is freed.
+  Plan lone = plan_;
+  lone.methods[0].tensors = {name(kTensors)};
+  auto second = runtime->load(lone, {}, nullptr);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr("buffer 1 stays allocated"));
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+  EXPECT_EQ(DeviceBuffer::kept_count(), kept + 3);
 }
 
 // PLUGIN-14: a release's user_data is looked up among the load's copies,

@@ -5,6 +5,7 @@
 #include <devalloc/core/device_registry.hpp>
 #include <devalloc/status.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -34,6 +35,15 @@ class DeviceBuffer {
   // was before the load.
   static uint64_t live_count();
 
+  // When the buffer goes, its memory is not handed back to the plugin: a
+  // copy into it may still be running (the plugin never released it,
+  // PLUGIN-14/PLUGIN-20), and memory freed under it could be given to the
+  // next allocation and overwritten. It stays allocated until the plugin
+  // instance is destroyed. Thread-safe; the copy schedule calls it.
+  void keep_allocated() noexcept { keep_allocated_.store(true); }
+  // Buffers of this process whose memory was kept allocated that way.
+  static uint64_t kept_count();
+
  private:
   DeviceBuffer(ResolvedDevice device, uint32_t memory_id, uint64_t address,
                uint64_t nbytes);
@@ -41,6 +51,7 @@ class DeviceBuffer {
   uint32_t memory_id_;
   uint64_t address_;
   uint64_t nbytes_;
+  std::atomic<bool> keep_allocated_{false};
 };
 
 }  // namespace devalloc
