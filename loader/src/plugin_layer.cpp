@@ -216,15 +216,18 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
 PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
                                devalloc_instance* real_instance, uint32_t abi_minor,
                                std::string plugin, LayerSettings settings) {
-  auto* layer = new PluginLayer(real, real_instance, abi_minor, std::move(plugin), settings);
   // The device count bounds the device checks; a plugin that cannot say
-  // fails Plugin::create through the layer anyway.
+  // (or throws, PLUGIN-7: guarded, so that nothing leaves here with the
+  // layer half made) fails Plugin::create through the layer anyway.
   devalloc_error error{};
   error.struct_size = sizeof error;
   uint32_t count = 0;
-  if (real.get_device_count(real_instance, &count, &error) == DEVALLOC_STATUS_OK) {
-    layer->device_count_ = count;
-  }
+  const bool counted =
+      detail::guarded_call("get_device_count", &error, [&] {
+        return real.get_device_count(real_instance, &count, &error);
+      }) == DEVALLOC_STATUS_OK;
+  auto* layer = new PluginLayer(real, real_instance, abi_minor, std::move(plugin), settings);
+  if (counted) layer->device_count_ = count;
   return layer;
 }
 

@@ -1,7 +1,8 @@
 // A plugin of the zoo written in C++ that lets exceptions out through the C
 // ABI (it breaks PLUGIN-7): allocate of 13 bytes throws a std::runtime_error,
-// a copy of 13 bytes throws an int, and destroy throws. Everything else
-// works on one device of host memory. The loader must turn each throw into
+// a copy of 13 bytes throws an int, and destroy throws; with the option
+// throw_in = "get_device_count", get_device_count throws a
+// std::runtime_error. Everything else works on one device of host memory. The loader must turn each throw into
 // the call's failure (loader/src/guarded_call.hpp), never let it reach a
 // caller that expects a status, and never end the process.
 //
@@ -21,6 +22,7 @@
 #include <stdexcept>
 
 struct devalloc_instance {
+  bool get_device_count_throws = false;
   std::mutex mutex;
   std::map<uint64_t, void*> allocations;  // address -> malloc'd block
 };
@@ -36,10 +38,18 @@ devalloc_status fail(devalloc_error* error, devalloc_status status, const char* 
 
 devalloc_status create(devalloc_create_args* args, devalloc_error* error) {
   if (args == nullptr) return fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "NULL args");
-  if (args->option_count != 0) {
-    return fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo_throws: takes no options");
+  bool count_throws = false;
+  for (size_t i = 0; i < args->option_count; ++i) {
+    if (std::strcmp(args->option_keys[i], "throw_in") == 0 &&
+        std::strcmp(args->option_values[i], "get_device_count") == 0) {
+      count_throws = true;
+    } else {
+      return fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT,
+                  "zoo_throws: the one option is throw_in = \"get_device_count\"");
+    }
   }
   args->instance = new devalloc_instance();
+  args->instance->get_device_count_throws = count_throws;
   return DEVALLOC_STATUS_OK;
 }
 
@@ -59,7 +69,8 @@ devalloc_status get_capabilities(devalloc_instance*, devalloc_capabilities* c,
   return DEVALLOC_STATUS_OK;
 }
 
-devalloc_status get_device_count(devalloc_instance*, uint32_t* count, devalloc_error* error) {
+devalloc_status get_device_count(devalloc_instance* z, uint32_t* count, devalloc_error* error) {
+  if (z->get_device_count_throws) throw std::runtime_error("get_device_count exploded");
   if (count == nullptr) return fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "NULL count");
   *count = 1;
   return DEVALLOC_STATUS_OK;

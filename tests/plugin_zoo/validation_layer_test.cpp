@@ -353,6 +353,31 @@ TEST_F(ValidationLayer, GivenAPluginWhoseDestroyThrew_WhenAnotherReleasesWithAMa
   ASSERT_TRUE(plugin->deallocate(0, *base).ok());
 }
 
+// PLUGIN-7 while the layer is put around a plugin: the layer asks the
+// plugin for its device count, and that call throws. The open fails naming
+// the call and the rule, nothing escapes, and no layer is left among the
+// live ones (a later stray release is that plugin's breach alone).
+TEST_F(ValidationLayer, GivenAPluginWhoseDeviceCountThrows_WhenOpenedUnderTheLayer_ThenTheOpenFailsSayingSoAndNoLayerIsLeft) {
+  auto [throwing, error] =
+      PluginLoader().load(zoo("throws"), {{"throw_in", "get_device_count"}}, validating());
+  EXPECT_FALSE(throwing);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr("get_device_count threw a C++ exception across the C ABI (PLUGIN-7)"),
+                    HasSubstr("get_device_count exploded")));
+  auto plugin = open("stray_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  const std::vector<ValidationBreach> breaches = validation_breaches();
+  ASSERT_EQ(breaches.size(), 1u);
+  EXPECT_THAT(breaches[0].plugin, Not(HasSubstr("zoo_throws")));
+  EXPECT_FALSE(plugin->synchronize(0).ok());
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
 // The caller's side of the rules, checked by the same layer.
 
 struct Reentrant {
