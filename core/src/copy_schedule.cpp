@@ -749,10 +749,18 @@ void Pipeline::open_direct_io() {
     if (c.direct) continue;
     for (const CopyStep& s : c.queue->steps) {
       if (direct_io_fd_.count(s.file) != 0) continue;
-      // O_NONBLOCK and O_NOCTTY as open_regular_file: the path may name a
-      // FIFO or a device by now, whose open(2) would wait for a writer.
-      int fd = ::open(s.file->path().c_str(),
-                      O_RDONLY | O_CLOEXEC | O_DIRECT | O_NONBLOCK | O_NOCTTY);
+      // The file the load mapped, opened again through its own descriptor:
+      // whatever its path names by now (renamed over, replaced by a FIFO),
+      // this is the same inode. Only without /proc, by its path:
+      // O_NONBLOCK and O_NOCTTY as open_regular_file, since the path may
+      // name a FIFO or a device by now, whose open(2) would wait for a
+      // writer; then checked to be the same inode.
+      const std::string own = "/proc/self/fd/" + std::to_string(s.file->fd());
+      int fd = ::open(own.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT | O_NOCTTY);
+      if (fd < 0 && errno == ENOENT) {
+        fd = ::open(s.file->path().c_str(),
+                    O_RDONLY | O_CLOEXEC | O_DIRECT | O_NONBLOCK | O_NOCTTY);
+      }
       struct stat a {}, b {};
       if (fd >= 0 && (::fstat(fd, &a) != 0 || ::fstat(s.file->fd(), &b) != 0 ||
                       a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
