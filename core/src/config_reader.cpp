@@ -779,6 +779,20 @@ std::string toml_reason(std::string_view description) {
   return std::string(description.substr(0, quote)) + " (the key on this line is defined above)";
 }
 
+// toml++ writes a character it quotes escaped already ("saw '\u0001'"):
+// escaped() for the terminal, with its backslashes as toml++ wrote them,
+// not doubled ("'\\u0001'").
+std::string toml_text(std::string_view description) {
+  const std::string safe = escaped(description);
+  std::string out;
+  out.reserve(safe.size());
+  for (size_t i = 0; i < safe.size(); ++i) {
+    out += safe[i];
+    if (safe[i] == '\\' && i + 1 < safe.size() && safe[i + 1] == '\\') ++i;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<RuntimeConfig> parse_config(std::string_view text,
@@ -799,7 +813,7 @@ Result<RuntimeConfig> parse_config(std::string_view text,
       const SourceLocation where{std::string(source_name), e.source().begin.line,
                                  e.source().begin.column};
       return Status(StatusCode::invalid_argument,
-                    where.to_string() + ": " + escaped(toml_reason(e.description())));
+                    where.to_string() + ": " + toml_text(toml_reason(e.description())));
     }
     return ConfigReader(source_name, std::move(base_dir)).read(root);
   });

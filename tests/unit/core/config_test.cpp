@@ -159,6 +159,16 @@ TEST(ParseConfigErrors, GivenTomlSyntaxError_WhenParsing_ThenTomlReasonAndPositi
                                  "parsing string"));
 }
 
+// toml++ escapes the character it quotes; the message shows it once
+// escaped, and a control character of the file never reaches the terminal.
+TEST(ParseConfigErrors, GivenAControlCharacterInAKey_WhenParsing_ThenTomlsEscapeIsShownOnceNotDoubled) {
+  const std::string message = error_of("[load]\nsta\x01ging = 1\n");
+  EXPECT_THAT(message, HasSubstr("/cfg/devalloc.toml:2:4: "));
+  EXPECT_THAT(message, HasSubstr("saw '\\u0001'"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("\\\\")));
+  EXPECT_EQ(message.find('\x01'), std::string::npos);
+}
+
 TEST(ParseConfigErrors, GivenRedefinedKey_WhenParsing_ThenTomlReportsItAtTheKey) {
   const std::string message = error_of("[load]\nthreads = 1\nthreads = 2\n");
   EXPECT_THAT(message, HasSubstr("/cfg/devalloc.toml:3:11: "));
