@@ -26,15 +26,27 @@ std::vector<ValidationBreach> g_log;
 // plugin from there breaks PLUGIN-14.
 thread_local bool t_in_release = false;
 
-// The tickets of every live layer, by address, and the live layers: an
+// The tickets of every live layer, by token, and the live layers: an
 // on_release looks its user_data up here before following it, so a made-up
 // one, or one of a destroyed layer, is a breach and not a crash. Taken
-// after a layer's mutex is let go, never while it is held.
+// before a layer's mutex or after it is let go, never while it is held.
 std::mutex g_tickets_mutex;
 std::unordered_map<const void*, PluginLayer*>& ticket_owners() {
   static auto* owners = new std::unordered_map<const void*, PluginLayer*>();
   return *owners;
 }
+// The user_data a plugin gets for an until-released copy: a token, never a
+// pointer, unique in the process and never used again. Tokens are
+// 64 apart in the upper half of the address space, where no user-space
+// pointer lies (x86-64, AArch64), so neither a pointer from elsewhere nor a
+// token off by a few bytes is taken for one.
+std::atomic<uint64_t> g_last_token{0};
+const void* next_token() {
+  constexpr uint64_t kTokenBase = 0xda1a000000000000ull;
+  return reinterpret_cast<const void*>(
+      static_cast<uintptr_t>(kTokenBase + (g_last_token.fetch_add(1) + 1) * 64));
+}
+
 std::vector<PluginLayer*>& live_layers() {
   static auto* layers = new std::vector<PluginLayer*>();
   return *layers;
@@ -143,7 +155,6 @@ LayerSettings LayerSettings::with_environment() const {
 }
 
 struct PluginLayer::Ticket {
-  PluginLayer* layer = nullptr;
   uint64_t id = 0;
   uint32_t device = 0;
   std::string call;
@@ -240,6 +251,7 @@ LayerCounters PluginLayer::counters() const {
   c.live_bytes = live_bytes_;
   c.pending_releases = pending_.size();
   c.breaches = breaches_;
+  c.remembered_copies = tickets_.size();
   return c;
 }
 
@@ -372,7 +384,7 @@ void PluginLayer::destroy(devalloc_instance* instance) {
   {
     // Releases after destroy are strays from here on.
     std::lock_guard owners(g_tickets_mutex);
-    for (const Ticket& t : layer->tickets_) ticket_owners().erase(&t);
+    for (const auto& [token, ticket] : layer->tickets_) ticket_owners().erase(token);
     auto& layers = live_layers();
     layers.erase(std::remove(layers.begin(), layers.end(), layer), layers.end());
   }
@@ -653,9 +665,9 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR, message);
     }
     if (releases) {
-      Ticket& t = layer.tickets_.emplace_back();
-      t.layer = &layer;
-      t.id = layer.tickets_.size();
+      const void* token = next_token();
+      Ticket& t = layer.tickets_[token];
+      t.id = ++layer.last_id_;
       t.device = args->device;
       t.call = call.text;
       t.src = args->src;
@@ -665,7 +677,7 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       t.user_data = args->user_data;
       layer.pending_.emplace(t.id, &t);
       forwarded.on_release = &PluginLayer::on_release;
-      forwarded.user_data = &t;
+      forwarded.user_data = const_cast<void*>(token);
     }
   }
   if (releases) {
@@ -674,8 +686,11 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
   }
   call.status = layer.real_.copy_host_to_device(layer.real_instance_, &forwarded, &call.mine);
   if (releases) {
+    // Released during the call and forgotten since (kLayerReleasedKept
+    // later releases): nothing to mark.
     std::lock_guard lock(layer.mutex_);
-    static_cast<Ticket*>(forwarded.user_data)->issued = true;
+    const auto it = layer.tickets_.find(forwarded.user_data);
+    if (it != layer.tickets_.end()) it->second.issued = true;
   }
   layer.finish(call);
   if (call.status == DEVALLOC_STATUS_OK && !valid) {
@@ -852,40 +867,68 @@ devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32
 }
 
 void PluginLayer::on_release(void* user_data) {
+  // What the release needs of its ticket, copied under the locks: the
+  // ticket may be forgotten once they are let go.
+  PluginLayer* layer = nullptr;
+  uint32_t device = 0;
+  std::string call;
+  const void* src = nullptr;
+  uint64_t nbytes = 0;
+  uint64_t source_hash = 0;
+  devalloc_release_fn release = nullptr;
+  void* release_data = nullptr;
   {
     std::lock_guard owners(g_tickets_mutex);
-    if (ticket_owners().count(user_data) == 0) {
+    const auto owner = ticket_owners().find(user_data);
+    if (owner == ticket_owners().end()) {
       stray_release(user_data);
       return;
     }
-  }
-  auto* ticket = static_cast<Ticket*>(user_data);
-  PluginLayer& layer = *ticket->layer;
-  {
-    std::lock_guard lock(layer.mutex_);
-    if (++ticket->releases > 1) {
+    layer = owner->second;
+    std::lock_guard lock(layer->mutex_);
+    // Owners and tickets_ lose a token together, under both mutexes.
+    const auto found = layer->tickets_.find(user_data);
+    if (found == layer->tickets_.end()) return;
+    Ticket& ticket = found->second;
+    if (++ticket.releases > 1) {
       // Swallowed: the caller may already reuse the source, and its own
       // accounting must not count one copy twice.
-      if (layer.settings_.validate) {
-        layer.owed_[ticket->device].push_back(
-            layer.breach("PLUGIN-14", ticket->call, "on_release was called a second time"));
+      if (layer->settings_.validate) {
+        layer->owed_[ticket.device].push_back(
+            layer->breach("PLUGIN-14", ticket.call, "on_release was called a second time"));
       }
       return;
     }
-    layer.pending_.erase(ticket->id);
-    if (layer.count_call()) layer.failed_devices_.insert(ticket->device);
+    layer->pending_.erase(ticket.id);
+    if (layer->count_call()) layer->failed_devices_.insert(ticket.device);
+    device = ticket.device;
+    src = ticket.src;
+    nbytes = ticket.nbytes;
+    source_hash = ticket.source_hash;
+    release = ticket.release;
+    release_data = ticket.user_data;
+    if (layer->settings_.check_sources && layer->settings_.validate) call = ticket.call;
+    // Remembered for kLayerReleasedKept more releases, then forgotten: a
+    // release of that token is a stray from then on.
+    layer->released_.push_back(user_data);
+    if (layer->released_.size() > kLayerReleasedKept) {
+      const void* oldest = layer->released_.front();
+      layer->released_.pop_front();
+      layer->tickets_.erase(oldest);
+      ticket_owners().erase(oldest);
+    }
   }
-  if (layer.settings_.check_sources && layer.settings_.validate && ticket->src != nullptr &&
-      hash_of(ticket->src, ticket->nbytes) != ticket->source_hash) {
+  if (layer->settings_.check_sources && layer->settings_.validate && src != nullptr &&
+      hash_of(src, nbytes) != source_hash) {
     const std::string text =
-        layer.breach("PLUGIN-14", ticket->call,
-                     "the caller changed the source before its release (the bytes differ "
-                     "from those at issue)");
-    std::lock_guard lock(layer.mutex_);
-    layer.owed_[ticket->device].push_back(text);
+        layer->breach("PLUGIN-14", call,
+                      "the caller changed the source before its release (the bytes differ "
+                      "from those at issue)");
+    std::lock_guard lock(layer->mutex_);
+    layer->owed_[device].push_back(text);
   }
   t_in_release = true;
-  ticket->release(ticket->user_data);
+  release(release_data);
   t_in_release = false;
 }
 

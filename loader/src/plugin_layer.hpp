@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace devalloc {
@@ -101,7 +102,14 @@ class PluginLayer {
   uint64_t faults_injected_ = 0;
   uint64_t live_bytes_ = 0;
   std::map<uint32_t, std::map<uint64_t, uint64_t>> allocations_;  // device -> base -> size
-  std::deque<Ticket> tickets_;              // stable addresses, kept until destroy
+  // The copies the layer remembers, by the token the plugin got as their
+  // user_data: every unreleased one, and the last kReleasedKept released
+  // (a second release of one of those is named as such; of an older one,
+  // it is a stray). Changed only with g_tickets_mutex held too, as the
+  // owners of the tokens are.
+  std::unordered_map<const void*, Ticket> tickets_;
+  std::deque<const void*> released_;        // oldest first
+  uint64_t last_id_ = 0;
   std::map<uint64_t, Ticket*> pending_;     // by ticket id
   std::map<uint32_t, std::vector<std::string>> owed_;  // device -> breach texts
   std::set<uint32_t> failed_devices_;       // injected asynchronous failures

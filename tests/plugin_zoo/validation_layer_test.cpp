@@ -83,6 +83,36 @@ TEST_F(ValidationLayer, GivenWellBehavedZoo_WhenEverythingIsCalled_ThenNoBreachA
   EXPECT_TRUE(rules().empty());
 }
 
+// A long run: the layer remembers every pending copy but only the last
+// kLayerReleasedKept released ones, so its memory does not grow with the
+// number of copies made; every release still reaches the caller once.
+TEST_F(ValidationLayer, GivenManyMoreCopiesThanTheLayerRemembers_WhenReleased_ThenItsMemoryStaysBounded) {
+  auto plugin = open("well_behaved");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 3);
+  std::atomic<int> releases{0};
+  constexpr int kCopies = static_cast<int>(kLayerReleasedKept) * 2 + 100;
+  for (int i = 0; i < kCopies; ++i) {
+    ASSERT_TRUE(
+        plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+    if (i % 100 == 99) {
+      ASSERT_TRUE(plugin->synchronize(0).ok());
+    }
+  }
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  EXPECT_EQ(releases, kCopies);
+  const auto counters = plugin->layer_counters();
+  ASSERT_TRUE(counters);
+  EXPECT_EQ(counters->pending_releases, 0u);
+  EXPECT_EQ(counters->remembered_copies, kLayerReleasedKept);
+  EXPECT_EQ(counters->breaches, 0u);
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+  plugin.reset();
+  EXPECT_TRUE(rules().empty());
+}
+
 TEST_F(ValidationLayer, GivenNoLayer_ThenTheHandleCallsThePluginsOwnTable) {
   auto [plugin, error] = PluginLoader().load(zoo("well_behaved"));
   ASSERT_TRUE(plugin) << error.status.message();

@@ -53,7 +53,15 @@ struct LayerCounters {
   uint64_t live_bytes = 0;
   uint64_t pending_releases = 0;  // until-released copies not released yet
   uint64_t breaches = 0;
+  // Until-released copies the layer remembers: the pending ones and at most
+  // kLayerReleasedKept released ones (whose second release it can name).
+  uint64_t remembered_copies = 0;
 };
+
+// Released copies a layer remembers, at most, to name a second release of
+// one (an older one's is reported as a stray release): the layer's memory
+// stays bounded however many copies a long run makes.
+inline constexpr size_t kLayerReleasedKept = 4096;
 
 // A broken rule: "PLUGIN-15", the plugin ("plugin NAME (PATH)"), the call
 // with its arguments, and what was wrong.
