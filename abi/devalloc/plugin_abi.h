@@ -259,7 +259,9 @@ typedef struct devalloc_copy_to_device_args {
   const void* src;                  /* [in] host memory, nbytes readable */
   uint64_t nbytes;                  /* [in] 0 is a no-op (dst, src unchecked) */
   devalloc_release_fn on_release;   /* [in][optional] see devalloc_release_fn */
-  void* user_data;                  /* [in][optional] passed to on_release */
+  void* user_data;                  /* [in][optional] passed to on_release as
+                                     * given; opaque: it need not be a valid
+                                     * pointer and is never dereferenced */
 } devalloc_copy_to_device_args;
 
 typedef struct devalloc_copy_to_host_args {
