@@ -530,8 +530,8 @@ void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
 
 void ConfigReader::read_load(const toml::table& table) {
   check_keys(table, "in [load]",
-             {"check_free_memory", "direct", "read", "release_timeout", "staging",
-              "threads", "verify"});
+             {"check_free_memory", "direct", "external_files", "read", "release_timeout",
+              "staging", "threads", "verify"});
 
   if (const auto* staging = table.get("staging")) {
     const std::string what = "\"staging\" in [load]";
@@ -598,6 +598,14 @@ void ConfigReader::read_load(const toml::table& table) {
       config_.load.check_free_memory = boolean->get();
     } else {
       type_error(*check, "\"check_free_memory\" in [load]", "a boolean");
+    }
+  }
+
+  if (const auto* external = table.get("external_files")) {
+    if (const auto* boolean = external->as_boolean()) {
+      config_.load.external_files = boolean->get();
+    } else {
+      type_error(*external, "\"external_files\" in [load]", "a boolean");
     }
   }
 

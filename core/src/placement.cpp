@@ -15,7 +15,8 @@
 namespace devalloc {
 
 Result<MethodNeeds> needs_of(const Plan& plan,
-                             const std::vector<std::string>& methods) {
+                             const std::vector<std::string>& methods,
+                             bool external_files) {
   auto selection = plan.tensors_for_methods(methods);
   if (!selection.ok()) return selection.status();
 
@@ -29,7 +30,7 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     needs.buffers.push_back(PlannedBuffer{b.memory_id, b.size, b.alignment, b.device,
                                           static_cast<size_t>(&b - plan.buffers.data())});
   }
-  detail::SourceFiles sources(plan);
+  detail::SourceFiles sources(plan, external_files);
   needs.tensors.reserve(selection->tensors.size());
   for (size_t index : selection->tensors) {
     const PlanTensor& t = plan.tensors[index];

@@ -40,7 +40,10 @@ inline StatusCode path_error_code(const std::error_code& error) {
 }
 
 // Plan::source_path with errors placed at `place` (may be empty).
+// external_files false: the plan's "allow_external_files" is not honoured
+// ([load] external_files = false, PlanValidationOptions::external_files).
 Result<std::filesystem::path> resolve_source(const Plan& plan, const PlanSource& source,
-                                             const std::string& place);
+                                             const std::string& place,
+                                             bool external_files = true);
 
 }  // namespace devalloc::detail

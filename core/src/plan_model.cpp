@@ -35,16 +35,25 @@ Result<std::filesystem::path> Plan::source_path(const PlanSource& source) const 
 }
 
 Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const PlanSource& source,
-                                                     const std::string& place) {
+                                                     const std::string& place,
+                                                     bool external_files) {
   const std::string& name = source.file;
   const std::string quoted = quote(name);
   if (name.empty()) return plan_error(plan, place, "source file is empty");
   const std::filesystem::path file(name);
-  if (file.is_absolute() && !plan.allow_external_files) {
+  const bool external = plan.allow_external_files && external_files;
+  // The plan asks for files outside its folder, and the caller refuses it.
+  const std::string refused =
+      plan.allow_external_files && !external_files
+          ? "; the plan sets \"allow_external_files\", which this runtime does not honour "
+            "([load] external_files = false)"
+          : "";
+  if (file.is_absolute() && !external) {
     return plan_error(plan, place,
                       "source file " + quoted +
-                          " is absolute; source files are relative to the plan's folder "
-                          "unless \"allow_external_files\" is true");
+                          " is absolute; source files are relative to the plan's folder" +
+                          (refused.empty() ? " unless \"allow_external_files\" is true"
+                                           : refused));
   }
   std::error_code error;
   std::filesystem::path folder = std::filesystem::absolute(plan.directory(), error);
@@ -59,12 +68,13 @@ Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const Pla
     return plan_error(plan, place, "cannot resolve source file " + quoted + ": " + error.message(),
                       path_error_code(error));
   }
-  if (!plan.allow_external_files && !is_within(resolved, folder)) {
+  if (!external && !is_within(resolved, folder)) {
     return plan_error(plan, place,
                       "source file " + quoted + " resolves to " +
                           path_for_message(resolved.string()) + ", outside the plan's folder " +
                           path_for_message(folder.string()) +
-                          " (set \"allow_external_files\": true to allow this)");
+                          (refused.empty() ? " (set \"allow_external_files\": true to allow this)"
+                                           : refused));
   }
   return resolved;
 }

@@ -173,7 +173,7 @@ class Validator {
   Status check_sources() {
     SafetensorsCache own_cache;
     SafetensorsCache& cache = options_.cache != nullptr ? *options_.cache : own_cache;
-    detail::SourceFiles sources(plan_);
+    detail::SourceFiles sources(plan_, options_.external_files);
     std::vector<std::shared_ptr<const SafetensorsFile>> opened;  // by source file number
     size_t last_id = 0;
     size_t next_in_file = 0;  // plans mostly list a file's tensors in its order

@@ -197,7 +197,7 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
     if (Status s = detail::check_constant_overlaps(*plan_); !s.ok()) return s;
     constants_checked_ = true;
   }
-  auto needs = needs_of(*plan_, methods);
+  auto needs = needs_of(*plan_, methods, options.external_files);
   if (!needs.ok()) return needs.status();
   // validate_plan checks these too; a caller that skipped it must still get
   // an error before anything is allocated, never an exception, never an

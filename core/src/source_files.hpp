@@ -20,7 +20,9 @@ namespace devalloc::detail {
 class SourceFiles {
  public:
   // `plan` must outlive this, unchanged: names are kept as views into it.
-  explicit SourceFiles(const Plan& plan) : plan_(plan) {}
+  // external_files: as resolve_source's.
+  explicit SourceFiles(const Plan& plan, bool external_files = true)
+      : plan_(plan), external_files_(external_files) {}
 
   // The number of `source`'s file: 0, 1, ... in order of first use, so a
   // number equal to the count before the call is a file seen first now. It
@@ -31,7 +33,8 @@ class SourceFiles {
     if (!paths_.empty() && source.file == last_name_) return last_id_;
     auto known = ids_.find(source.file);
     if (known == ids_.end()) {
-      Result<std::filesystem::path> path = resolve_source(plan_, source, place());
+      Result<std::filesystem::path> path =
+          resolve_source(plan_, source, place(), external_files_);
       if (!path.ok()) return path.status();
       paths_.push_back(std::move(*path));
       known = ids_.emplace(source.file, paths_.size() - 1).first;
@@ -47,6 +50,7 @@ class SourceFiles {
 
  private:
   const Plan& plan_;
+  const bool external_files_;
   std::map<std::string_view, size_t> ids_;
   std::string_view last_name_;
   size_t last_id_ = 0;

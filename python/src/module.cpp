@@ -361,6 +361,7 @@ class PyRuntime {
     SafetensorsCache files;
     PlanValidationOptions checks;
     checks.cache = &files;
+    checks.external_files = config_.load.external_files;
     if (Status s = validate_plan(plan, checks); !s.ok()) raise(s);
 
     // The callback is this load's own, not the core runtime's: loads of one

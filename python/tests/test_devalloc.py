@@ -1010,3 +1010,19 @@ def test_a_load_from_an_atexit_handler_that_runs_after_the_packages_own_finishes
     assert done.returncode == 0, done.stderr
     assert done.stdout == "late load True 1\nlate load False 1\n", done.stdout + done.stderr
     assert "leaked" not in done.stderr, done.stderr
+
+
+def test_a_config_that_refuses_external_files_refuses_a_plan_that_allows_them(mixed, tmp_path):
+    # devalloc.plan sets "allow_external_files" for a plan outside the
+    # model's folder; [load] external_files = false does not honour it.
+    folder, _ = mixed
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    devalloc.plan(folder / "mixed.safetensors", out=plans / "plan.json")
+    assert json.loads((plans / "plan.json").read_text())["allow_external_files"] is True
+    devalloc.Runtime().load(plans / "plan.json")
+    (tmp_path / "strict.toml").write_text("[load]\nexternal_files = false\n")
+    with pytest.raises(devalloc.Error, match="which this runtime does not honour") as caught:
+        devalloc.Runtime(config=tmp_path / "strict.toml").load(plans / "plan.json")
+    assert caught.value.code == "invalid_argument"
+    assert "outside the plan's folder" in caught.value.message, caught.value.message

@@ -50,11 +50,13 @@ void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths
       ->check(non_empty("names nothing to trust; write . for the current folder"));
 }
 
-Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache) {
+Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache,
+                             const RuntimeConfig& config) {
   auto plan = read_plan(path);
   if (!plan.ok()) return plan.status();
   PlanValidationOptions options;
   options.cache = &cache;
+  options.external_files = config.load.external_files;
   if (Status s = validate_plan(*plan, options); !s.ok()) return s;
   return plan;
 }

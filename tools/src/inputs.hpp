@@ -37,8 +37,11 @@ void add_plugin_path_option(CLI::App* cmd, std::vector<std::string>* dirs);
 // empty PATH is a usage error.
 void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths);
 
-// Reads and validates the plan; source files are opened through cache.
-Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache);
+// Reads and validates the plan; source files are opened through cache, and
+// a plan's "allow_external_files" is honoured as config's [load]
+// external_files says.
+Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache,
+                             const RuntimeConfig& config);
 
 // Prints "devalloc COMMAND: message" to stderr and returns the exit code.
 int report_failure(const char* command, const Status& status);

@@ -26,7 +26,7 @@ int run_inspect(const InspectOptions& o) {
   auto config = config_from(o.config, o.trust_paths);
   if (!config.ok()) return report_failure("inspect", config.status());
   SafetensorsCache cache;
-  auto plan = valid_plan_from(o.plan, cache);
+  auto plan = valid_plan_from(o.plan, cache, *config);
   if (!plan.ok()) return report_failure("inspect", plan.status());
 
   DeviceRegistry registry(*config);

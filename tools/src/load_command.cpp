@@ -95,7 +95,7 @@ int run_load(const LoadCommandOptions& o) {
   if (!config.ok()) return report_failure("load", config.status());
   if (o.verify) config->load.verify = true;
   SafetensorsCache cache;
-  auto plan = valid_plan_from(o.plan, cache);
+  auto plan = valid_plan_from(o.plan, cache, *config);
   if (!plan.ok()) return report_failure("load", plan.status());
 
   auto runtime = Runtime::create(*config);

@@ -477,6 +477,22 @@ output_that_cannot_be_written_fails)
     sh -c 'ulimit -f 1; exec "$0" plan m.safetensors -o out_plan.json' "$devalloc"
   [ "$(ls)" = "$(printf 'err.txt\nm.safetensors\nout.txt\nplugins.json')" ] || fail "left behind: $(ls)"
   ;;
+external_files_are_refused_when_the_config_says_so)
+  # devalloc plan writes "allow_external_files" for a plan outside the
+  # model's folder; [load] external_files = false does not honour it, before
+  # any source file is opened, for plans one did not make.
+  cp "$source_dir/examples/small_model/plan.json" .
+  "$python" "$source_dir/examples/small_model/make_model.py" .
+  mkdir plans
+  "$devalloc" plan model.safetensors -o plans/plan.json
+  grep -q '"allow_external_files": *true' plans/plan.json || fail "plan does not allow external files"
+  "$devalloc" load plans/plan.json >/dev/null
+  printf '[load]\nexternal_files = false\n' > strict.toml
+  for command in load inspect; do
+    expect_failure 3 'plan.json: /tensors/0 .*resolves to .*/model.safetensors, outside the plan.s folder .*/plans; the plan sets "allow_external_files", which this runtime does not honour \(\[load\] external_files = false\)' \
+      "$devalloc" $command plans/plan.json --config strict.toml
+  done
+  ;;
 *) fail "unknown case $case_name" ;;
 esac
 echo "PASS: $case_name"

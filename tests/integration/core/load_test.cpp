@@ -254,6 +254,52 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithAnAbsoluteSource_WhenLoading_ThenRef
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
+// A plan in a folder of its own whose sources lie beside that folder, as
+// "allow_external_files" lets them: loaded by default; refused, before any
+// buffer is allocated or file opened, by a runtime whose [load]
+// external_files = false does not honour the plan's word (and by
+// validate_plan told the same).
+TEST_F(LoadFixture, GivenAPlanAllowingExternalFiles_WhenTheConfigRefusesThem_ThenTheLoadAndValidationAreRefused) {
+  std::filesystem::create_directory(dir() / "plans");
+  plan().path = dir() / "plans" / "plan.json";
+  for (PlanTensor& t : plan().tensors) {
+    if (t.source) t.source->file = "../model.safetensors";
+  }
+  plan().allow_external_files = true;
+  ASSERT_TRUE(validate_plan(plan()).ok()) << validate_plan(plan()).message();
+  auto allowed = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  ASSERT_TRUE(allowed.ok()) << allowed.status().message();
+  EXPECT_EQ(read_back(*(*allowed)->find("w.b")), source("w.b"));
+
+  const std::string refused =
+      ": /tensors/0 \"w.a\": source file \"../model.safetensors\" resolves to " +
+      path_for_message(std::filesystem::weakly_canonical(dir() / "model.safetensors").string()) +
+      ", outside the plan's folder " +
+      path_for_message(std::filesystem::weakly_canonical(dir() / "plans").string()) +
+      "; the plan sets \"allow_external_files\", which this runtime does not honour "
+      "([load] external_files = false)";
+  PlanValidationOptions strict;
+  strict.external_files = false;
+  const Status validated = validate_plan(plan(), strict);
+  EXPECT_EQ(validated.message(), path_for_message(plan().path.string()) + refused);
+
+  const uint64_t before = DeviceBuffer::live_count();
+  auto program =
+      Runtime::create(config("[load]\nexternal_files = false\n"))->load(plan(), {}, nullptr);
+  ASSERT_FALSE(program.ok());
+  EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(program.status().message(), path_for_message(plan().path.string()) + refused);
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+
+  plan().tensors[0].source->file = "/etc/passwd";
+  auto absolute =
+      Runtime::create(config("[load]\nexternal_files = false\n"))->load(plan(), {}, nullptr);
+  ASSERT_FALSE(absolute.ok());
+  EXPECT_THAT(absolute.status().message(),
+              HasSubstr("source file \"/etc/passwd\" is absolute; source files are relative to "
+                        "the plan's folder; the plan sets \"allow_external_files\""));
+}
+
 // Names from files reach messages escaped: a terminal control sequence in a
 // key is shown, never acted on.
 TEST_F(LoadFixture, GivenSourceKeyWithControlCharacters_WhenMissing_ThenTheErrorShowsItEscaped) {

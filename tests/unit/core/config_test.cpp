@@ -194,8 +194,8 @@ TEST(ParseConfigErrors, GivenRedefinedQuotedKeyOrTable_WhenParsing_ThenNoGarbled
 TEST(ParseConfigErrors, GivenUnknownKeyInLoad_WhenParsing_ThenPositionAndKnownKeysAreNamed) {
   EXPECT_EQ(error_of("[load]\nthreads = 1\nstagin = \"64MiB\"\n"),
             "/cfg/devalloc.toml:3:1: unknown key \"stagin\" in [load] "
-            "(known: check_free_memory, direct, read, release_timeout, staging, threads, "
-            "verify)");
+            "(known: check_free_memory, direct, external_files, read, release_timeout, "
+            "staging, threads, verify)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownTopLevelKey_WhenParsing_ThenItIsAnError) {
@@ -233,16 +233,18 @@ TEST(ParseConfigErrors, GivenThreadsAsString_WhenParsing_ThenTypeErrorNamesBothT
 TEST(ParseConfig, GivenPipelineKeys_WhenParsing_ThenTheyLandInLoadOptions) {
   const RuntimeConfig config = parsed(
       "[load]\nrelease_timeout = \"250ms\"\nread = \"pread\"\ndirect = false\n"
-      "check_free_memory = false\n");
+      "check_free_memory = false\nexternal_files = false\n");
   EXPECT_EQ(config.load.release_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(config.load.read, ReadMode::pread);
   EXPECT_FALSE(config.load.direct);
   EXPECT_FALSE(config.load.check_free_memory);
+  EXPECT_FALSE(config.load.external_files);
   const RuntimeConfig defaults = parsed("[load]\n");
   EXPECT_EQ(defaults.load.release_timeout, std::chrono::seconds(5));
   EXPECT_EQ(defaults.load.read, ReadMode::automatic);
   EXPECT_TRUE(defaults.load.direct);
   EXPECT_TRUE(defaults.load.check_free_memory);
+  EXPECT_TRUE(defaults.load.external_files);
   EXPECT_EQ(parsed("[load]\nrelease_timeout = \"2min\"\n").load.release_timeout,
             std::chrono::minutes(2));
   EXPECT_EQ(parsed("[load]\nread = \"direct_io\"\n").load.read, ReadMode::direct_io);
@@ -261,6 +263,9 @@ TEST(ParseConfigErrors, GivenBadPipelineKeys_WhenParsing_ThenEachIsNamed) {
   EXPECT_EQ(error_of("[load]\ncheck_free_memory = 1\n"),
             "/cfg/devalloc.toml:2:21: \"check_free_memory\" in [load] must be a "
             "boolean, found an integer");
+  EXPECT_EQ(error_of("[load]\nexternal_files = \"no\"\n"),
+            "/cfg/devalloc.toml:2:18: \"external_files\" in [load] must be a "
+            "boolean, found a string");
   EXPECT_EQ(error_of("[load]\nread = \"mmmap\"\n"),
             "/cfg/devalloc.toml:2:8: \"read\" in [load] is \"mmmap\"; known: "
             "auto, mmap, pread, direct_io");
@@ -497,7 +502,8 @@ stagin = 1
             "/cfg/devalloc.toml:5:11: \"threads\" in [load] must be between 0 "
             "and 1024 (0: automatic), found -1\n"
             "/cfg/devalloc.toml:6:1: unknown key \"stagin\" in [load] (known: "
-            "check_free_memory, direct, read, release_timeout, staging, threads, verify)");
+            "check_free_memory, direct, external_files, read, release_timeout, staging, threads, "
+            "verify)");
 }
 
 class ReadConfigTest : public ::testing::Test {

@@ -157,6 +157,9 @@ struct LoadOptions {
   // Refuse a load whose buffers do not fit in the free memory their devices
   // report (get_memory_info) before allocating any of them.
   bool check_free_memory = true;
+  // Honour a plan's "allow_external_files". False: every source file must
+  // lie in its plan's folder whatever the plan says (plans not trusted).
+  bool external_files = true;
 };
 
 // "500ms", "5s", "2min" (an integer and a unit; spaces, not tabs, may stand

@@ -56,8 +56,11 @@ struct MethodNeeds {
   std::vector<NeededTensor> tensors;         // in plan order
   std::vector<std::filesystem::path> files;  // absolute, each once
 };
+// external_files false: the plan's "allow_external_files" is not honoured
+// ([load] external_files).
 Result<MethodNeeds> needs_of(const Plan& plan,
-                             const std::vector<std::string>& methods);
+                             const std::vector<std::string>& methods,
+                             bool external_files = true);
 
 // Plan tensor `index` with its size and resolved source file (nullptr for
 // scratch memory), as a PlannedTensor.

@@ -124,6 +124,10 @@ struct PlanValidationOptions {
   // loads the plan afterwards passes its own to reuse the mappings. When
   // null, validate_plan uses one of its own.
   SafetensorsCache* cache = nullptr;
+  // False: the plan's "allow_external_files" is not honoured, so its source
+  // files must lie in its folder (pass [load] external_files of the
+  // runtime config that will load it).
+  bool external_files = true;
 };
 
 // Checks, reporting the first failure (invalid_argument):
