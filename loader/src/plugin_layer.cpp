@@ -867,16 +867,10 @@ devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32
 }
 
 void PluginLayer::on_release(void* user_data) {
-  // What the release needs of its ticket, copied under the locks: the
-  // ticket may be forgotten once they are let go.
+  // The ticket, copied under the locks: it may be forgotten once they are
+  // let go.
   PluginLayer* layer = nullptr;
-  uint32_t device = 0;
-  std::string call;
-  const void* src = nullptr;
-  uint64_t nbytes = 0;
-  uint64_t source_hash = 0;
-  devalloc_release_fn release = nullptr;
-  void* release_data = nullptr;
+  Ticket released;
   {
     std::lock_guard owners(g_tickets_mutex);
     const auto owner = ticket_owners().find(user_data);
@@ -901,13 +895,7 @@ void PluginLayer::on_release(void* user_data) {
     }
     layer->pending_.erase(ticket.id);
     if (layer->count_call()) layer->failed_devices_.insert(ticket.device);
-    device = ticket.device;
-    src = ticket.src;
-    nbytes = ticket.nbytes;
-    source_hash = ticket.source_hash;
-    release = ticket.release;
-    release_data = ticket.user_data;
-    if (layer->settings_.check_sources && layer->settings_.validate) call = ticket.call;
+    released = ticket;
     // Remembered for kLayerReleasedKept more releases, then forgotten: a
     // release of that token is a stray from then on.
     layer->released_.push_back(user_data);
@@ -918,17 +906,17 @@ void PluginLayer::on_release(void* user_data) {
       ticket_owners().erase(oldest);
     }
   }
-  if (layer->settings_.check_sources && layer->settings_.validate && src != nullptr &&
-      hash_of(src, nbytes) != source_hash) {
+  if (layer->settings_.check_sources && layer->settings_.validate && released.src != nullptr &&
+      hash_of(released.src, released.nbytes) != released.source_hash) {
     const std::string text =
-        layer->breach("PLUGIN-14", call,
+        layer->breach("PLUGIN-14", released.call,
                       "the caller changed the source before its release (the bytes differ "
                       "from those at issue)");
     std::lock_guard lock(layer->mutex_);
-    layer->owed_[device].push_back(text);
+    layer->owed_[released.device].push_back(text);
   }
   t_in_release = true;
-  release(release_data);
+  released.release(released.user_data);
   t_in_release = false;
 }
 
