@@ -1,3 +1,4 @@
+#include <devalloc/plugin_kit/give_back.hpp>
 #include <devalloc/plugin_kit/stream_releases.hpp>
 
 #include <algorithm>
@@ -64,14 +65,21 @@ int StreamReleases::await_over(bool& lost) noexcept {
   // The wait failed, but the stream may still run what was queued: a copy
   // that reads its source or writes its destination after this returned
   // would be silent wrong data. Only an idle or lost stream is over.
+  // A lost stream reports its error to every query (a sticky error); one
+  // failed query may be a passing failure of the runtime, after which the
+  // stream still runs its copies: lost only when kGiveBackAttempts queries
+  // in a row say so, with a wait between them.
+  int lost_answers = 0;
   for (auto pause = kFirstPause;; pause = std::min(pause * 2, kLongestPause)) {
     switch (stream_.query()) {
       case CallbackStream::State::lost:
+        if (++lost_answers < kGiveBackAttempts) break;
         lost = true;
         return first;
       case CallbackStream::State::idle:
         return first;
       case CallbackStream::State::busy:
+        lost_answers = 0;
         break;
     }
     std::this_thread::sleep_for(pause);

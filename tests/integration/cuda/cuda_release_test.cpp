@@ -203,6 +203,37 @@ TEST_F(CudaReleases, DestroyWhileStreamWaitsKeepFailing_EachReleaseFollowsItsCop
   expect_released_once_each_after_its_copy(copies);
 }
 
+// A failed wait, then one cuStreamQuery that fails too (not
+// CUDA_ERROR_NOT_READY), on a context with no sticky error: one failed
+// query is no lost context. The stream still holds the copies; no release
+// may fire before its copy ran, and synchronize returns only once they ran.
+TEST_F(CudaReleases, StreamQueryFailsOnceAfterAFailedWait_NoReleaseBeforeItsCopy) {
+  PausedCopies copies;
+  ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
+  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
+  fake().fail_next("cuStreamQuery", CUDA_ERROR_UNKNOWN);
+  std::atomic<bool> returned{false};
+  Status failed;
+  std::thread caller([&] {
+    failed = plugin().synchronize(kDevice);
+    returned = true;
+  });
+  // Past the failed query, and a few looks at the stream after it.
+  while (fake().calls("cuStreamQuery") < 4 && !returned) std::this_thread::yield();
+  EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copies";
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(copies.watchers[i].releases, 0) << "copy " << i << " released before it ran";
+  }
+  fake().pause(false);
+  caller.join();
+  fake().fail_calls("cuStreamSynchronize", 0, 0);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
+  expect_released_once_each_after_its_copy(copies);
+  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+  EXPECT_TRUE(plugin().deallocate(kDevice, copies.base).ok());
+}
+
 TEST_F(CudaReleases, ContextPushFailsOnceAtDestroy_EachReleaseStillFollowsItsCopy) {
   PausedCopies copies;
   ASSERT_NO_FATAL_FAILURE(issue_paused(copies));

@@ -312,17 +312,20 @@ TEST_F(HipPluginTest, CallbackCannotBeQueuedAndStreamWaitsKeepFailing_ReleasedOn
 // hipErrorNotReady (docs/plugins/hip.md, "Faults, and the lost stream"), so
 // ROCm never sends the plugin here; the fake stands in for a runtime that
 // reports an error of the stream's own by an injected query failure. What
-// this proves is the plugin's side: an answer other than those two counts
-// as lost, the owed release fires once instead of being waited for,
-// synchronize fails naming the wait, and the stream's own callback, should
-// it still run, fires nothing twice.
+// this proves is the plugin's side: an answer other than those two, given
+// to every query as a lost stream's error is, counts as lost (one such
+// answer alone may pass, and is waited out), the owed release fires once
+// instead of being waited for, synchronize fails naming the wait, and the
+// stream's own callback, should it still run, fires nothing twice.
 TEST_F(HipPluginTest, StreamQueryReportsAnError_OwedReleaseFiresOnce_SynchronizeFails) {
   ReleaseCounter counter;
   const PausedCopy copy = paused_copy(8, counter);
   ASSERT_NE(copy.pinned, nullptr);
-  fake().fail_next("hipStreamSynchronize", hipErrorUnknown);
-  fake().fail_next("hipStreamQuery", hipErrorIllegalAddress);
+  fake().fail_calls("hipStreamSynchronize", hipErrorUnknown, 1000);
+  fake().fail_calls("hipStreamQuery", hipErrorIllegalAddress, 1000);
   const Status failed = plugin().synchronize(0);
+  fake().fail_calls("hipStreamSynchronize", 0, 0);
+  fake().fail_calls("hipStreamQuery", 0, 0);
   EXPECT_EQ(failed.code(), StatusCode::device_error);
   EXPECT_TRUE(contains(failed.message(), "hipStreamSynchronize")) << failed.message();
   EXPECT_EQ(counter.releases, 1);

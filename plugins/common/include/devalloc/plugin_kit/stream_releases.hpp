@@ -19,8 +19,9 @@ class CallbackStream {
   enum class State {
     idle,  // everything queued has run, callbacks included
     busy,  // queued work has not run yet
-    lost,  // an error of the stream's own (the context or device is lost:
-           // nothing queued runs anymore, no callback comes)
+    lost,  // an error of the stream's own, answered to every query (the
+           // context or device is lost: nothing queued runs anymore, no
+           // callback comes)
   };
 
   virtual ~CallbackStream() = default;
@@ -79,9 +80,11 @@ class StreamReleases {
   // it is lost (the owed releases are fired here). A failed wait on a
   // stream that is still busy is not an end: the stream is asked (query)
   // and waited for again, with a pause that grows from 0.1 to 10 ms, for as
-  // long as it stays busy. The result is the first failed wait's, or 0. A
-  // device that never completes its work and never reports an error keeps
-  // this waiting, as the runtime's own synchronize would.
+  // long as it stays busy. Lost takes kGiveBackAttempts lost answers in a
+  // row: one may be a passing failure of the query while copies still run.
+  // The result is the first failed wait's, or 0. A device that never
+  // completes its work and never reports an error keeps this waiting, as
+  // the runtime's own synchronize would.
   int wait_until_over() noexcept;
   // For destroy. `usable`: the runtime can be called for this stream (its
   // context could be made current). Waits until the stream's work is over
