@@ -112,8 +112,11 @@ uint64_t CudaDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   const uint64_t request = plugin::over_allocation(nbytes, alignment, kNaturalAlignment);
   ContextScope scope(driver_, context_, ordinal_);
   CUdeviceptr base = 0;
-  driver_.check(driver_.cuMemAlloc_v2(&base, request), CallKind::device_allocation,
-                "device %u: cuMemAlloc_v2(bytesize = %llu)", ordinal_, static_cast<ull>(request));
+  const std::string call = plugin::format("device %u: cuMemAlloc_v2(bytesize = %llu)", ordinal_,
+                                          static_cast<ull>(request));
+  driver_.check(driver_.cuMemAlloc_v2(&base, request), CallKind::device_allocation, "%s",
+                call.c_str());
+  plugin::require_memory(base != 0, call, "CUDA_SUCCESS");
   // The context is still current if recording fails and base is freed.
   return allocations_.adopt(base, nbytes, alignment, [this](uint64_t b) {
     give_back([&] { return driver_.cuMemFree_v2(b); });
@@ -249,10 +252,12 @@ void* PinnedHostMemory::allocate(uint64_t nbytes) {
   void* host = nullptr;
   // Portable: the memory is pinned for every context, not only the first
   // device's, so that copies to any device run from it at full speed.
+  const std::string call =
+      plugin::format("cuMemHostAlloc(bytesize = %llu, Flags = CU_MEMHOSTALLOC_PORTABLE)",
+                     static_cast<ull>(nbytes));
   driver_.check(driver_.cuMemHostAlloc(&host, nbytes, CU_MEMHOSTALLOC_PORTABLE),
-                CallKind::host_allocation,
-                "cuMemHostAlloc(bytesize = %llu, Flags = CU_MEMHOSTALLOC_PORTABLE)",
-                static_cast<ull>(nbytes));
+                CallKind::host_allocation, "%s", call.c_str());
+  plugin::require_memory(host != nullptr, call, "CUDA_SUCCESS");
   buffers_.adopt(host, nbytes, [this](void* p) {
     give_back([&] { return driver_.cuMemFreeHost(p); });
   });

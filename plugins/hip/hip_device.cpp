@@ -94,8 +94,11 @@ uint64_t HipDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   const uint64_t request = plugin::over_allocation(nbytes, alignment, kNaturalAlignment);
   DeviceGuard guard(runtime_, ordinal_);
   void* base = nullptr;
-  runtime_.check(runtime_.hipMalloc(&base, request), CallKind::device_allocation,
-                 "hipMalloc(size = %llu) on device %d", static_cast<ull>(request), ordinal_);
+  const std::string call =
+      plugin::format("hipMalloc(size = %llu) on device %d", static_cast<ull>(request), ordinal_);
+  runtime_.check(runtime_.hipMalloc(&base, request), CallKind::device_allocation, "%s",
+                 call.c_str());
+  plugin::require_memory(base != nullptr, call, "hipSuccess");
   return allocations_.adopt(device_address(base), nbytes, alignment, [this](uint64_t b) {
     static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(b)); }));
   });

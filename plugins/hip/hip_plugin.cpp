@@ -49,10 +49,12 @@ class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<H
   void* allocate_host(uint64_t nbytes) override {
     void* host = nullptr;
     // Portable: pinned for every device, not only the current one.
+    const std::string call =
+        plugin::format("hipHostMalloc(size = %llu, flags = hipHostMallocPortable)",
+                       static_cast<unsigned long long>(nbytes));
     runtime_.check(runtime_.hipHostMalloc(&host, nbytes, hipHostMallocPortable),
-                   CallKind::host_allocation,
-                   "hipHostMalloc(size = %llu, flags = hipHostMallocPortable)",
-                   static_cast<unsigned long long>(nbytes));
+                   CallKind::host_allocation, "%s", call.c_str());
+    plugin::require_memory(host != nullptr, call, "hipSuccess");
     staging_.adopt(host, nbytes, [this](void* p) {
       static_cast<void>(give_back([&] { return runtime_.hipHostFree(p); }));
     });

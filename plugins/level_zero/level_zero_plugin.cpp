@@ -159,9 +159,11 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
     RelaxedLimits relaxed(nbytes, max_allocation);
     desc.pNext = relaxed.chain();
     void* host = nullptr;
+    const std::string call =
+        plugin::format("zeMemAllocHost(size = %" PRIu64 "%s)", nbytes, relaxed.describe().c_str());
     ze_.check(ze_.zeMemAllocHost(staging_context(), &desc, nbytes, 0, &host),
-              CallKind::host_allocation, "zeMemAllocHost(size = %" PRIu64 "%s)", nbytes,
-              relaxed.describe().c_str());
+              CallKind::host_allocation, "%s", call.c_str());
+    plugin::require_memory(host != nullptr, call, "ZE_RESULT_SUCCESS");
     staging_.adopt(host, nbytes, [this](void* p) {
       give_back([&] { return ze_.zeMemFree(staging_context(), p); });
     });

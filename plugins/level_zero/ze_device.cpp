@@ -207,10 +207,12 @@ uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   RelaxedLimits relaxed(nbytes, max_allocation_);
   desc.pNext = relaxed.chain();
   void* p = nullptr;
+  const std::string call =
+      plugin::format("zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64 ", device %u%s)",
+                     nbytes, alignment, index_, relaxed.describe().c_str());
   ze_.check(ze_.zeMemAllocDevice(context_, &desc, nbytes, alignment, device_, &p),
-            CallKind::device_allocation,
-            "zeMemAllocDevice(size = %" PRIu64 ", alignment = %" PRIu64 ", device %u%s)", nbytes,
-            alignment, index_, relaxed.describe().c_str());
+            CallKind::device_allocation, "%s", call.c_str());
+  plugin::require_memory(p != nullptr, call, "ZE_RESULT_SUCCESS");
   const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
   const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
     give_back([&] { return ze_.zeMemFree(context_, p); });

@@ -49,6 +49,12 @@ void raise_call_failure(devalloc_status status, std::string call,
   throw Failure{status, std::move(call)};
 }
 
+void require_memory(bool allocated, const std::string& call, const char* success) {
+  if (allocated) return;
+  throw Failure{DEVALLOC_STATUS_DEVICE_ERROR,
+                call + " returned " + success + " without memory (a null pointer)"};
+}
+
 devalloc_status status_of_failed_call(CallKind kind, bool out_of_memory) {
   if (out_of_memory && kind == CallKind::device_allocation) {
     return DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY;

@@ -55,6 +55,19 @@ void FakeRecord::fail_calls(const char* entry_point, int result, int count, int 
   }
 }
 
+void FakeRecord::null_result_next(const char* entry_point) {
+  std::lock_guard lock(mutex_);
+  ++null_results_[entry_point];
+}
+
+bool FakeRecord::take_null_result(const char* name) {
+  std::lock_guard lock(mutex_);
+  auto it = null_results_.find(name);
+  if (it == null_results_.end()) return false;
+  if (--it->second <= 0) null_results_.erase(it);
+  return true;
+}
+
 void FakeRecord::created(const char* kind) {
   std::lock_guard lock(mutex_);
   ++live_[kind];
@@ -98,6 +111,7 @@ void FakeRecord::reset() {
   violations_.clear();
   calls_.clear();
   fail_.clear();
+  null_results_.clear();
 }
 
 void FakeRecord::closing() {

@@ -30,6 +30,12 @@ class FakeRecord {
   // After `skip` more calls of entry_point that run as usual, the next
   // `count` calls return result (count <= 0: cancels what was asked).
   void fail_calls(const char* entry_point, int result, int count, int skip = 0);
+  // The next call of entry_point (an allocation) that would succeed answers
+  // success with a null result instead, and allocates nothing: what a
+  // broken runtime might do. take_null_result(name) says, once, that the
+  // call of `name` under way is to answer so.
+  void null_result_next(const char* entry_point);
+  bool take_null_result(const char* name);
 
   // Objects a user of the runtime must free or destroy ("stream", "pinned
   // host block"): created() when one is handed out, gone() when it is freed,
@@ -74,6 +80,7 @@ class FakeRecord {
   size_t violations_of_calls_ = SIZE_MAX;
   std::map<std::string, uint64_t> calls_;
   std::map<std::string, Injected> fail_;
+  std::map<std::string, int> null_results_;
   std::map<std::string, uint64_t> live_;
 };
 

@@ -567,6 +567,10 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* ctx = nullptr;
   if (CUresult r = current_context(name, &ctx)) return r;
+  if (record().take_null_result(name)) {
+    *dptr = 0;
+    return CUDA_SUCCESS;
+  }
   const uint64_t base = fake().heap.allocate(ctx->device, bytesize);
   if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *dptr = base;
@@ -679,6 +683,10 @@ CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) 
   if (pp == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* ctx = nullptr;
   if (CUresult r = current_context(name, &ctx)) return r;
+  if (record().take_null_result(name)) {
+    *pp = nullptr;
+    return CUDA_SUCCESS;
+  }
   void* memory = fake().heap.pin_allocate(bytesize);
   if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   *pp = memory;
@@ -717,6 +725,10 @@ void devalloc_fake_cuda_fail_calls(const char* entry_point, int result, int coun
 void devalloc_fake_cuda_fail_calls_after(const char* entry_point, int skip, int result,
                                          int count) {
   record().fail_calls(entry_point, result, count, skip);
+}
+
+void devalloc_fake_cuda_null_result_next(const char* entry_point) {
+  record().null_result_next(entry_point);
 }
 
 void devalloc_fake_cuda_after_next(const char* entry_point, void (*hook)(void)) {

@@ -44,6 +44,12 @@ void devalloc_fake_cuda_fail_calls_after(const char* entry_point, int skip, int 
 typedef void (*devalloc_fake_cuda_fail_calls_after_fn)(const char* entry_point, int skip,
                                                        int result, int count);
 
+/* The next call of entry_point, cuMemAlloc_v2 or cuMemHostAlloc, that
+ * would succeed returns CUDA_SUCCESS with a null result (0, NULL) instead
+ * and allocates nothing, as a broken driver might. */
+void devalloc_fake_cuda_null_result_next(const char* entry_point);
+typedef void (*devalloc_fake_cuda_null_result_next_fn)(const char* entry_point);
+
 /* The next successful call of entry_point calls hook(), on the caller's
  * thread, just before it returns (tests use it to make the plugin's very
  * next step fail). */

@@ -392,6 +392,10 @@ hipError_t hipMalloc(void** ptr, size_t size) {
     *ptr = nullptr;
     return hipSuccess;
   }
+  if (record().take_null_result("hipMalloc")) {
+    *ptr = nullptr;
+    return hipSuccess;
+  }
   const uint64_t base = fake().heap.allocate(current_device, size);
   if (base == 0) return hipErrorOutOfMemory;
   *ptr = reinterpret_cast<void*>(base);
@@ -483,6 +487,10 @@ hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags) {
   if (hipError_t r = enter("hipHostMalloc")) return r;
   (void)flags;
   if (ptr == nullptr || size == 0) return hipErrorInvalidValue;
+  if (record().take_null_result("hipHostMalloc")) {
+    *ptr = nullptr;
+    return hipSuccess;
+  }
   void* memory = fake().heap.pin_allocate(size);
   if (memory == nullptr) return hipErrorOutOfMemory;
   *ptr = memory;
@@ -521,6 +529,10 @@ void devalloc_fake_hip_fail_calls(const char* entry_point, int result, int count
 void devalloc_fake_hip_fail_calls_after(const char* entry_point, int skip, int result,
                                         int count) {
   record().fail_calls(entry_point, result, count, skip);
+}
+
+void devalloc_fake_hip_null_result_next(const char* entry_point) {
+  record().null_result_next(entry_point);
 }
 
 void devalloc_fake_hip_pause(int paused) {

@@ -41,6 +41,11 @@ typedef void (*devalloc_fake_hip_fail_calls_fn)(const char* entry_point, int res
 void devalloc_fake_hip_fail_calls_after(const char* entry_point, int skip, int result, int count);
 typedef void (*devalloc_fake_hip_fail_calls_after_fn)(const char* entry_point, int skip,
                                                       int result, int count);
+/* The next call of entry_point, hipMalloc or hipHostMalloc, that would
+ * succeed returns hipSuccess with a NULL pointer instead and allocates
+ * nothing, as a broken runtime might. */
+void devalloc_fake_hip_null_result_next(const char* entry_point);
+typedef void (*devalloc_fake_hip_null_result_next_fn)(const char* entry_point);
 /* While paused, no stream runs its work; synchronizing waits. */
 void devalloc_fake_hip_pause(int paused);
 typedef void (*devalloc_fake_hip_pause_fn)(int paused);

@@ -40,6 +40,12 @@ void devalloc_fake_ze_fail_calls_after(const char* api, int skip, int result,
 typedef void (*devalloc_fake_ze_fail_calls_after_fn)(const char* api, int skip,
                                                      int result, int count);
 
+/* The next call of api, zeMemAllocDevice or zeMemAllocHost, that would
+ * succeed returns ZE_RESULT_SUCCESS with a NULL pointer instead and
+ * allocates nothing, as a broken driver might. */
+void devalloc_fake_ze_null_result_next(const char* api);
+typedef void (*devalloc_fake_ze_null_result_next_fn)(const char* api);
+
 /* The next copy a command list executes fails as a hung device would: the
  * copy is not done, its event never signals, and its device is lost (every
  * later call on it returns ZE_RESULT_ERROR_DEVICE_LOST). */

@@ -699,6 +699,10 @@ ze_result_t ZE_APICALL fake_zeMemAllocDevice(
   if (!size_allowed(size, desc->pNext)) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
   const int device = d->handle.index;
   if (device_lost(device)) return ZE_RESULT_ERROR_DEVICE_LOST;
+  if (fake().record.take_null_result("zeMemAllocDevice")) {
+    *out = nullptr;
+    return ZE_RESULT_SUCCESS;
+  }
   const uint64_t extra = alignment > 256 ? alignment - 256 : 0;
   if (size > fake().heap.total(device) - fake().heap.used(device))
     return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
@@ -726,6 +730,10 @@ ze_result_t ZE_APICALL fake_zeMemAllocHost(ze_context_handle_t context,
   if (alignment > 4096 || (alignment & (alignment - 1)) != 0)
     return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
   if (!size_allowed(size, desc->pNext)) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+  if (fake().record.take_null_result("zeMemAllocHost")) {
+    *out = nullptr;
+    return ZE_RESULT_SUCCESS;
+  }
   *out = fake().heap.pin_allocate(size);
   if (*out == nullptr) return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   std::lock_guard lock(fake().mutex);
@@ -1268,6 +1276,10 @@ void devalloc_fake_ze_fail_calls(const char* api, int result, int count) {
 void devalloc_fake_ze_fail_calls_after(const char* api, int skip, int result,
                                        int count) {
   fake().record.fail_calls(api, result, count, skip);
+}
+
+void devalloc_fake_ze_null_result_next(const char* api) {
+  fake().record.null_result_next(api);
 }
 
 void devalloc_fake_ze_lose_device_on_next_copy(void) {

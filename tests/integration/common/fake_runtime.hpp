@@ -62,6 +62,11 @@ class FakeRuntime {
     control<void (*)(const char*, int, int, int)>("fail_calls_after")(entry_point, skip, result,
                                                                       count);
   }
+  // The next call of entry_point (an allocation) that would succeed
+  // answers success with a null result and allocates nothing.
+  void null_result_next(const char* entry_point) const {
+    control<void (*)(const char*)>("null_result_next")(entry_point);
+  }
   void pause(bool paused) const { control<void (*)(int)>("pause")(paused ? 1 : 0); }
   uint64_t calls(const char* entry_point) const {
     return control<uint64_t (*)(const char*)>("calls")(entry_point);

@@ -148,6 +148,38 @@ TEST_F(CudaDevices, PinnedAllocationOutOfMemory_IsOutOfHostMemoryNamingCuMemHost
       << pinned.status().message();
 }
 
+// A driver that answers CUDA_SUCCESS without memory (a null pointer):
+// the plugin hands out no address 0 and no NULL staging buffer, which the
+// host would blame on the plugin (PLUGIN-11, PLUGIN-18) or write through,
+// but fails naming the driver call; it keeps nothing to free at destroy.
+TEST_F(CudaDevices, AllocationAnsweredSuccessWithoutMemory_IsADeviceErrorNamingTheCall) {
+  fake().null_result_next("cuMemAlloc_v2");
+  const Result<uint64_t> address = plugin().allocate(1, 4096, 0);
+  ASSERT_FALSE(address.ok()) << "handed out address 0x" << std::hex << *address;
+  EXPECT_EQ(address.status().code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(address.status().message(),
+                       "cuMemAlloc_v2(bytesize = 4096) returned CUDA_SUCCESS without memory "
+                       "(a null pointer)"))
+      << address.status().message();
+
+  fake().null_result_next("cuMemHostAlloc");
+  const Result<void*> pinned = plugin().allocate_host(4096);
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_EQ(pinned.status().code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(pinned.status().message(),
+                       "cuMemHostAlloc(bytesize = 4096, Flags = CU_MEMHOSTALLOC_PORTABLE) "
+                       "returned CUDA_SUCCESS without memory (a null pointer)"))
+      << pinned.status().message();
+
+  // The next allocations work, and destroy frees nothing it was not given.
+  const Result<uint64_t> good = plugin().allocate(1, 4096, 0);
+  ASSERT_TRUE(good.ok()) << good.status().message();
+  EXPECT_TRUE(plugin().deallocate(1, *good).ok());
+  destroy_plugin();
+  EXPECT_EQ(fake().calls("cuMemFree_v2"), 1u);
+  EXPECT_EQ(fake().calls("cuMemFreeHost"), 0u);
+}
+
 #if DEVALLOC_ABI_VERSION_MINOR >= 1
 TEST_F(CudaDevices, MemoryInfo_IsCuMemGetInfoOfTheDeviceAsked) {
   constexpr uint64_t kTotal = uint64_t{1} << 30, kBytes = uint64_t{1} << 20;

@@ -120,6 +120,33 @@ TEST_F(HipPluginTest, PinnedAllocationOutOfMemory_IsOutOfHostMemoryNamingHipHost
       << pinned.status().message();
 }
 
+// A runtime that answers hipSuccess without memory (a NULL pointer): the
+// plugin hands out no address 0 and no NULL staging buffer, but fails
+// naming the call, and keeps nothing to free at destroy.
+TEST_F(HipPluginTest, AllocationAnsweredSuccessWithoutMemory_IsADeviceErrorNamingTheCall) {
+  fake().null_result_next("hipMalloc");
+  const Result<uint64_t> address = plugin().allocate(1, 4096, 0);
+  ASSERT_FALSE(address.ok()) << "handed out address 0x" << std::hex << *address;
+  EXPECT_EQ(address.status().code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(address.status().message(),
+                       "hipMalloc(size = 4096) on device 1 returned hipSuccess without memory "
+                       "(a null pointer)"))
+      << address.status().message();
+
+  fake().null_result_next("hipHostMalloc");
+  const Result<void*> pinned = plugin().allocate_host(kChunk);
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_EQ(pinned.status().code(), StatusCode::device_error);
+  EXPECT_TRUE(contains(pinned.status().message(),
+                       "hipHostMalloc(size = 65536, flags = hipHostMallocPortable) returned "
+                       "hipSuccess without memory (a null pointer)"))
+      << pinned.status().message();
+
+  destroy_plugin();
+  EXPECT_EQ(fake().calls("hipFree"), 0u);
+  EXPECT_EQ(fake().calls("hipHostFree"), 0u);
+}
+
 TEST_F(HipPluginTest, CallerHasDevice1Current_CallsOnDevice0LandThereAndDevice1StaysCurrent) {
   set_current_device(1);
   Result<uint64_t> base = plugin().allocate(0, kChunk, 4096);

@@ -478,6 +478,39 @@ TEST_F(LevelZeroErrors, BarrierLeftWithoutItsCopy_DestroyWaitsForItBeforeTheList
   // TearDown expects no violation.
 }
 
+// A driver that answers ZE_RESULT_SUCCESS without memory (a NULL pointer):
+// the plugin hands out no address 0 and no NULL staging buffer, but fails
+// naming the call, counts nothing as used, and frees nothing at destroy.
+TEST_F(LevelZeroErrors, AllocationAnsweredSuccessWithoutMemory_IsADeviceErrorNamingTheCall) {
+  fake().null_result_next("zeMemAllocDevice");
+  const Result<uint64_t> address = plugin().allocate(1, 4096, 0);
+  ASSERT_FALSE(address.ok()) << "handed out address 0x" << std::hex << *address;
+  EXPECT_EQ(address.status().code(), StatusCode::device_error);
+  EXPECT_NE(address.status().message().find(
+                "zeMemAllocDevice(size = 4096, alignment = 256, device 1) returned "
+                "ZE_RESULT_SUCCESS without memory (a null pointer)"),
+            std::string::npos)
+      << address.status().message();
+#if DEVALLOC_ABI_VERSION_MINOR >= 1
+  const Result<std::optional<MemoryInfo>> memory = plugin().memory_info(1);
+  ASSERT_TRUE(memory.ok() && (*memory).has_value());
+  EXPECT_EQ((*memory)->free_bytes, (*memory)->total_bytes);
+#endif
+
+  fake().null_result_next("zeMemAllocHost");
+  const Result<void*> host = plugin().allocate_host(kChunk);
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().code(), StatusCode::device_error);
+  EXPECT_NE(host.status().message().find(
+                "zeMemAllocHost(size = 65536) returned ZE_RESULT_SUCCESS without memory (a "
+                "null pointer)"),
+            std::string::npos)
+      << host.status().message();
+
+  destroy_plugin();
+  EXPECT_EQ(fake().calls("zeMemFree"), 0u);
+}
+
 TEST_F(LevelZeroErrors, StagingMemoryBeyondTheHost_IsOutOfHostMemoryNamingZeMemAllocHost) {
   fake().fail_next("zeMemAllocHost", ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY);
   const Result<void*> host = plugin().allocate_host(kChunk);

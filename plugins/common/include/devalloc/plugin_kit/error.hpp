@@ -37,6 +37,13 @@ std::string vformat(const char* format, va_list args) noexcept;
 [[noreturn]] void raise_call_failure(devalloc_status status, std::string call,
                                      const std::string& reason);
 
+// After an allocation call that answered success: throws Failure
+// {DEVICE_ERROR, "<call> returned <success> without memory (a null
+// pointer)"} unless it gave memory (`allocated`), so that a plugin never
+// hands out address 0 or a NULL staging buffer (PLUGIN-11, PLUGIN-18), nor
+// keeps one to free later, when a broken runtime gives nothing.
+void require_memory(bool allocated, const std::string& call, const char* success);
+
 // What a failed vendor call was doing, which decides its status: out of
 // memory in an allocation is OUT_OF_DEVICE_MEMORY or OUT_OF_HOST_MEMORY,
 // everything else DEVICE_ERROR.
