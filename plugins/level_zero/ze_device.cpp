@@ -214,6 +214,14 @@ uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
             CallKind::device_allocation, "%s", call.c_str());
   plugin::require_memory(p != nullptr, call, "ZE_RESULT_SUCCESS");
   const auto base = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  // The driver was asked for the alignment and for nbytes only, nothing
+  // over: memory not aligned as asked has fewer than nbytes behind its next
+  // aligned address, and copies to the buffer's end would land past it.
+  if (base % alignment != 0) {
+    give_back([&] { return ze_.zeMemFree(context_, p); });
+    throw Failure{kDeviceError, plugin::format("%s returned 0x%" PRIx64 ", not aligned to %" PRIu64,
+                                               call.c_str(), base, alignment)};
+  }
   const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
     give_back([&] { return ze_.zeMemFree(context_, p); });
   });

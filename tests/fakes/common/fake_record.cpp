@@ -68,6 +68,19 @@ bool FakeRecord::take_null_result(const char* name) {
   return true;
 }
 
+void FakeRecord::ignore_alignment_next(const char* entry_point) {
+  std::lock_guard lock(mutex_);
+  ++ignored_alignments_[entry_point];
+}
+
+bool FakeRecord::take_ignore_alignment(const char* name) {
+  std::lock_guard lock(mutex_);
+  auto it = ignored_alignments_.find(name);
+  if (it == ignored_alignments_.end()) return false;
+  if (--it->second <= 0) ignored_alignments_.erase(it);
+  return true;
+}
+
 void FakeRecord::created(const char* kind) {
   std::lock_guard lock(mutex_);
   ++live_[kind];
@@ -112,6 +125,7 @@ void FakeRecord::reset() {
   calls_.clear();
   fail_.clear();
   null_results_.clear();
+  ignored_alignments_.clear();
 }
 
 void FakeRecord::closing() {

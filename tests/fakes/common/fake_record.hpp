@@ -36,6 +36,11 @@ class FakeRecord {
   // call of `name` under way is to answer so.
   void null_result_next(const char* entry_point);
   bool take_null_result(const char* name);
+  // The same for an allocation call that takes an alignment: its next call
+  // that would succeed ignores the alignment asked (the memory has only the
+  // runtime's own alignment, and no more bytes than asked for).
+  void ignore_alignment_next(const char* entry_point);
+  bool take_ignore_alignment(const char* name);
 
   // Objects a user of the runtime must free or destroy ("stream", "pinned
   // host block"): created() when one is handed out, gone() when it is freed,
@@ -81,6 +86,7 @@ class FakeRecord {
   std::map<std::string, uint64_t> calls_;
   std::map<std::string, Injected> fail_;
   std::map<std::string, int> null_results_;
+  std::map<std::string, int> ignored_alignments_;
   std::map<std::string, uint64_t> live_;
 };
 

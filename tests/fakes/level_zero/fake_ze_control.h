@@ -46,6 +46,12 @@ typedef void (*devalloc_fake_ze_fail_calls_after_fn)(const char* api, int skip,
 void devalloc_fake_ze_null_result_next(const char* api);
 typedef void (*devalloc_fake_ze_null_result_next_fn)(const char* api);
 
+/* The next call of api, zeMemAllocDevice, that would succeed ignores the
+ * alignment it was asked for: the memory is aligned to 256 bytes only (never
+ * 512), as a driver that does not honour the argument would give it. */
+void devalloc_fake_ze_ignore_alignment_next(const char* api);
+typedef void (*devalloc_fake_ze_ignore_alignment_next_fn)(const char* api);
+
 /* The next copy a command list executes fails as a hung device would: the
  * copy is not done, its event never signals, and its device is lost (every
  * later call on it returns ZE_RESULT_ERROR_DEVICE_LOST). */

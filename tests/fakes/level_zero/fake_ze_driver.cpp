@@ -703,6 +703,8 @@ ze_result_t ZE_APICALL fake_zeMemAllocDevice(
     *out = nullptr;
     return ZE_RESULT_SUCCESS;
   }
+  // A driver that ignores the alignment asked: the heap's 256 bytes only.
+  if (fake().record.take_ignore_alignment("zeMemAllocDevice")) alignment = 0;
   const uint64_t extra = alignment > 256 ? alignment - 256 : 0;
   if (size > fake().heap.total(device) - fake().heap.used(device))
     return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
@@ -1280,6 +1282,10 @@ void devalloc_fake_ze_fail_calls_after(const char* api, int skip, int result,
 
 void devalloc_fake_ze_null_result_next(const char* api) {
   fake().record.null_result_next(api);
+}
+
+void devalloc_fake_ze_ignore_alignment_next(const char* api) {
+  fake().record.ignore_alignment_next(api);
 }
 
 void devalloc_fake_ze_lose_device_on_next_copy(void) {

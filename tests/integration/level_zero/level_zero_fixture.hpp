@@ -29,6 +29,9 @@ class FakeZe : public fake_test::FakeRuntime {
  public:
   explicit FakeZe(const std::string& driver = kFakeDriver)
       : FakeRuntime(driver, "devalloc_fake_ze_") {}
+  void ignore_alignment_next(const char* api) const {
+    control<devalloc_fake_ze_ignore_alignment_next_fn>("ignore_alignment_next")(api);
+  }
   void lose_device_on_next_copy() const {
     control<devalloc_fake_ze_lose_device_on_next_copy_fn>("lose_device_on_next_copy")();
   }

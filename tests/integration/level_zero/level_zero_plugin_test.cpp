@@ -511,6 +511,28 @@ TEST_F(LevelZeroErrors, AllocationAnsweredSuccessWithoutMemory_IsADeviceErrorNam
   EXPECT_EQ(fake().calls("zeMemFree"), 0u);
 }
 
+// zeMemAllocDevice is asked for the alignment itself and for no more bytes
+// than the buffer needs. A driver that answers with memory not aligned as
+// asked must not have the plugin hand out the next aligned address inside
+// it: fewer than nbytes lie behind that one, and copies to the buffer's end
+// would write past the driver's allocation. The allocation fails naming
+// the call, and the memory is given back.
+TEST_F(LevelZeroErrors, DriverIgnoresTheAlignment_AllocationFailsAndTheMemoryIsFreed) {
+  fake().ignore_alignment_next("zeMemAllocDevice");
+  const Result<uint64_t> address = plugin().allocate(kDevice, kChunk, 4096);
+  ASSERT_FALSE(address.ok()) << "handed out 0x" << std::hex << *address
+                             << ", past the start of memory not aligned to 4096";
+  EXPECT_EQ(address.status().code(), StatusCode::device_error);
+  EXPECT_NE(address.status().message().find(
+                "zeMemAllocDevice(size = 65536, alignment = 4096, device 0) returned 0x"),
+            std::string::npos)
+      << address.status().message();
+  EXPECT_NE(address.status().message().find(", not aligned to 4096"), std::string::npos)
+      << address.status().message();
+  EXPECT_EQ(fake().calls("zeMemFree"), 1u);
+  EXPECT_EQ(fake().live_allocations(kDevice), 0u);
+}
+
 TEST_F(LevelZeroErrors, StagingMemoryBeyondTheHost_IsOutOfHostMemoryNamingZeMemAllocHost) {
   fake().fail_next("zeMemAllocHost", ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY);
   const Result<void*> host = plugin().allocate_host(kChunk);
