@@ -194,9 +194,10 @@ plugin::MemoryInfo ZeDevice::memory_info() const {
 
 void ZeDevice::require_alive() const {
   if (lost_) {
-    throw Failure{kDeviceError, plugin::format("device %u is lost (a copy's event reported "
-                                               "ZE_RESULT_ERROR_DEVICE_LOST)",
-                                               index_)};
+    const char* answered = lost_by_.load();
+    throw Failure{kDeviceError,
+                  plugin::format("device %u is lost (%s answered ZE_RESULT_ERROR_DEVICE_LOST)",
+                                 index_, answered != nullptr ? answered : "a call")};
   }
 }
 
@@ -280,6 +281,7 @@ void ZeDevice::retire(uint32_t) noexcept {
 
 ze_result_t ZeDevice::wait_event(uint32_t slot) noexcept {
   ze_result_t r = ze_.zeEventHostSynchronize(events_[slot], UINT64_MAX);
+  const char* answered = "zeEventHostSynchronize";
   // A failed wait says nothing about the command: it may still run, read
   // its source and write its destination. So the event is asked again,
   // with growing pauses, until it has signaled or the device is lost; only
@@ -289,22 +291,25 @@ ze_result_t ZeDevice::wait_event(uint32_t slot) noexcept {
   auto pause = kFirstPoll;
   while (r != ZE_RESULT_SUCCESS && r != ZE_RESULT_ERROR_DEVICE_LOST) {
     r = ze_.zeEventQueryStatus(events_[slot]);
+    answered = "zeEventQueryStatus";
     if (r == ZE_RESULT_SUCCESS || r == ZE_RESULT_ERROR_DEVICE_LOST) break;
     if (ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST) {
       r = ZE_RESULT_ERROR_DEVICE_LOST;
+      answered = "zeDeviceGetStatus";
       break;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, kLongestPoll);
   }
+  if (r == ZE_RESULT_ERROR_DEVICE_LOST) mark_lost(answered);
   return r;
 }
 
-void ZeDevice::settle(uint32_t slot, ze_result_t waited) noexcept {
-  if (waited == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
-  // The command is over (done, or gone with its device): nothing signals
-  // the event any more.
-  recycle(slot);
+void ZeDevice::mark_lost(const char* answered) noexcept {
+  // The first call to find it lost is the one later failures name.
+  const char* none = nullptr;
+  lost_by_.compare_exchange_strong(none, answered);
+  lost_ = true;
 }
 
 ze_result_t ZeDevice::drain(uint32_t slot) noexcept {
@@ -315,10 +320,12 @@ ze_result_t ZeDevice::drain(uint32_t slot) noexcept {
   }
   if (r == ZE_RESULT_SUCCESS) {
     r = wait_event(slot);
-    settle(slot, r);
+    // The command is over (done, or gone with its device): nothing signals
+    // the event any more.
+    recycle(slot);
   } else {
     // Not appended: nothing will signal the event.
-    if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+    if (r == ZE_RESULT_ERROR_DEVICE_LOST) mark_lost("zeCommandListAppendBarrier");
     recycle(slot);
   }
   return r;
@@ -351,13 +358,13 @@ void ZeDevice::append_on(uint32_t slot, void* dst, const void* src, uint64_t nby
   }
   if (r == ZE_RESULT_SUCCESS) return;
   recycle(slot);
-  if (r == ZE_RESULT_ERROR_DEVICE_LOST) lost_ = true;
+  if (r == ZE_RESULT_ERROR_DEVICE_LOST) mark_lost(call);
   ze_.check(r, kWork, "%s(%s, %" PRIu64 " bytes, device %u)", call, what, nbytes, index_);
 }
 
 void ZeDevice::wait_and_recycle(uint32_t slot, const char* what) {
   const ze_result_t r = wait_event(slot);
-  settle(slot, r);
+  recycle(slot);
   ze_.check(r, kWork, "zeEventHostSynchronize(%s copy, device %u)", what, index_);
 }
 
@@ -422,6 +429,11 @@ void ZeDevice::synchronize() {
   }
   completions_.wait_for_earlier();
   if (no_event) throw *no_event;
+  // The barrier or its wait found the device lost: named as such.
+  if (drained == ZE_RESULT_ERROR_DEVICE_LOST) {
+    ze_.check(drained, kWork, "zeCommandListAppendBarrier + zeEventHostSynchronize(device %u)",
+              index_);
+  }
   require_alive();
   if (auto failure = completions_.take_error()) {
     throw Failure{kDeviceError, "an earlier copy failed: " + *failure};

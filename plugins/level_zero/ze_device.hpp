@@ -73,12 +73,13 @@ class ZeDevice {
   void wait_and_recycle(uint32_t slot, const char* what);
   // Returns once the event's command is over: ZE_RESULT_SUCCESS when it
   // signaled, ZE_RESULT_ERROR_DEVICE_LOST when the event or
-  // zeDeviceGetStatus reports the device lost. A failed
+  // zeDeviceGetStatus reports the device lost (then marked lost). A failed
   // zeEventHostSynchronize is followed by polling (zeEventQueryStatus),
   // never by giving up: the command may still run.
   ze_result_t wait_event(uint32_t slot) noexcept;
-  // After wait_event: recycles the event; marks a lost device.
-  void settle(uint32_t slot, ze_result_t waited) noexcept;
+  // The device is lost, as the call `answered` said (the first such call
+  // is the one that later failures name).
+  void mark_lost(const char* answered) noexcept;
   // Appends a barrier that signals event `slot` and waits for it: every
   // command appended before is over. Returns the append's or the wait's
   // result; the event is recycled either way.
@@ -117,6 +118,8 @@ class ZeDevice {
   uint32_t retired_events_ = 0;
 
   std::atomic<bool> lost_{false};
+  // The call that first found the device lost (a string literal).
+  std::atomic<const char*> lost_by_{nullptr};
   std::atomic<uint64_t> used_bytes_{0};
   plugin::AllocationTable allocations_;
   // Waits on the events of "until released" copies and fires their

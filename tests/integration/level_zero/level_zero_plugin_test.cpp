@@ -295,6 +295,28 @@ TEST_F(LevelZeroErrors,
   EXPECT_TRUE(plugin().deallocate(kDevice, *base).ok());
 }
 
+// A device can be found lost by any call, not only by a copy's event: here
+// by the barrier that synchronize appends. The error names that call
+// (PLUGIN-6), and so does every later failure of the lost device.
+TEST_F(LevelZeroErrors, BarrierOfSynchronizeFindsTheDeviceLost_ErrorsNameTheBarrier) {
+  fake().fail_next("zeCommandListAppendBarrier", ZE_RESULT_ERROR_DEVICE_LOST);
+  const Status sync = plugin().synchronize(kDevice);
+  ASSERT_FALSE(sync.ok());
+  EXPECT_EQ(sync.code(), StatusCode::device_error);
+  EXPECT_NE(sync.message().find("zeCommandListAppendBarrier"), std::string::npos)
+      << sync.message();
+  EXPECT_NE(sync.message().find("ZE_RESULT_ERROR_DEVICE_LOST"), std::string::npos)
+      << sync.message();
+  const Result<uint64_t> later = plugin().allocate(kDevice, kChunk, 0);
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find(
+                "device 0 is lost (zeCommandListAppendBarrier answered "
+                "ZE_RESULT_ERROR_DEVICE_LOST)"),
+            std::string::npos)
+      << later.status().message();
+  fake().reset();
+}
+
 // A wait for a copy's event that fails (not with a lost device) says
 // nothing of the copy: it may still read its source or write its
 // destination. The plugin waits on (polls the event) until the copy is
