@@ -118,9 +118,9 @@ uint64_t CudaDevice::allocate(uint64_t nbytes, uint64_t alignment) {
                 call.c_str());
   plugin::require_memory(base != 0, call, "CUDA_SUCCESS");
   // The context is still current if recording fails and base is freed.
-  return allocations_.adopt(base, nbytes, alignment, [this](uint64_t b) {
-    give_back([&] { return driver_.cuMemFree_v2(b); });
-  });
+  return allocations_.adopt(
+      base, nbytes, alignment,
+      [this](uint64_t b) { give_back([&] { return driver_.cuMemFree_v2(b); }); }, call);
 }
 
 void CudaDevice::deallocate(uint64_t address) {
@@ -258,9 +258,9 @@ void* PinnedHostMemory::allocate(uint64_t nbytes) {
   driver_.check(driver_.cuMemHostAlloc(&host, nbytes, CU_MEMHOSTALLOC_PORTABLE),
                 CallKind::host_allocation, "%s", call.c_str());
   plugin::require_memory(host != nullptr, call, "CUDA_SUCCESS");
-  buffers_.adopt(host, nbytes, [this](void* p) {
-    give_back([&] { return driver_.cuMemFreeHost(p); });
-  });
+  buffers_.adopt(
+      host, nbytes, [this](void* p) { give_back([&] { return driver_.cuMemFreeHost(p); }); },
+      call);
   return host;
 }
 

@@ -99,9 +99,12 @@ uint64_t HipDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   runtime_.check(runtime_.hipMalloc(&base, request), CallKind::device_allocation, "%s",
                  call.c_str());
   plugin::require_memory(base != nullptr, call, "hipSuccess");
-  return allocations_.adopt(device_address(base), nbytes, alignment, [this](uint64_t b) {
-    static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(b)); }));
-  });
+  return allocations_.adopt(
+      device_address(base), nbytes, alignment,
+      [this](uint64_t b) {
+        static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(b)); }));
+      },
+      call);
 }
 
 void HipDevice::deallocate(uint64_t address) {

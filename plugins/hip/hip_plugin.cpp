@@ -55,9 +55,10 @@ class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<H
     runtime_.check(runtime_.hipHostMalloc(&host, nbytes, hipHostMallocPortable),
                    CallKind::host_allocation, "%s", call.c_str());
     plugin::require_memory(host != nullptr, call, "hipSuccess");
-    staging_.adopt(host, nbytes, [this](void* p) {
-      static_cast<void>(give_back([&] { return runtime_.hipHostFree(p); }));
-    });
+    staging_.adopt(
+        host, nbytes,
+        [this](void* p) { static_cast<void>(give_back([&] { return runtime_.hipHostFree(p); })); },
+        call);
     return host;
   }
   void free_host(void* host) override {

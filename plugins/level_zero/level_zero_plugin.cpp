@@ -164,9 +164,10 @@ class LevelZeroInstance final : private Contexts, public plugin::DeviceInstance<
     ze_.check(ze_.zeMemAllocHost(staging_context(), &desc, nbytes, 0, &host),
               CallKind::host_allocation, "%s", call.c_str());
     plugin::require_memory(host != nullptr, call, "ZE_RESULT_SUCCESS");
-    staging_.adopt(host, nbytes, [this](void* p) {
-      give_back([&] { return ze_.zeMemFree(staging_context(), p); });
-    });
+    staging_.adopt(
+        host, nbytes,
+        [this](void* p) { give_back([&] { return ze_.zeMemFree(staging_context(), p); }); },
+        call);
     return host;
   }
   void free_host(void* host) override {

@@ -223,9 +223,9 @@ uint64_t ZeDevice::allocate(uint64_t nbytes, uint64_t alignment) {
     throw Failure{kDeviceError, plugin::format("%s returned 0x%" PRIx64 ", not aligned to %" PRIu64,
                                                call.c_str(), base, alignment)};
   }
-  const uint64_t address = allocations_.adopt(base, nbytes, alignment, [&](uint64_t) {
-    give_back([&] { return ze_.zeMemFree(context_, p); });
-  });
+  const uint64_t address = allocations_.adopt(
+      base, nbytes, alignment,
+      [&](uint64_t) { give_back([&] { return ze_.zeMemFree(context_, p); }); }, call);
   used_bytes_ += nbytes;
   return address;
 }

@@ -32,6 +32,24 @@ void AllocationTable::require_range(uint64_t address, uint64_t nbytes, const cha
                        role, address, nbytes)};
 }
 
+std::optional<Failure> AllocationTable::overlap(uint64_t address, uint64_t nbytes,
+                                                const std::string& call) const {
+  // Live entries never overlap one another: only the last one that starts
+  // before the new range ends can reach into it.
+  const uint64_t end = nbytes > UINT64_MAX - address ? UINT64_MAX : address + nbytes;
+  auto it = live_.lower_bound(end);
+  if (it == live_.begin()) return std::nullopt;
+  --it;
+  if (it->first + it->second.nbytes <= address && it->first != address) return std::nullopt;
+  return Failure{DEVALLOC_STATUS_DEVICE_ERROR,
+                 format("%s returned 0x%" PRIx64 " (%" PRIu64
+                        " bytes), which overlaps the live allocation [0x%" PRIx64 ", +%" PRIu64
+                        ") it gave before (memory handed out twice; a free that reported a "
+                        "failure may have freed it): not handed out again (PLUGIN-12)",
+                        call.empty() ? "the runtime" : call.c_str(), address, nbytes, it->first,
+                        it->second.nbytes)};
+}
+
 uint64_t AllocationTable::claim(uint64_t address) {
   std::lock_guard lock(mutex_);
   auto it = live_.find(address);

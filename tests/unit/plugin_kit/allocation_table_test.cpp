@@ -60,6 +60,38 @@ TEST(AllocationTable, FreeWhileAnotherFreeOfTheAddressRuns_IsRefusedAndTheRuntim
   EXPECT_EQ(table.size(), 0u);
 }
 
+// A runtime free may report a failure and still have freed the memory (a
+// CUDA call may return an error of earlier asynchronous work); the entry
+// stays, and the runtime may give the same memory out again. Handing it
+// out twice would let two buffers share it, and a later free of either
+// free the other's (PLUGIN-12): the second allocation is refused, naming
+// the runtime call, and not freed (the live entry frees that memory).
+TEST(AllocationTable, RuntimeGivesMemoryThatOverlapsALiveAllocation_RefusedNotFreedNotCounted) {
+  AllocationTable table;
+  const uint64_t live = table.adopt(0x10000, 4096, 256, [](uint64_t) {});
+  for (const uint64_t base : {uint64_t{0x10000}, uint64_t{0x10800}, uint64_t{0xff00}}) {
+    int frees = 0;
+    try {
+      const uint64_t address =
+          table.adopt(base, 512, 256, [&](uint64_t) { ++frees; }, "cuMemAlloc_v2(bytesize = 512)");
+      ADD_FAILURE() << "0x" << std::hex << base << " handed out again as 0x" << address;
+    } catch (const Failure& f) {
+      EXPECT_EQ(f.status, DEVALLOC_STATUS_DEVICE_ERROR);
+      EXPECT_NE(f.message.find("cuMemAlloc_v2(bytesize = 512) returned 0x"), std::string::npos)
+          << f.message;
+      EXPECT_NE(f.message.find("overlaps the live allocation [0x10000, +4096)"), std::string::npos)
+          << f.message;
+    }
+    EXPECT_EQ(frees, 0) << "0x" << std::hex << base;
+  }
+  EXPECT_EQ(table.size(), 1u);
+  EXPECT_EQ(table.live_bytes(), 4096u);
+  // Memory next to it is no overlap.
+  EXPECT_EQ(table.adopt(0x11000, 64, 256, [](uint64_t) {}, "cuMemAlloc_v2(bytesize = 64)"),
+            0x11000u);
+  (void)live;
+}
+
 TEST(AllocationTable, LiveBytes_CountWhatWasAskedForUntilFreedAndSurviveAFailedFree) {
   AllocationTable table;
   const uint64_t a = table.adopt(0x1000, 100, 256, [](uint64_t) {});

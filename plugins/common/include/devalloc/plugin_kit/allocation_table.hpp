@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace devalloc::plugin {
@@ -42,17 +43,28 @@ class AllocationTable {
   // over_allocation(nbytes, alignment, ...) bytes) and returns the aligned
   // address inside it. If recording throws, calls free_base(base) first:
   // a bad_alloc here never leaks the runtime's memory.
+  // Memory that overlaps a live allocation is not handed out twice
+  // (PLUGIN-12): the runtime gave again what a free that reported failure
+  // had freed after all. Throws Failure(DEVICE_ERROR) naming `call` (the
+  // runtime call that answered) without freeing base: the live entry
+  // frees that memory when its buffer is freed.
   template <class FreeBase>
-  uint64_t adopt(uint64_t base, uint64_t nbytes, uint64_t alignment, FreeBase&& free_base) {
+  uint64_t adopt(uint64_t base, uint64_t nbytes, uint64_t alignment, FreeBase&& free_base,
+                 const std::string& call = {}) {
     const uint64_t address = align_up(base, alignment);
+    std::optional<Failure> twice;
     try {
       std::lock_guard lock(mutex_);
-      live_.emplace(address, Entry{nbytes, base, false});
-      live_bytes_ += nbytes;
+      twice = overlap(address, nbytes, call);
+      if (!twice) {
+        live_.emplace(address, Entry{nbytes, base, false});
+        live_bytes_ += nbytes;
+      }
     } catch (...) {
       free_base(base);
       throw;
     }
+    if (twice) throw std::move(*twice);
     return address;
   }
 
@@ -100,6 +112,10 @@ class AllocationTable {
     uint64_t base;
     bool freeing;
   };
+  // The Failure adopt() throws when [address, +nbytes) overlaps a live
+  // allocation; mutex_ held.
+  std::optional<Failure> overlap(uint64_t address, uint64_t nbytes,
+                                 const std::string& call) const;
   uint64_t claim(uint64_t address);
   void unclaim(uint64_t address) noexcept;
   void erase(uint64_t address) noexcept;
@@ -114,9 +130,11 @@ class AllocationTable {
 // pointers are live, and whether a copy's source lies in one of them.
 class StagingTable {
  public:
+  // As AllocationTable::adopt, `call` naming the runtime call that gave it.
   template <class FreeBuffer>
-  void adopt(void* buffer, uint64_t nbytes, FreeBuffer&& free_buffer) {
-    table_.adopt(address(buffer), nbytes, 1, [&](uint64_t) { free_buffer(buffer); });
+  void adopt(void* buffer, uint64_t nbytes, FreeBuffer&& free_buffer,
+             const std::string& call = {}) {
+    table_.adopt(address(buffer), nbytes, 1, [&](uint64_t) { free_buffer(buffer); }, call);
   }
   // Throws Failure(INVALID_ARGUMENT) for a pointer not from adopt().
   template <class FreeBuffer>
