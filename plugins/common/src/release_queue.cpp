@@ -5,12 +5,12 @@
 
 namespace devalloc::plugin {
 
-uint64_t ReleaseQueue::push(Release release) {
+uint64_t ReleaseQueue::push(Release&& release) {
   std::lock_guard lock(mutex_);
   const uint64_t ticket = next_ticket_;
   // The entry is made empty and filled once it is in: if making room
-  // throws, the release is still the parameter's, which fires after the
-  // lock is gone (PLUGIN-14: never under the plugin's locks).
+  // throws, the release is still the caller's, which fires after this lock
+  // and the caller's are gone (PLUGIN-14: never under the plugin's locks).
   entries_.push_back(Entry{ticket, Release()});
   entries_.back().release = std::move(release);
   ++next_ticket_;

@@ -32,7 +32,9 @@ StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, cons
       mine = std::move(release);
     } else {
       // Queued before the copy, so that nothing is in flight that the
-      // release could not follow.
+      // release could not follow. If that throws (out of memory), `release`
+      // is still this call's parameter: it fires once the submission lock
+      // is let go.
       const uint64_t ticket = releases_.push(std::move(release));
       result.copied = stream_.enqueue_copy(dst, src, nbytes);
       if (result.copied == 0) result.released = stream_.enqueue_release(releases_);

@@ -1,4 +1,4 @@
-// The kit's two release holders when the host runs out of memory while a
+// The kit's release holders when the host runs out of memory while a
 // release is being queued: the release fires (nothing was submitted), once,
 // and outside the holder's lock (PLUGIN-14), so that a release may call
 // back into the plugin. This program replaces the global operator new so
@@ -6,6 +6,7 @@
 // until a test arms it.
 #include <devalloc/plugin_kit/completion_thread.hpp>
 #include <devalloc/plugin_kit/release_queue.hpp>
+#include <devalloc/plugin_kit/stream_releases.hpp>
 
 #include <gtest/gtest.h>
 
@@ -154,6 +155,56 @@ TEST(CompletionThreadOutOfMemory, GivenPushFailsToAllocate_ThenTheReleaseFiresOn
     thread.wait_for_earlier();
     EXPECT_EQ(later, 1);
     EXPECT_FALSE(thread.take_error().has_value());
+  }
+  EXPECT_TRUE(threw) << "no push allocated";
+}
+
+// A stream whose copies and callbacks are queued and never run (their
+// releases stay owed until the StreamReleases ends).
+class IdleStream : public CallbackStream {
+ public:
+  int enqueue_copy(uint64_t, const void*, uint64_t) noexcept override { return 0; }
+  int enqueue_release(ReleaseQueue&) noexcept override { return 0; }
+  int wait() noexcept override { return 0; }
+  State query() noexcept override { return State::idle; }
+  void destroy() noexcept override {}
+};
+
+// StreamReleases holds its submission lock around the push into its queue
+// (with bounded callbacks): the release of a push that runs out of memory
+// must fire after that lock is let go too, not only the queue's.
+TEST(StreamReleasesOutOfMemory, GivenPushFailsToAllocate_ThenTheReleaseFiresOnceOutsideTheSubmissionLock) {
+  bool threw = false;
+  for (int earlier = 0; earlier < kMostEarlier && !threw; ++earlier) {
+    IdleStream stream;
+    LockProbe probe;
+    {
+      StreamReleases releases(stream, /*callbacks_per_wait=*/1000);
+      struct Context {
+        StreamReleases* releases;
+        LockProbe* probe;
+      } context{&releases, &probe};
+      for (int i = 0; i < earlier; ++i) releases.copy_until_released(0, nullptr, 0, Release());
+      Release probing(
+          [](void* user_data) {
+            auto* c = static_cast<Context*>(user_data);
+            // submit takes the submission lock when callbacks are bounded.
+            c->probe->check_from_release([r = c->releases] { (void)r->submit([] { return 0; }); });
+          },
+          &context);
+      fail_next_allocations = 1;
+      try {
+        releases.copy_until_released(0, nullptr, 0, std::move(probing));
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      fail_next_allocations = 0;
+      if (threw) {
+        EXPECT_EQ(probe.fired, 1);
+        EXPECT_TRUE(probe.free_to_lock) << "the release fired under the submission lock";
+      }
+    }  // the owed releases fire
+    EXPECT_EQ(probe.fired, 1);
   }
   EXPECT_TRUE(threw) << "no push allocated";
 }

@@ -23,10 +23,12 @@ class ReleaseQueue {
   ReleaseQueue(const ReleaseQueue&) = delete;
   ReleaseQueue& operator=(const ReleaseQueue&) = delete;
 
-  // Appends the release of a copy about to be submitted and returns its
-  // ticket. Push before submitting, so that the completion cannot come
-  // first. Throws bad_alloc, firing the release (nothing was submitted).
-  uint64_t push(Release release);
+  // Appends the release of a copy about to be submitted (moved from
+  // `release`) and returns its ticket. Push before submitting, so that the
+  // completion cannot come first. Throws bad_alloc with `release` left as
+  // it was: it fires when the caller's Release ends (nothing was
+  // submitted), after the caller's own locks are let go (PLUGIN-14).
+  uint64_t push(Release&& release);
   // Removes the release of a copy whose completion will never be signalled
   // (submitting it or its callback failed). Empty if it already fired. The
   // caller fires it once the copy is known not to read its source anymore.
