@@ -548,6 +548,7 @@ class Pipeline {
   // bytes in one order and would call in another.
   std::mutex progress_mutex_;
   uint64_t reported_ = 0;  // under progress_mutex_
+  bool progress_threw_ = false;  // under progress_mutex_: never called again
   uint64_t total_ = 0;
   std::mutex stats_mutex_;
   std::mutex exception_mutex_;
@@ -1206,6 +1207,10 @@ Status Pipeline::report_progress(uint64_t nbytes) {
   // The value is read under the lock: whoever reports last reports every
   // byte added before, so the calls rise and the last says done == total.
   std::lock_guard lock(progress_mutex_);
+  // Once the callback threw it is not called again: other threads may have
+  // finished a claim and waited for this lock while it ran, or checked
+  // stop_ before it threw. Nor once the load stopped for another failure.
+  if (progress_threw_ || stop_) return Status();
   const uint64_t done = issued_.load();
   if (done <= reported_) return Status();
   reported_ = done;
@@ -1216,8 +1221,10 @@ Status Pipeline::report_progress(uint64_t nbytes) {
     progress_(done, total_);
     return Status();
   } catch (const std::exception& e) {
+    progress_threw_ = true;
     what = std::string(": ") + e.what();
   } catch (...) {
+    progress_threw_ = true;
   }
   return Status(StatusCode::internal,
                 "the load's progress callback threw an exception" + what + "; the load stopped");

@@ -1031,6 +1031,33 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithOneThread_T
   }
 }
 
+// The same with four loading threads: the other threads that finished a
+// claim while the callback ran (and wait to report it) must not call it
+// again once it threw; the load stopped.
+TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithFourThreads_ThenItIsNotCalledAgain) {
+  plan_.buffers[0].size = 2 * kModelBytes;
+  for (uint64_t i = 0; i < kTensors; ++i) plan_.tensors[i].offset = 2 * i * kTensorBytes;
+  ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct reads" : "staged");
+    auto runtime = Runtime::create(config_for(
+        "host", std::string("staging = \"1MiB\"\nthreads = 4\ndirect = ") +
+                    (direct ? "true" : "false") + "\n"));
+    std::atomic<int> calls{0};
+    runtime->set_progress([&](uint64_t, uint64_t) {
+      if (++calls > 1) return;
+      // Time for the other threads to finish their claims and queue up to
+      // report them (not a bound: the test holds however long it takes).
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      throw std::runtime_error("stop at 1");
+    });
+    auto program = runtime->load(plan_, {}, nullptr);
+    ASSERT_FALSE(program.ok());
+    EXPECT_THAT(program.status().message(), HasSubstr("stop at 1"));
+    EXPECT_EQ(calls.load(), 1);
+  }
+}
+
 // PLUGIN-20: a synchronize that fails while the load waits for a staging
 // slot ends the load there, with that synchronize named; the load does not
 // go on copying after a failed synchronize.

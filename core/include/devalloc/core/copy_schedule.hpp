@@ -128,7 +128,8 @@ struct PipelineOptions {
 // thread issued, not after every tensor. The promise is per load: one
 // callback that several loads share (Runtime::set_progress) is called by
 // them at once. An exception out of it stops the load, which fails with a
-// status that says so (internal).
+// status that says so (internal), and no thread of the load calls the
+// callback again.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 class CopySchedule {
