@@ -234,6 +234,237 @@ TEST_P(ConcurrentProgram, GivenTwoLoadsOfOneRuntimeWithoutTheirOwnCallbacks_When
   }
 }
 
+
+// A server's life: programs load, unload and export while another thread
+// drops the plugin again and again (each next load gets a fresh instance,
+// docs/loading.md "Recovering from a faulted device"); the exports are let
+// go only after the runtime and every program are gone, from two threads.
+// Each export still shows its bytes, and every buffer is freed at the end.
+TEST_P(ConcurrentProgram, GivenThePluginDroppedWhileProgramsLoadAndExport_WhenExportsOutliveTheRuntime_ThenTheyStayWholeAndNothingLeaks) {
+  const uint64_t before = DeviceBuffer::live_count();
+  std::mutex late_mutex;
+  std::vector<DLManagedTensor*> late;
+  {
+    auto rt = runtime();
+    auto first = rt->load(plan(), {"prefill"}, nullptr);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    std::shared_ptr<LoadedProgram> p = *first;
+    std::atomic<int> workers_done{0};
+    auto loader = [&] {
+      for (int i = 0; i < kRounds / 2; ++i) {
+        Status s = p->load_methods({"decode"});
+        EXPECT_TRUE(s.ok()) << s.message();
+        if (auto e = p->export_dlpack("head"); e.ok()) {
+          std::lock_guard lock(late_mutex);
+          late.push_back(*e);
+        }
+        s = p->unload_method("decode");
+        EXPECT_TRUE(s.ok()) << s.message();
+      }
+      ++workers_done;
+    };
+    auto fresh_loader = [&] {
+      for (int i = 0; i < kRounds / 4; ++i) {
+        auto q = rt->load(plan(), {}, nullptr);
+        ASSERT_TRUE(q.ok()) << q.status().message();
+        EXPECT_EQ(read_back(*(*q)->find("head")), source("head"));
+        auto e = (*q)->export_dlpack("w.b");
+        ASSERT_TRUE(e.ok()) << e.status().message();
+        std::lock_guard lock(late_mutex);
+        late.push_back(*e);
+      }
+      ++workers_done;
+    };
+    auto dropper = [&] {
+      while (workers_done.load() < 2) {
+        rt->registry().drop_plugin("host");
+        std::this_thread::yield();
+      }
+    };
+    std::thread a(loader), b(fresh_loader), c(dropper);
+    a.join();
+    b.join();
+    c.join();
+  }
+  for (DLManagedTensor* m : late) {
+    const std::string name = m->dl_tensor.shape[0] == 128 ? "head" : "w.b";
+    EXPECT_EQ(std::memcmp(m->dl_tensor.data, source(name).data(), source(name).size()), 0);
+  }
+  const auto delete_every_other = [&](size_t first) {
+    for (size_t k = first; k < late.size(); k += 2) late[k]->deleter(late[k]);
+  };
+  std::thread d0(delete_every_other, 0), d1(delete_every_other, 1);
+  d0.join();
+  d1.join();
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// Loads that fail part way (buffer 1 on a plugin whose first copy fails; the
+// plugin is dropped after each, so the next instance fails again) beside
+// loads of the same runtime that succeed: the good ones are whole, the bad
+// ones hand out nothing, and nothing leaks.
+TEST_P(ConcurrentProgram, GivenLoadsFailingPartWayBesideGoodOnes_ThenTheGoodAreWholeAndNothingLeaks) {
+  const uint64_t before = DeviceBuffer::live_count();
+  {
+    RuntimeConfig c = config(std::string("[plugins.host]\noptions = { async = ") +
+                             (GetParam() ? "true" : "false") + " }\n" +
+                             "[plugins.faulty]\nlibrary = \"" +
+                             (kZooDir / "libdevalloc_host_faulty.so").string() +
+                             "\"\noptions = { async = \"true\", fail_copy_at = \"1\" }\n"
+                             "[devices.bad]\nuse = [\"faulty\", { index = 0 }]\n"
+                             "[load]\ndirect = false\nverify = true\n");
+    auto rt = Runtime::create(c);
+    std::vector<std::thread> threads;
+    std::atomic<int> good{0}, bad{0};
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kRounds / 3; ++i) {
+          if (t == 0) {
+            Plan p = plan();
+            p.buffers[1].device = "bad";
+            auto program = rt->load(p, {}, nullptr);
+            if (program.ok()) {
+              ++good;
+              EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
+            } else {
+              ++bad;
+              EXPECT_THAT(program.status().message(), ::testing::HasSubstr("injected"));
+            }
+            rt->registry().drop_plugin("faulty");
+          } else {
+            auto program = rt->load(plan(), {}, nullptr);
+            ASSERT_TRUE(program.ok()) << program.status().message();
+            EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
+            EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_GT(bad.load(), 0);
+  }
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+// Many pieces through small rings: programs of two runtimes load, load more,
+// unload and export at once through one SafetensorsCache, staged (tickets,
+// releases, forced synchronizes); one runtime verifies under the validation
+// layer with its source checks, the other's plugin releases late and is
+// dropped again and again.
+TEST_P(ConcurrentProgram, GivenManyPiecesAndProgramsOfTwoRuntimes_WhenLoadedUnloadedAndExportedAtOnce_ThenEachIsWholeAndNothingLeaks) {
+  constexpr uint64_t kCount = 48, kBytes = 4096;
+  std::vector<std::vector<std::byte>> data(kCount);
+  std::vector<SafetensorsWriteTensor> out;
+  Plan big;
+  big.path = dir() / "big.json";
+  big.buffers = {{0, "host", kCount * kBytes, 4096}, {1, "host", kCount * kBytes, 4096}};
+  PlanMethod a{"a", {0}, {}}, b{"b", {0, 1}, {}};
+  for (uint64_t i = 0; i < kCount; ++i) {
+    data[i].resize(kBytes);
+    for (uint64_t k = 0; k < kBytes; ++k) data[i][k] = static_cast<std::byte>((k * 7 + i * 13) & 0xff);
+    const std::string n = "t" + std::to_string(i);
+    out.push_back({n, DType::u8, {kBytes}, data[i]});
+    const bool in_b = i % 2 == 1;
+    big.tensors.push_back(PlanTensor{n, DType::u8, {kBytes}, in_b ? 1u : 0u, i * kBytes,
+                                     PlanSource{"big.safetensors", n}});
+    (in_b ? b : a).tensors.push_back(n);
+    if (!in_b && i % 4 == 0) b.tensors.push_back(n);
+  }
+  big.methods = {a, b};
+  ASSERT_TRUE(write_safetensors(dir() / "big.safetensors", out).ok());
+  ASSERT_TRUE(validate_plan(big).ok()) << validate_plan(big).message();
+  const auto plan_ptr = std::make_shared<const Plan>(big);
+
+  const uint64_t before = DeviceBuffer::live_count();
+  {
+    const std::string lib = (kZooDir / "libdevalloc_host_faulty.so").string();
+    auto rt1 = Runtime::create(config(std::string("[plugins.host]\noptions = { async = ") +
+                                      (GetParam() ? "true" : "false") +
+                                      " }\nvalidate = \"sources\"\n[load]\ndirect = false\nstaging = \"16KiB\"\n"
+                                      "threads = 4\nverify = true\n"));
+    auto rt2 = Runtime::create(config("[plugins.late]\nlibrary = \"" + lib +
+                                      "\"\noptions = { async = \"true\", release_late_ms = \"1\" }\n"
+                                      "[devices.host]\nuse = [\"late\", { index = 0 }]\n"
+                                      "[load]\ndirect = false\nstaging = \"16KiB\"\nthreads = 3\n"));
+    SafetensorsCache cache;
+    std::atomic<int> running{4};
+    std::vector<DLManagedTensor*> exports;
+    std::mutex m;
+    auto worker = [&](std::shared_ptr<Runtime> rt, int seed) {
+      struct Done {
+        std::atomic<int>& n;
+        ~Done() { --n; }
+      } done{running};
+      for (int r = 0; r < 6; ++r) {
+        auto p = rt->load(plan_ptr, {seed % 2 ? "a" : "b"}, nullptr, &cache);
+        ASSERT_TRUE(p.ok()) << p.status().message();
+        Status s = (*p)->load_methods({seed % 2 ? "b" : "a"}, nullptr, &cache);
+        ASSERT_TRUE(s.ok()) << s.message();
+        for (uint64_t i = 0; i < kCount; i += 5) {
+          auto t = (*p)->find("t" + std::to_string(i));
+          ASSERT_TRUE(t);
+          std::vector<std::byte> back(kBytes);
+          ASSERT_TRUE(t->device().plugin->copy_to_host(t->device().device, back.data(), t->address(), kBytes).ok());
+          EXPECT_EQ(back, data[i]) << i;
+        }
+        auto e = (*p)->export_dlpack("t3");
+        ASSERT_TRUE(e.ok());
+        {
+          std::lock_guard lock(m);
+          exports.push_back(*e);
+        }
+        EXPECT_TRUE((*p)->unload_method("b").ok());
+      }
+    };
+    std::thread w1(worker, rt1, 0), w2(worker, rt1, 1), w3(worker, rt2, 2), w4(worker, rt2, 3);
+    std::thread dropper([&] {
+      while (running.load() > 0) {
+        rt2->registry().drop_plugin("late");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    w1.join(); w2.join(); w3.join(); w4.join(); dropper.join();
+    for (DLManagedTensor* e : exports) {
+      EXPECT_EQ(std::memcmp(e->dl_tensor.data, data[3].data(), kBytes), 0);
+      e->deleter(e);
+    }
+  }
+  EXPECT_EQ(DeviceBuffer::live_count(), before);
+}
+
+
+// A callback may wait for another load of the runtime to finish (loads never
+// wait for each other's callbacks), also through a plugin that releases
+// only in synchronize, with one loading thread each: the waiting load holds
+// unreleased copies that only the other load's synchronize releases.
+TEST_P(ConcurrentProgram, GivenACallbackThatWaitsForAnotherLoadOfTheRuntime_ThenBothFinish) {
+  const std::string lib = (kZooDir / "libdevalloc_host_release_on_sync.so").string();
+  auto rt = Runtime::create(config("[plugins.s]\nlibrary = \"" + lib +
+                                   "\"\noptions = { async = " + (GetParam() ? "true" : "false") +
+                                   " }\n[devices.host]\nuse = [\"s\", { index = 0 }]\n"
+                                   "[load]\ndirect = false\nstaging = \"4KiB\"\nthreads = 1\n"));
+  for (int round = 0; round < 5; ++round) {
+    std::mutex m;
+    std::condition_variable cv;
+    bool b_done = false;
+    std::thread b;
+    auto a = rt->load(plan(), {}, nullptr, nullptr, std::nullopt, [&](uint64_t, uint64_t) {
+      if (b.joinable()) return;
+      b = std::thread([&] {
+        auto q = rt->load(plan(), {}, nullptr);
+        EXPECT_TRUE(q.ok()) << q.status().message();
+        std::lock_guard lock(m);
+        b_done = true;
+        cv.notify_all();
+      });
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return b_done; });
+    });
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    b.join();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(SyncAndAsync, ConcurrentProgram, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "async" : "sync"; });
 
