@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <unordered_map>
 
@@ -867,10 +868,21 @@ devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32
 }
 
 void PluginLayer::on_release(void* user_data) {
-  // The ticket, copied under the locks: it may be forgotten once they are
-  // let go.
+  // What the release needs of its ticket, copied under the locks: the ticket
+  // may be forgotten once they are let go. Its text only for the source
+  // check, the one use after the locks: nothing else here allocates, and
+  // the caller's release fires whatever the host's memory.
+  struct Released {
+    uint32_t device = 0;
+    const void* src = nullptr;
+    uint64_t nbytes = 0;
+    uint64_t source_hash = 0;
+    devalloc_release_fn release = nullptr;
+    void* user_data = nullptr;
+    std::string call;
+  };
   PluginLayer* layer = nullptr;
-  Ticket released;
+  Released released;
   {
     std::lock_guard owners(g_tickets_mutex);
     const auto owner = ticket_owners().find(user_data);
@@ -895,15 +907,22 @@ void PluginLayer::on_release(void* user_data) {
     }
     layer->pending_.erase(ticket.id);
     if (layer->count_call()) layer->failed_devices_.insert(ticket.device);
-    released = ticket;
-    // Remembered for kLayerReleasedKept more releases, then forgotten: a
-    // release of that token is a stray from then on.
-    layer->released_.push_back(user_data);
-    if (layer->released_.size() > kLayerReleasedKept) {
-      const void* oldest = layer->released_.front();
-      layer->released_.pop_front();
-      layer->tickets_.erase(oldest);
-      ticket_owners().erase(oldest);
+    released = {ticket.device, ticket.src, ticket.nbytes, ticket.source_hash, ticket.release,
+                ticket.user_data, {}};
+    try {
+      if (layer->settings_.check_sources) released.call = ticket.call;
+      // Remembered for kLayerReleasedKept more releases, then forgotten: a
+      // release of that token is a stray from then on.
+      layer->released_.push_back(user_data);
+      if (layer->released_.size() > kLayerReleasedKept) {
+        const void* oldest = layer->released_.front();
+        layer->released_.pop_front();
+        layer->tickets_.erase(oldest);
+        ticket_owners().erase(oldest);
+      }
+    } catch (const std::bad_alloc&) {
+      // Out of host memory: this ticket is simply never forgotten, and a
+      // changed source is reported without its call's text.
     }
   }
   if (layer->settings_.check_sources && layer->settings_.validate && released.src != nullptr &&
