@@ -28,12 +28,16 @@ Release ReleaseQueue::take_back(uint64_t ticket) noexcept {
   return release;
 }
 
-bool ReleaseQueue::pop_oldest(Release& out) noexcept {
+bool ReleaseQueue::pop_oldest(Release& out, bool completion) noexcept {
   std::lock_guard lock(mutex_);
   if (entries_.empty()) return false;
   out = std::move(entries_.front().release);
   entries_.pop_front();
   ++firing_;
+  // A new completion fires the oldest entry, which is one held if any are:
+  // as many complete entries remain unfired as before. Any other pop
+  // (fire_all) takes one of those held.
+  if (!completion && held_ > 0) --held_;
   return true;
 }
 
@@ -44,10 +48,49 @@ void ReleaseQueue::fired() noexcept {
 }
 
 void ReleaseQueue::complete_oldest() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (holding_) {
+      ++held_;
+      return;
+    }
+  }
   Release release;
-  if (!pop_oldest(release)) return;
+  if (!pop_oldest(release, /*completion=*/true)) return;
   release.fire();
   fired();
+}
+
+void ReleaseQueue::hold_completions() noexcept {
+  std::lock_guard lock(mutex_);
+  holding_ = true;
+}
+
+void ReleaseQueue::fire_held() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    holding_ = false;
+  }
+  fire_completed();
+}
+
+void ReleaseQueue::fire_completed() noexcept {
+  for (;;) {
+    Release release;
+    {
+      // One held entry at a time, checked and taken under one lock: another
+      // thread may fire held ones meanwhile, and an entry not complete
+      // must never be taken for one.
+      std::lock_guard lock(mutex_);
+      if (held_ == 0 || entries_.empty()) return;
+      --held_;
+      release = std::move(entries_.front().release);
+      entries_.pop_front();
+      ++firing_;
+    }
+    release.fire();
+    fired();
+  }
 }
 
 void ReleaseQueue::fire_all() noexcept {

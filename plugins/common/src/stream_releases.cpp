@@ -21,9 +21,22 @@ StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, cons
   Submitted result;
   Release mine;
   bool lost = false;
+  // The releases that callbacks complete while the bound's wait holds the
+  // submission lock fire once it is let go (PLUGIN-14: an on_release may
+  // wait for another thread's copy, which needs that lock), however this
+  // call ends; before the lock_guard below, so destroyed after it.
+  struct FireHeld {
+    ReleaseQueue& queue;
+    bool held = false;
+    ~FireHeld() {
+      if (held) queue.fire_held();
+    }
+  } held{releases_};
   {
     std::lock_guard submit(submit_mutex_);
     if (callbacks_per_wait_ != 0 && callbacks_since_wait_ >= callbacks_per_wait_) {
+      releases_.hold_completions();
+      held.held = true;
       result.waited = await_over(lost);
       if (result.waited == 0) callbacks_since_wait_ = 0;
     }
@@ -47,6 +60,10 @@ StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, cons
       mine = releases_.take_back(ticket);
     }
   }
+  if (held.held) {
+    held.held = false;
+    releases_.fire_held();
+  }
   if (lost) releases_.fire_all();
   // If the copy was queued, it may still read src: wait until it is over.
   if (result.waited == 0 && result.copied == 0) wait_until_over();
@@ -57,6 +74,9 @@ StreamReleases::Submitted StreamReleases::copy_until_released(uint64_t dst, cons
 int StreamReleases::wait_until_over() noexcept {
   bool lost = false;
   const int result = await_over(lost);
+  // Completed while another thread's bound wait holds them: this wait
+  // returns with every release it covered fired.
+  releases_.fire_completed();
   if (lost) releases_.fire_all();
   return result;
 }

@@ -244,6 +244,99 @@ TEST(StreamReleases, CallbacksPerWaitReached_WaitsForTheStreamBeforeQueuingMore)
   for (const auto& c : counters) EXPECT_EQ(c.fired, 1);
 }
 
+// PLUGIN-14: no release fires under a lock the host could need. The wait
+// the bound makes holds the submission lock (nothing may be queued during
+// it), and the stream runs its callbacks meanwhile: the releases they
+// complete fire once that lock is let go, before the call returns, so an
+// on_release that waits for another thread's copy on the same stream does
+// not deadlock. Each release here checks from another thread whether the
+// submission lock can be taken while it runs.
+TEST(StreamReleases, CallbacksPerWaitReached_ReleasesTheWaitCompletesFireOutsideTheSubmissionLock) {
+  ScriptedStream stream;
+  StreamReleases releases(stream, 2);
+  struct Probe {
+    StreamReleases* releases = nullptr;
+    std::atomic<int> fired{0};
+    std::atomic<int> under_lock{0};
+    std::atomic<bool> took{false};
+    std::thread other;  // joined by the test: it waits while the lock is held
+    static void on_release(void* self) {
+      auto* p = static_cast<Probe*>(self);
+      ++p->fired;
+      p->other = std::thread([p] {
+        (void)p->releases->submit([] { return 0; });
+        p->took = true;
+      });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (!p->took && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!p->took) ++p->under_lock;
+    }
+  };
+  std::deque<Probe> probes(3);
+  for (Probe& p : probes) p.releases = &releases;
+  for (int i = 0; i < 2; ++i) {
+    releases.copy_until_released(0, nullptr, 1, Release(&Probe::on_release, &probes[i]));
+  }
+  EXPECT_EQ(probes[0].fired, 0);
+  // The third copy reaches the bound: its wait runs the first two callbacks.
+  releases.copy_until_released(0, nullptr, 1, Release(&Probe::on_release, &probes[2]));
+  EXPECT_EQ(stream.waits, 1);
+  EXPECT_EQ(probes[0].fired, 1) << "completed by the wait, fired before the call returned";
+  EXPECT_EQ(probes[1].fired, 1);
+  EXPECT_EQ(probes[0].under_lock, 0) << "fired under the submission lock";
+  EXPECT_EQ(probes[1].under_lock, 0) << "fired under the submission lock";
+  EXPECT_EQ(probes[2].fired, 0);
+  EXPECT_EQ(releases.wait_until_over(), 0);
+  EXPECT_EQ(probes[2].fired, 1);
+  for (Probe& p : probes) p.other.join();
+}
+
+// While the bound's wait holds the completions of the callbacks it ran, a
+// synchronize on another thread (wait_until_over) still returns with every
+// release it covered fired: it fires those held itself.
+TEST(StreamReleases, CompletionsHeldByTheBoundsWait_ASynchronizeOnAnotherThreadFiresThem) {
+  ScriptedStream stream;
+  StreamReleases releases(stream, 1);
+  Counter first, second;
+  releases.copy_until_released(0, nullptr, 1, first.release());
+  // Behind the first copy and its callback: work that runs until the test
+  // lets it end, so that the bound's wait below stays in it.
+  std::mutex gate_mutex;
+  std::condition_variable gate_changed;
+  bool in_work = false;
+  bool open = false;
+  {
+    std::lock_guard lock(stream.mutex);
+    stream.work.push_back([&] {
+      std::unique_lock gate(gate_mutex);
+      in_work = true;
+      gate_changed.notify_all();
+      gate_changed.wait(gate, [&] { return open; });
+    });
+  }
+  std::thread bound([&] { releases.copy_until_released(0, nullptr, 1, second.release()); });
+  {
+    std::unique_lock gate(gate_mutex);
+    gate_changed.wait(gate, [&] { return in_work; });
+  }
+  // The first callback ran inside the bound's wait, which still holds the
+  // submission lock: its release is held, not fired.
+  EXPECT_EQ(first.fired, 0);
+  EXPECT_EQ(releases.wait_until_over(), 0);  // the stream has nothing left to run
+  EXPECT_EQ(first.fired, 1) << "synchronize returned with a release it covered unfired";
+  {
+    std::lock_guard gate(gate_mutex);
+    open = true;
+  }
+  gate_changed.notify_all();
+  bound.join();
+  EXPECT_EQ(releases.wait_until_over(), 0);
+  EXPECT_EQ(first.fired, 1);
+  EXPECT_EQ(second.fired, 1);
+}
+
 // The wait the bound makes fails (the stream idle, not lost): the copy is
 // not queued, its release fires before the call returns, the result says so.
 TEST(StreamReleases, CallbacksPerWaitReachedAndTheWaitFails_NothingQueued_ReleaseFires) {

@@ -33,8 +33,19 @@ class ReleaseQueue {
   // (submitting it or its callback failed). Empty if it already fired. The
   // caller fires it once the copy is known not to read its source anymore.
   Release take_back(uint64_t ticket) noexcept;
-  // A stream-ordered completion callback: fires the oldest release.
+  // A stream-ordered completion callback: fires the oldest release, or,
+  // while completions are held, only counts it.
   void complete_oldest() noexcept;
+  // From now until fire_held, a completion fires nothing: it is counted,
+  // and fires later on a thread that holds none of the plugin's locks
+  // (PLUGIN-14). For a thread that waits for the stream with a lock held
+  // that the host could need (StreamReleases' bound on callbacks).
+  void hold_completions() noexcept;
+  // Ends holding, then fires every completion held.
+  void fire_held() noexcept;
+  // Fires the completions held so far, holding or not: for a wait that must
+  // return with every release it covered fired (synchronize).
+  void fire_completed() noexcept;
   // Fires every release still owed, oldest first. Only for when the
   // runtime will never signal them: the device is idle or lost.
   void fire_all() noexcept;
@@ -49,7 +60,9 @@ class ReleaseQueue {
     Release release;
   };
   // Pops the oldest entry into out and counts it as firing; false if none.
-  bool pop_oldest(Release& out) noexcept;
+  // `completion`: it is popped for a completion that just came (not one of
+  // those held, which stay the oldest).
+  bool pop_oldest(Release& out, bool completion = false) noexcept;
   void fired() noexcept;
 
   mutable std::mutex mutex_;
@@ -58,6 +71,10 @@ class ReleaseQueue {
   uint64_t next_ticket_ = 1;
   // Taken out of entries_ but not yet fired.
   size_t firing_ = 0;
+  bool holding_ = false;
+  // The oldest held_ entries are complete: their copies are over, their
+  // releases not fired yet.
+  size_t held_ = 0;
 };
 
 }  // namespace devalloc::plugin

@@ -55,7 +55,10 @@ class StreamReleases {
   // callbacks_per_wait callbacks were queued since the last such wait,
   // waits until the stream is over (wait_until_over) with the submission
   // lock held, so that nothing is queued on this stream meanwhile (other
-  // copies go through submit()); no release fires under that lock. If any
+  // copies go through submit()); no release fires under that lock: the
+  // callbacks that run meanwhile only count their completions
+  // (ReleaseQueue::hold_completions), which fire once the lock is let go,
+  // before this returns (or in a wait_until_over on another thread). If any
   // step fails, the release fires once the copy can no longer read src,
   // before this returns; the results say which call failed.
   Submitted copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
