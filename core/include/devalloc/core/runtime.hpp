@@ -77,8 +77,10 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   LoadedProgram(const LoadedProgram&) = delete;
   LoadedProgram& operator=(const LoadedProgram&) = delete;
 
-  // Loads more methods. Buffers already live are reused, constants already
-  // copied are not copied again. All-or-nothing: the methods, their tensors
+  // Loads more methods: the ones named (an empty list loads nothing, unlike
+  // Runtime::load, whose empty list means every method). Buffers already
+  // live are reused, constants already copied are not copied again. A
+  // failed call leaves `report` as it was. All-or-nothing: the methods, their tensors
   // and buffers become visible together once every copy (and the verify
   // pass) succeeded. The copies run without the program's lookup lock, so a
   // progress callback may call the lookups and export_dlpack (but not
