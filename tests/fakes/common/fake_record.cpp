@@ -60,13 +60,7 @@ void FakeRecord::null_result_next(const char* entry_point) {
   ++null_results_[entry_point];
 }
 
-bool FakeRecord::take_null_result(const char* name) {
-  std::lock_guard lock(mutex_);
-  auto it = null_results_.find(name);
-  if (it == null_results_.end()) return false;
-  if (--it->second <= 0) null_results_.erase(it);
-  return true;
-}
+bool FakeRecord::take_null_result(const char* name) { return take_one(null_results_, name); }
 
 void FakeRecord::ignore_alignment_next(const char* entry_point) {
   std::lock_guard lock(mutex_);
@@ -74,10 +68,14 @@ void FakeRecord::ignore_alignment_next(const char* entry_point) {
 }
 
 bool FakeRecord::take_ignore_alignment(const char* name) {
+  return take_one(ignored_alignments_, name);
+}
+
+bool FakeRecord::take_one(std::map<std::string, int>& armed, const char* name) {
   std::lock_guard lock(mutex_);
-  auto it = ignored_alignments_.find(name);
-  if (it == ignored_alignments_.end()) return false;
-  if (--it->second <= 0) ignored_alignments_.erase(it);
+  auto it = armed.find(name);
+  if (it == armed.end()) return false;
+  if (--it->second <= 0) armed.erase(it);
   return true;
 }
 

@@ -87,6 +87,8 @@ class FakeRecord {
   std::map<std::string, Injected> fail_;
   std::map<std::string, int> null_results_;
   std::map<std::string, int> ignored_alignments_;
+  // Disarms one of `armed`'s for `name`; false when none was armed.
+  bool take_one(std::map<std::string, int>& armed, const char* name);
   std::map<std::string, uint64_t> live_;
 };
 

@@ -117,6 +117,14 @@ class PipelineLoad : public ::testing::Test {
     return parsed.ok() ? *parsed : default_config();
   }
 
+  // Each tensor of buffer 0 at twice its size apart: 65 ranges of 4 KiB,
+  // none coalesced (five claims of a loading thread).
+  void space_tensors_apart() {
+    plan_.buffers[0].size = 2 * kModelBytes;
+    for (uint64_t i = 0; i < kTensors; ++i) plan_.tensors[i].offset = 2 * i * kTensorBytes;
+    ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
+  }
+
   // The model's bytes with each byte xor 0x5a: same names, shapes and
   // layout, other bytes.
   std::vector<std::vector<std::byte>> flipped() const {
@@ -1011,10 +1019,7 @@ TEST_F(PipelineLoad, GivenTwoPluginsStaging_WhenLoading_ThenTheirRingsTogetherSt
 // and the callback is not called again, also on the direct path, where no
 // staging slot is waited for.
 TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithOneThread_ThenItIsNotCalledAgain) {
-  // Each tensor at twice its size apart: 65 ranges of 4 KiB, five claims.
-  plan_.buffers[0].size = 2 * kModelBytes;
-  for (uint64_t i = 0; i < kTensors; ++i) plan_.tensors[i].offset = 2 * i * kTensorBytes;
-  ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
+  ASSERT_NO_FATAL_FAILURE(space_tensors_apart());
   for (const bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "direct reads" : "staged");
     auto runtime = Runtime::create(config_for(
@@ -1035,9 +1040,7 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithOneThread_T
 // claim while the callback ran (and wait to report it) must not call it
 // again once it threw; the load stopped.
 TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithFourThreads_ThenItIsNotCalledAgain) {
-  plan_.buffers[0].size = 2 * kModelBytes;
-  for (uint64_t i = 0; i < kTensors; ++i) plan_.tensors[i].offset = 2 * i * kTensorBytes;
-  ASSERT_TRUE(validate_plan(plan_).ok()) << validate_plan(plan_).message();
+  ASSERT_NO_FATAL_FAILURE(space_tensors_apart());
   for (const bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "direct reads" : "staged");
     auto runtime = Runtime::create(config_for(

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <new>
 #include <thread>
 
@@ -90,6 +91,38 @@ class CudaReleases : public CudaPluginTest {
       EXPECT_EQ(copies.watchers[i].early, 0) << "copy " << i << " released before it landed";
     }
   }
+  // Paused copies, every cuStreamSynchronize failing, then `arm()`: a
+  // synchronize on another thread returns (with the failure) only once the
+  // stream ran the copies, and no release comes before its copy. Looked at
+  // once `watched` was called `calls` times (or synchronize returned).
+  void expect_failing_synchronize_waits_for_the_paused_copies(
+      const char* watched, uint64_t calls, const std::function<void()>& arm = [] {}) {
+    PausedCopies copies;
+    ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
+    fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
+    arm();
+    std::atomic<bool> returned{false};
+    Status failed;
+    std::thread caller([&] {
+      failed = plugin().synchronize(kDevice);
+      returned = true;
+    });
+    while (fake().calls(watched) < calls && !returned) std::this_thread::yield();
+    EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copies";
+    // The stream is paused: no copy has run, so no source may be released.
+    for (int i = 0; i < kCopies; ++i) {
+      EXPECT_EQ(copies.watchers[i].releases, 0) << "copy " << i << " released before it ran";
+    }
+    fake().pause(false);
+    caller.join();
+    fake().fail_calls("cuStreamSynchronize", 0, 0);
+    EXPECT_EQ(failed.code(), StatusCode::device_error);
+    EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos)
+        << failed.message();
+    expect_released_once_each_after_its_copy(copies);
+    ASSERT_TRUE(plugin().synchronize(kDevice).ok());
+    EXPECT_TRUE(plugin().deallocate(kDevice, copies.base).ok());
+  }
 };
 
 // A failed cuStreamSynchronize on a stream that still runs (no sticky
@@ -97,29 +130,7 @@ class CudaReleases : public CudaPluginTest {
 // the failure) only once every release came (PLUGIN-20, whatever the
 // status).
 TEST_F(CudaReleases, StreamSynchronizeFailsWhileTheStreamStillRuns_ReturnsAfterEveryRelease) {
-  PausedCopies copies;
-  ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
-  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
-  std::atomic<bool> returned{false};
-  Status failed;
-  std::thread caller([&] {
-    failed = plugin().synchronize(kDevice);
-    returned = true;
-  });
-  while (fake().calls("cuStreamSynchronize") < 6 && !returned) std::this_thread::yield();
-  EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copies";
-  // The stream is paused: no copy has run, so no source may be released.
-  for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(copies.watchers[i].releases, 0) << "copy " << i << " released before it ran";
-  }
-  fake().pause(false);
-  caller.join();
-  fake().fail_calls("cuStreamSynchronize", 0, 0);
-  EXPECT_EQ(failed.code(), StatusCode::device_error);
-  EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
-  expect_released_once_each_after_its_copy(copies);
-  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
-  EXPECT_TRUE(plugin().deallocate(kDevice, copies.base).ok());
+  expect_failing_synchronize_waits_for_the_paused_copies("cuStreamSynchronize", 6);
 }
 
 // cuStreamSynchronize keeps failing while the stream still holds the copy
@@ -208,30 +219,9 @@ TEST_F(CudaReleases, DestroyWhileStreamWaitsKeepFailing_EachReleaseFollowsItsCop
 // query is no lost context. The stream still holds the copies; no release
 // may fire before its copy ran, and synchronize returns only once they ran.
 TEST_F(CudaReleases, StreamQueryFailsOnceAfterAFailedWait_NoReleaseBeforeItsCopy) {
-  PausedCopies copies;
-  ASSERT_NO_FATAL_FAILURE(issue_paused(copies));
-  fake().fail_calls("cuStreamSynchronize", CUDA_ERROR_UNKNOWN, 1000);
-  fake().fail_next("cuStreamQuery", CUDA_ERROR_UNKNOWN);
-  std::atomic<bool> returned{false};
-  Status failed;
-  std::thread caller([&] {
-    failed = plugin().synchronize(kDevice);
-    returned = true;
-  });
   // Past the failed query, and a few looks at the stream after it.
-  while (fake().calls("cuStreamQuery") < 4 && !returned) std::this_thread::yield();
-  EXPECT_FALSE(returned) << "synchronize returned while the paused stream held the copies";
-  for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(copies.watchers[i].releases, 0) << "copy " << i << " released before it ran";
-  }
-  fake().pause(false);
-  caller.join();
-  fake().fail_calls("cuStreamSynchronize", 0, 0);
-  EXPECT_EQ(failed.code(), StatusCode::device_error);
-  EXPECT_NE(failed.message().find("cuStreamSynchronize"), std::string::npos) << failed.message();
-  expect_released_once_each_after_its_copy(copies);
-  ASSERT_TRUE(plugin().synchronize(kDevice).ok());
-  EXPECT_TRUE(plugin().deallocate(kDevice, copies.base).ok());
+  expect_failing_synchronize_waits_for_the_paused_copies(
+      "cuStreamQuery", 4, [&] { fake().fail_next("cuStreamQuery", CUDA_ERROR_UNKNOWN); });
 }
 
 TEST_F(CudaReleases, ContextPushFailsOnceAtDestroy_EachReleaseStillFollowsItsCopy) {
