@@ -3,6 +3,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
+#include "address_text.hpp"
 #include "mapping_guard.hpp"
 
 #include <fcntl.h>
@@ -143,13 +144,6 @@ std::map<uintptr_t, HeldStaging>& held_staging() {  // by start
   return *held;
 }
 
-std::string hex_range(uintptr_t begin, uintptr_t end) {
-  char text[48];
-  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
-                static_cast<unsigned long long>(end));
-  return text;
-}
-
 // Records [at, at + nbytes) as held, or says which held buffer it overlaps
 // ("" when none, and recorded). Throws (an allocation) with nothing
 // recorded.
@@ -178,8 +172,8 @@ std::string hold_staging(const void* at, uint64_t nbytes, const std::shared_ptr<
       held.erase(overlapping);
       continue;
     }
-    return hex_range(overlapping->first, overlapping->second.end) + ", which plugin " +
-           overlapping->second.plugin + " gave";
+    return detail::address_range(overlapping->first, overlapping->second.end) +
+           ", which plugin " + overlapping->second.plugin + " gave";
   }
   held.emplace(begin, HeldStaging{end, plugin->name(), plugin});
   return std::string();
@@ -716,8 +710,8 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
                       "allocating " + std::to_string(n) + " bytes of staging memory: plugin " +
                           ring.plugin->name() + " broke PLUGIN-18: allocate_host(nbytes " +
                           std::to_string(n) + ") returned " +
-                          hex_range(reinterpret_cast<uintptr_t>(*memory),
-                                    reinterpret_cast<uintptr_t>(*memory) + n) +
+                          detail::address_range(reinterpret_cast<uintptr_t>(*memory),
+                                                reinterpret_cast<uintptr_t>(*memory) + n) +
                           ", which overlaps staging memory still in use: " + overlaps +
                           " earlier and the host has not freed; the load would read one "
                           "piece over another still being copied");

@@ -5,6 +5,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
+#include "address_text.hpp"
 #include "plan_checks.hpp"
 #include "plan_errors.hpp"
 
@@ -21,13 +22,6 @@ namespace {
 std::string where(const PlanTensor& t) {
   return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
          ", offset " + std::to_string(t.offset) + ")";
-}
-
-std::string hex_range(uint64_t begin, uint64_t nbytes) {
-  char text[48];
-  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
-                static_cast<unsigned long long>(begin + nbytes));
-  return text;
 }
 
 // PLUGIN-11/12, checked on every load (cheaply: a sort): the buffers this
@@ -75,9 +69,10 @@ Status check_no_overlap(const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>&
                   "allocating buffer " + std::to_string(blamed.buffer->memory_id()) + " (" +
                       std::to_string(blamed.nbytes) + " bytes) on " + d.describe() +
                       ": plugin " + d.plugin_name + " broke PLUGIN-11: allocate returned " +
-                      hex_range(blamed.begin, blamed.nbytes) + ", which overlaps buffer " +
-                      std::to_string(other.buffer->memory_id()) + " at " +
-                      hex_range(other.begin, other.nbytes) + " on the same device");
+                      detail::address_range(blamed.begin, blamed.begin + blamed.nbytes) +
+                      ", which overlaps buffer " + std::to_string(other.buffer->memory_id()) +
+                      " at " + detail::address_range(other.begin, other.begin + other.nbytes) +
+                      " on the same device");
   }
   return Status();
 }
