@@ -50,7 +50,7 @@ extern "C" {
 #endif
 
 #define DEVALLOC_ABI_VERSION_MAJOR 1
-#define DEVALLOC_ABI_VERSION_MINOR 1
+#define DEVALLOC_ABI_VERSION_MINOR 2
 
 /* The one symbol a plugin exports; the loader looks it up by this name. */
 #define DEVALLOC_PLUGIN_ENTRY_POINT_NAME "devalloc_plugin_negotiate"
@@ -156,11 +156,33 @@ typedef struct devalloc_create_args {
  * synchronize of the device). A 1.0 plugin never sets it. */
 #define DEVALLOC_CAPABILITY_HOST_ADDRESSABLE (DEVALLOC_CAST_(uint64_t, 1) << 2)
 
+/* (ABI 1.2) map_to_host / unmap_from_host are provided: the host may read
+ * file bytes straight into device memory through a mapping (PLUGIN-22).
+ * A plugin below 1.2 never sets it. */
+#define DEVALLOC_CAPABILITY_HOST_MAPPABLE (DEVALLOC_CAST_(uint64_t, 1) << 3)
+
 typedef struct devalloc_capabilities {
   size_t struct_size;      /* [in] size the caller knows */
   uint64_t flags;          /* [out] DEVALLOC_CAPABILITY_* */
   uint64_t max_alignment;  /* [out] largest alignment allocate() honours */
+  /* ---- ABI 1.2: DMA constraints of copy_host_to_device (PLUGIN-23). Each
+   * is a preference the host honours when it cuts and places its copies;
+   * a copy that does not meet it is still accepted (and may be slower: the
+   * plugin bounces it through memory of its own). 0 means "none". Written
+   * only when struct_size covers them (DEVALLOC_CAPABILITIES_V1_2_SIZE). */
+  uint64_t copy_src_alignment;   /* [out] power of two, or 0: src of a copy
+                                  * aligned to it is read in place */
+  uint64_t copy_preferred_bytes; /* [out] copies of a multiple of this size
+                                  * run best (a DMA descriptor's size) */
+  uint64_t copy_max_bytes;       /* [out] the largest copy the plugin issues
+                                  * as one transfer; larger ones are split */
 } devalloc_capabilities;
+
+/* What a 1.1 host passes, and what a 1.2 capabilities struct holds. */
+#define DEVALLOC_CAPABILITIES_V1_1_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_capabilities, max_alignment)
+#define DEVALLOC_CAPABILITIES_V1_2_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_capabilities, copy_max_bytes)
 
 /* DLPack device type codes, every code of DLPack 1.x (DLDeviceType in
  * dlpack.h; 5 and 6 are unused there). A plugin reports one of these. */
@@ -191,7 +213,12 @@ typedef struct devalloc_capabilities {
 
 #define DEVALLOC_DEVICE_NAME_CAPACITY 256
 #define DEVALLOC_PCI_BUS_ID_CAPACITY 32
+#define DEVALLOC_MEMORY_KIND_CAPACITY 32
 
+/* A device is one memory the plugin allocates from. A card with several
+ * memories (HBM and on-chip SRAM, say) reports each as a device of its own
+ * (PLUGIN-24): all of them carry the card's uuid, pci_bus_id and
+ * dlpack_device_id, and memory_kind (ABI 1.2) tells them apart. */
 typedef struct devalloc_device_properties {
   size_t struct_size;                         /* [in] size the caller knows */
   char name[DEVALLOC_DEVICE_NAME_CAPACITY];   /* [out] NUL-terminated */
@@ -202,7 +229,16 @@ typedef struct devalloc_device_properties {
   char pci_bus_id[DEVALLOC_PCI_BUS_ID_CAPACITY]; /* [out] NUL-terminated */
   int32_t dlpack_device_type;                 /* [out] DEVALLOC_DLPACK_* */
   int32_t dlpack_device_id;                   /* [out] DLPack device_id */
+  /* ---- ABI 1.2, written only when struct_size covers it. A short
+   * lower-case name of this memory on its card ("hbm", "sram"), or "" for
+   * a card with one memory. NUL-terminated. */
+  char memory_kind[DEVALLOC_MEMORY_KIND_CAPACITY]; /* [out] */
 } devalloc_device_properties;
+
+#define DEVALLOC_DEVICE_PROPERTIES_V1_1_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_device_properties, dlpack_device_id)
+#define DEVALLOC_DEVICE_PROPERTIES_V1_2_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_device_properties, memory_kind)
 
 /* ------------------------------------------------------------------------ */
 /* Memory and copies                                                         */
@@ -273,6 +309,17 @@ typedef struct devalloc_copy_to_host_args {
   uint64_t nbytes;                  /* [in] 0 is a no-op (dst, src unchecked) */
 } devalloc_copy_to_host_args;
 
+/* (ABI 1.2) A range of device memory mapped into the host (PLUGIN-22). */
+typedef struct devalloc_map_args {
+  size_t struct_size;               /* [in] */
+  uint32_t device;                  /* [in] */
+  uint32_t reserved0;               /* [in] must be 0 */
+  devalloc_device_address address;  /* [in] inside a live allocation of device */
+  uint64_t nbytes;                  /* [in] > 0; the range lies in that one
+                                     * allocation */
+  void* host;                       /* [out] the range's bytes in the host */
+} devalloc_map_args;
+
 /* ------------------------------------------------------------------------ */
 /* The function table, version 1                                             */
 /* ------------------------------------------------------------------------ */
@@ -336,7 +383,9 @@ typedef struct devalloc_plugin_api_v1 {
    * src has been read (or copied by the plugin) when the call returns. With
    * DEVALLOC_SRC_UNTIL_RELEASED the copy may still be in flight; see
    * devalloc_release_fn. The bytes are on the device at the latest when
-   * synchronize(device) returns.
+   * synchronize(device) returns. The call may block while the plugin's
+   * own queue is full, waiting only for copies already submitted that end
+   * without further host calls, never for a synchronize (PLUGIN-25).
    * OK; INVALID_ARGUMENT (range outside a live allocation, NULL src with
    * nbytes > 0, unknown src_lifetime); NO_SUCH_DEVICE; DEVICE_ERROR. */
   devalloc_status (*copy_host_to_device)(devalloc_instance* instance,
@@ -381,11 +430,37 @@ typedef struct devalloc_plugin_api_v1 {
   /* [optional] Memory of device now: *free_bytes is what allocate() could
    * still hand out (a snapshot; other users of the device may change it),
    * *total_bytes the device's total, as in devalloc_device_properties.
-   * *free_bytes <= *total_bytes.
+   * *free_bytes <= *total_bytes. free_bytes is the sum of the free memory,
+   * not the largest block: an allocation of free_bytes may still fail
+   * when the memory is fragmented.
    * OK; INVALID_ARGUMENT (NULL); NO_SUCH_DEVICE; DEVICE_ERROR. */
   devalloc_status (*get_memory_info)(devalloc_instance* instance,
                                      uint32_t device, uint64_t* free_bytes,
                                      uint64_t* total_bytes,
+                                     devalloc_error* error);
+
+  /* ---- ABI 1.2: appended; present (non-NULL) together, and only with
+   * DEVALLOC_CAPABILITY_HOST_MAPPABLE (PLUGIN-22). */
+
+  /* [optional] Maps [address, address + nbytes) of a live allocation into
+   * the host and returns its bytes at args->host: the host may write and
+   * read them until it calls unmap_from_host(host). It issues no copy
+   * into the range while the range is mapped. Writes through the mapping
+   * are on the device once unmap_from_host has returned. The host never
+   * maps a range that overlaps one it has mapped and not yet unmapped
+   * (OpenCL, for one, refuses overlapping maps for writing), and unmaps
+   * each mapping once, before it frees the allocation.
+   * OK; INVALID_ARGUMENT (range outside one live allocation, nbytes 0,
+   * NULL); NO_SUCH_DEVICE; OUT_OF_HOST_MEMORY; DEVICE_ERROR. */
+  devalloc_status (*map_to_host)(devalloc_instance* instance,
+                                 devalloc_map_args* args,
+                                 devalloc_error* error);
+  /* [optional] Ends a mapping from map_to_host() of device; its writes are
+   * on the device when this returns.
+   * OK; INVALID_ARGUMENT (not a live mapping of device); NO_SUCH_DEVICE;
+   * DEVICE_ERROR. */
+  devalloc_status (*unmap_from_host)(devalloc_instance* instance,
+                                     uint32_t device, void* host,
                                      devalloc_error* error);
 } devalloc_plugin_api_v1;
 
@@ -395,6 +470,9 @@ typedef struct devalloc_plugin_api_v1 {
 /* A table that holds every function of ABI 1.1. */
 #define DEVALLOC_PLUGIN_API_V1_1_SIZE \
   DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, get_memory_info)
+/* A table that holds every function of ABI 1.2. */
+#define DEVALLOC_PLUGIN_API_V1_2_SIZE \
+  DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, unmap_from_host)
 
 /* ------------------------------------------------------------------------ */
 /* Negotiation: the plugin's one exported symbol                             */
@@ -454,17 +532,21 @@ typedef char devalloc_plugin_abi_is_defined_for_LP64_targets_only
  * version that appends fields updates these sizes with them. */
 typedef char devalloc_plugin_abi_structs_have_their_LP64_layout
     [(sizeof(devalloc_error) == 1032 && sizeof(devalloc_create_args) == 40 &&
-      sizeof(devalloc_capabilities) == 24 &&
-      sizeof(devalloc_device_properties) == 328 &&
+      sizeof(devalloc_capabilities) == 48 &&
+      DEVALLOC_CAPABILITIES_V1_1_SIZE == 24 &&
+      sizeof(devalloc_device_properties) == 360 &&
       offsetof(devalloc_device_properties, dlpack_device_type) == 320 &&
+      DEVALLOC_DEVICE_PROPERTIES_V1_1_SIZE == 328 &&
+      sizeof(devalloc_map_args) == 40 &&
       sizeof(devalloc_allocate_args) == 40 &&
       offsetof(devalloc_allocate_args, nbytes) == 16 &&
       sizeof(devalloc_copy_to_device_args) == 56 &&
       offsetof(devalloc_copy_to_device_args, user_data) == 48 &&
       sizeof(devalloc_copy_to_host_args) == 40 &&
-      sizeof(devalloc_plugin_api_v1) == 136 &&
+      sizeof(devalloc_plugin_api_v1) == 152 &&
       DEVALLOC_PLUGIN_API_V1_MIN_SIZE == 128 &&
       DEVALLOC_PLUGIN_API_V1_1_SIZE == 136 &&
+      DEVALLOC_PLUGIN_API_V1_2_SIZE == 152 &&
       sizeof(devalloc_negotiation) == 40 &&
       offsetof(devalloc_negotiation, api) == 32) ? 1 : -1];
 

@@ -15,7 +15,10 @@ bool ResolvedDevice::same_physical_device(const ResolvedDevice& other) const {
   if (same_device(other)) return true;
   const DeviceInfo& mine = info();
   const DeviceInfo& theirs = other.info();
-  return mine.has_uuid() && theirs.has_uuid() && mine.uuid == theirs.uuid;
+  // The memories of one card share its uuid and are told apart by their
+  // kind (PLUGIN-24): two memories are not one device.
+  return mine.has_uuid() && theirs.has_uuid() && mine.uuid == theirs.uuid &&
+         mine.memory_kind == theirs.memory_kind;
 }
 
 std::string ResolvedDevice::device_label() const {
@@ -104,6 +107,7 @@ Result<ResolvedDevice> DeviceRegistry::resolve_or_throw(std::string_view tag,
     r.device = *index;
     r.is_fallback = c.is_fallback;
     r.via_tag = c.via_tag;
+    if (r.is_fallback) r.fallback_reason = attempts_text(tag, attempts);
     return r;
   }
   return no_device_error(tag, memory_id, attempts);

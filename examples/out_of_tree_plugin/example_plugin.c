@@ -306,6 +306,8 @@ static const devalloc_plugin_api_v1 example_api = {
     NULL, /* allocate_host: no host staging */
     NULL, /* free_host */
     NULL, /* get_memory_info (ABI 1.1, optional) */
+    NULL, /* map_to_host (ABI 1.2, optional) */
+    NULL, /* unmap_from_host */
 };
 
 /* The one exported symbol. This plugin speaks major 1 only. */

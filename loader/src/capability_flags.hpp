@@ -15,6 +15,7 @@ namespace devalloc::detail {
 constexpr uint64_t capability_flags_of_minor(uint32_t minor) {
   uint64_t flags = DEVALLOC_CAPABILITY_ASYNC_COPY | DEVALLOC_CAPABILITY_HOST_STAGING;  // 1.0
   if (minor >= 1) flags |= DEVALLOC_CAPABILITY_HOST_ADDRESSABLE;
+  if (minor >= 2) flags |= DEVALLOC_CAPABILITY_HOST_MAPPABLE;
   return flags;
 }
 

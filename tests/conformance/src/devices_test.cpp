@@ -137,10 +137,11 @@ TEST_F(Capabilities, ThroughTheTable_MatchWhatTheLoaderSaw) {
 uint64_t flags_defined_by(uint32_t minor) {
   uint64_t flags = DEVALLOC_CAPABILITY_ASYNC_COPY | DEVALLOC_CAPABILITY_HOST_STAGING;
   if (minor >= 1) flags |= DEVALLOC_CAPABILITY_HOST_ADDRESSABLE;
+  if (minor >= 2) flags |= DEVALLOC_CAPABILITY_HOST_MAPPABLE;
   return flags;
 }
 
-// "HOST_ADDRESSABLE (bit 2, added in ABI 1.1), bit 7 (no ABI 1.x up to 1.1
+// "HOST_ADDRESSABLE (bit 2, added in ABI 1.1), bit 7 (no ABI 1.x up to 1.2
 // defines it)".
 std::string flag_names(uint64_t flags) {
   std::string names;
@@ -150,6 +151,8 @@ std::string flag_names(uint64_t flags) {
     if (!names.empty()) names += ", ";
     if (flag == DEVALLOC_CAPABILITY_HOST_ADDRESSABLE) {
       names += "HOST_ADDRESSABLE (bit 2, added in ABI 1.1)";
+    } else if (flag == DEVALLOC_CAPABILITY_HOST_MAPPABLE) {
+      names += "HOST_MAPPABLE (bit 3, added in ABI 1.2)";
     } else {
       names += "bit " + std::to_string(bit) + " (no ABI 1.x up to 1." +
                std::to_string(DEVALLOC_ABI_VERSION_MINOR) + " defines it)";

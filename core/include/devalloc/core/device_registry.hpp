@@ -25,6 +25,9 @@ struct ResolvedDevice {
   uint32_t device = 0;             // index among the plugin's devices
   bool is_fallback = false;
   std::string via_tag;             // the tag whose entry gave the binding
+  // For a fallback, why each candidate before it failed (attempts_text):
+  // "cdua index 0: plugin cdua is unavailable: ...". Empty otherwise.
+  std::string fallback_reason;
 
   const DeviceInfo& info() const { return plugin->devices().at(device); }
   // "host:0 (plugin host, device 0 \"host memory\")"

@@ -21,6 +21,14 @@ struct DeviceDescription {
   std::string pci_bus_id;          // "dddd:bb:dd.f", lower-case, or ""
   int32_t dlpack_device_type = 0;
   int32_t dlpack_device_id = 0;
+  std::string memory_kind;         // ABI 1.2: "" for a card with one memory
+};
+
+// ABI 1.2 DMA constraints of copy_host_to_device (PLUGIN-23); 0: none.
+struct CopyConstraints {
+  uint64_t src_alignment = 0;
+  uint64_t preferred_bytes = 0;
+  uint64_t max_bytes = 0;
 };
 
 struct MemoryInfo {
@@ -42,6 +50,8 @@ struct devalloc_instance {
   virtual uint64_t max_alignment() const = 0;
   // What alignment 0 means; at least 256 (PLUGIN-11).
   virtual uint64_t natural_alignment() const { return 256; }
+  // ABI 1.2: what copy sources and sizes the device reads best.
+  virtual devalloc::plugin::CopyConstraints copy_constraints() const { return {}; }
 
   virtual uint32_t device_count() const = 0;
   // device < device_count() in all that take one.
@@ -71,8 +81,19 @@ struct devalloc_instance {
   virtual void synchronize(uint32_t device) = 0;
 
   // Only with DEVALLOC_CAPABILITY_HOST_STAGING; nbytes > 0, host non-NULL.
+  // The defaults throw UNSUPPORTED: the table still has allocate_host and
+  // free_host, and a host that calls them without the flag gets that.
   virtual void* allocate_host(uint64_t nbytes);
   virtual void free_host(void* host);
+
+  // ABI 1.2, only for a plugin that declares offers_host_mapping
+  // (plugin_entry.hpp) and sets DEVALLOC_CAPABILITY_HOST_MAPPABLE
+  // (PLUGIN-22). nbytes > 0. The range is not yet checked to lie in one live
+  // allocation: the plugin checks it. The host's writes through the pointer
+  // are on the device once unmap_from_host returns.
+  virtual void* map_to_host(uint32_t device, uint64_t address, uint64_t nbytes);
+  // host non-NULL; the plugin checks that it is a live mapping of device.
+  virtual void unmap_from_host(uint32_t device, void* host);
 };
 
 namespace devalloc::plugin {

@@ -8,6 +8,9 @@
 //     static std::unique_ptr<devalloc_instance> create(devalloc::plugin::Options&);
 //     // Optional: the instance overrides memory_info (ABI 1.1).
 //     static constexpr bool offers_memory_info = true;
+//     // Optional: the instance overrides map_to_host / unmap_from_host and
+//     // sets DEVALLOC_CAPABILITY_HOST_MAPPABLE (ABI 1.2, PLUGIN-22).
+//     static constexpr bool offers_host_mapping = true;
 //   };
 //   DEVALLOC_PLUGIN_KIT_ENTRY_POINT(MyPlugin)
 //
@@ -114,6 +117,15 @@ struct PluginApi {
                      "get_capabilities", "capabilities");
       capabilities->flags = self.capability_flags();
       capabilities->max_alignment = self.max_alignment();
+#if DEVALLOC_ABI_VERSION_MINOR >= 2
+      // Written only into a struct that has them (PLUGIN-4).
+      if (capabilities->struct_size >= DEVALLOC_CAPABILITIES_V1_2_SIZE) {
+        const CopyConstraints c = self.copy_constraints();
+        capabilities->copy_src_alignment = c.src_alignment;
+        capabilities->copy_preferred_bytes = c.preferred_bytes;
+        capabilities->copy_max_bytes = c.max_bytes;
+      }
+#endif
       return DEVALLOC_STATUS_OK;
     });
   }
@@ -145,6 +157,11 @@ struct PluginApi {
         copy_text(properties->pci_bus_id, sizeof properties->pci_bus_id, d.pci_bus_id);
         properties->dlpack_device_type = d.dlpack_device_type;
         properties->dlpack_device_id = d.dlpack_device_id;
+#if DEVALLOC_ABI_VERSION_MINOR >= 2
+        if (properties->struct_size >= DEVALLOC_DEVICE_PROPERTIES_V1_2_SIZE) {
+          copy_text(properties->memory_kind, sizeof properties->memory_kind, d.memory_kind);
+        }
+#endif
       });
       return DEVALLOC_STATUS_OK;
     });
@@ -164,6 +181,44 @@ struct PluginApi {
               [&] { info = self.memory_info(device); });
       *free_bytes = info.free_bytes;
       *total_bytes = info.total_bytes;
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+#endif
+
+#if DEVALLOC_ABI_VERSION_MINOR >= 2
+  static devalloc_status map_to_host(devalloc_instance* instance, devalloc_map_args* args,
+                                     devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "map_to_host");
+      require_struct(args, DEVALLOC_STRUCT_SIZE(devalloc_map_args, host), "map_to_host", "args");
+      args->host = nullptr;
+      in_call(
+          [&] {
+            return format("map_to_host(device = %u, address = 0x%" PRIx64 ", nbytes = %" PRIu64
+                          ")",
+                          args->device, args->address, args->nbytes);
+          },
+          [&] {
+            require(args->reserved0 == 0, "map_to_host", "PLUGIN-4", "reserved0 is not 0");
+            require_device(args->device, self.device_count(), "map_to_host");
+            require(args->nbytes > 0, "map_to_host", "PLUGIN-22", "nbytes is 0");
+            args->host = self.map_to_host(args->device, args->address, args->nbytes);
+          });
+      return DEVALLOC_STATUS_OK;
+    });
+  }
+
+  static devalloc_status unmap_from_host(devalloc_instance* instance, uint32_t device,
+                                         void* host, devalloc_error* error) {
+    return guard(error, [&] {
+      Instance& self = instance_of(instance, "unmap_from_host");
+      in_call([&] { return format("unmap_from_host(device = %u, host = %p)", device, host); },
+              [&] {
+                require_device(device, self.device_count(), "unmap_from_host");
+                require(host != nullptr, "unmap_from_host", "PLUGIN-22", "host is NULL");
+                self.unmap_from_host(device, host);
+              });
       return DEVALLOC_STATUS_OK;
     });
   }
@@ -320,6 +375,16 @@ struct PluginApi {
     }
   }
 
+  // map_to_host and unmap_from_host are in the table only for a plugin that
+  // declares static constexpr bool offers_host_mapping = true.
+  static constexpr bool offers_host_mapping() {
+    if constexpr (requires { Plugin::offers_host_mapping; }) {
+      return Plugin::offers_host_mapping;
+    } else {
+      return false;
+    }
+  }
+
   // The table's struct_size: a plugin may declare an older ABI's size
   // (static constexpr size_t api_struct_size) to hand out what a plugin
   // built against that header would.
@@ -351,6 +416,10 @@ struct PluginApi {
       .free_host = free_host,
 #if DEVALLOC_ABI_VERSION_MINOR >= 1
       .get_memory_info = offers_memory_info() ? get_memory_info : nullptr,
+#endif
+#if DEVALLOC_ABI_VERSION_MINOR >= 2
+      .map_to_host = offers_host_mapping() ? map_to_host : nullptr,
+      .unmap_from_host = offers_host_mapping() ? unmap_from_host : nullptr,
 #endif
   };
 };
