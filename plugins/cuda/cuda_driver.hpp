@@ -6,7 +6,7 @@
 
 #include <cuda.h>
 
-#include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/runtime_calls.hpp>
 #include <devalloc/plugin_kit/runtime_library.hpp>
 
 #include <string>
@@ -51,7 +51,9 @@ namespace devalloc::cuda {
   X(cuMemHostAlloc)                   \
   X(cuMemFreeHost)
 
-class Driver {
+// check() (runtime_calls.hpp) turns a failed call into a Failure.
+class Driver
+    : public plugin::CheckedRuntime<Driver, CUresult, CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY> {
  public:
   // Opens `library` and looks up every entry point. Throws Failure
   // (RUNTIME_UNAVAILABLE) with the dlerror text when either fails.
@@ -59,12 +61,6 @@ class Driver {
 
   // "CUDA_ERROR_OUT_OF_MEMORY (out of memory)"
   std::string describe(CUresult result) const;
-
-  // Throws Failure unless result is CUDA_SUCCESS, with the message
-  // "<call> failed: <describe(result)>", the call printf-formatted; the
-  // status follows kind (out of memory in an allocation, or DEVICE_ERROR).
-  void check(CUresult result, plugin::CallKind kind, const char* call_format, ...) const
-      __attribute__((format(printf, 4, 5)));
 
  private:
   plugin::RuntimeLibrary library;

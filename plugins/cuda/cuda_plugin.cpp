@@ -30,7 +30,9 @@ class CudaInstance final : private DriverHolder, public plugin::DeviceInstance<C
  public:
   explicit CudaInstance(const std::string& library)
       : DriverHolder(library), DeviceInstance(open_devices(driver_)) {
-    if (!devices_.empty()) pinned_ = std::make_unique<PinnedHostMemory>(driver_, *devices_.front());
+    if (!devices_.empty()) {
+      pinned_ = std::make_unique<PinnedHostMemory>(devices_.front()->stream());
+    }
   }
 
   ~CudaInstance() override {

@@ -12,193 +12,147 @@ namespace {
 
 using plugin::CallKind;
 using plugin::give_back;
+using plugin::RuntimeCall;
 using ull = unsigned long long;
+
+// One text for every call: the stream's and the host memory's (no device).
+std::string hip_call_text(RuntimeCall call, int ordinal, const plugin::CallArguments& args) {
+  const auto device = static_cast<ull>(args.device);
+  const auto nbytes = static_cast<ull>(args.nbytes);
+  const std::string stream = plugin::format("stream = device %d's stream", ordinal);
+  const std::string after_copy = plugin::format("after a copy of %llu bytes", nbytes);
+  switch (call) {
+    case RuntimeCall::memory_info:
+      return plugin::format("hipMemGetInfo on device %d", ordinal);
+    case RuntimeCall::allocate:
+      return plugin::format("hipMalloc(size = %llu) on device %d", nbytes, ordinal);
+    case RuntimeCall::free:
+      return plugin::format("hipFree(ptr = 0x%llx) on device %d", device, ordinal);
+    case RuntimeCall::copy_to_device:
+      return plugin::format("hipMemcpyHtoDAsync(dst = 0x%llx, src = %p, sizeBytes = %llu, %s)",
+                            device, args.host, nbytes, stream.c_str());
+    case RuntimeCall::copy_to_host:
+      return plugin::format("hipMemcpyDtoHAsync(dst = %p, src = 0x%llx, sizeBytes = %llu, %s)",
+                            args.host, device, nbytes, stream.c_str());
+    case RuntimeCall::bounded_wait:
+      return plugin::format(
+          "hipStreamSynchronize(%s) before queuing more than %llu stream callbacks",
+          stream.c_str(), static_cast<ull>(HipStream::kCallbacksPerWait));
+    case RuntimeCall::release:
+      return "hipStreamAddCallback(" + stream + ") " + after_copy;
+    case RuntimeCall::wait_for_copy_to_device:
+    case RuntimeCall::wait_for_copy_to_host:
+      return "hipStreamSynchronize(" + stream + ") " + after_copy;
+    case RuntimeCall::synchronize:
+      return "hipStreamSynchronize(" + stream + ")";
+    case RuntimeCall::allocate_host:
+      return plugin::format("hipHostMalloc(size = %llu, flags = hipHostMallocPortable)", nbytes);
+    case RuntimeCall::free_host:
+      return plugin::format("hipHostFree(ptr = %p)", args.host);
+  }
+  return {};
+}
 
 void* device_pointer(uint64_t address) { return reinterpret_cast<void*>(address); }
 uint64_t device_address(void* p) { return reinterpret_cast<uint64_t>(p); }
 
 }  // namespace
 
-DeviceGuard::DeviceGuard(const Runtime& runtime, int ordinal) : runtime_(runtime) {
-  runtime.check(runtime.hipGetDevice(&previous_), CallKind::work, "hipGetDevice");
-  runtime.check(runtime.hipSetDevice(ordinal), CallKind::work, "hipSetDevice(deviceId = %d)",
-                ordinal);
-  active_ = true;
-}
-
-// For destroy paths: a call that failed once is retried before the device
-// counts as unreachable.
-DeviceGuard::DeviceGuard(const Runtime& runtime, int ordinal, std::nothrow_t) noexcept
-    : runtime_(runtime) {
-  active_ = give_back([&] { return runtime.hipGetDevice(&previous_); }) == hipSuccess &&
-            give_back([&] { return runtime.hipSetDevice(ordinal); }) == hipSuccess;
-}
-
 // A restore that failed once would leave the caller's thread on this
 // device: retried.
-DeviceGuard::~DeviceGuard() {
-  if (active_) static_cast<void>(give_back([&] { return runtime_.hipSetDevice(previous_); }));
+void RestoreDevice::operator()() const noexcept {
+  static_cast<void>(give_back([&] { return runtime->hipSetDevice(previous); }));
 }
 
-HipDevice::HipDevice(const Runtime& runtime, int ordinal) : runtime_(runtime), ordinal_(ordinal) {
-  char name[DEVALLOC_DEVICE_NAME_CAPACITY] = {};
-  runtime.check(runtime.hipDeviceGetName(name, static_cast<int>(sizeof name), ordinal),
-                CallKind::work, "hipDeviceGetName(len = %zu, device = %d)", sizeof name, ordinal);
-  name[sizeof name - 1] = '\0';
-  description_.name = name;
+HipStream::HipStream(plugin::DeviceDescription& description, const Runtime& runtime, int ordinal)
+    : runtime_(runtime), ordinal_(ordinal) {
+  description.name =
+      plugin::read_text<DEVALLOC_DEVICE_NAME_CAPACITY>([&](char* name, int len) {
+        runtime.check(runtime.hipDeviceGetName(name, len, ordinal), CallKind::work,
+                      "hipDeviceGetName(len = %d, device = %d)", len, ordinal);
+      });
 
   size_t total = 0;
   runtime.check(runtime.hipDeviceTotalMem(&total, ordinal), CallKind::work,
                 "hipDeviceTotalMem(device = %d)", ordinal);
-  description_.total_memory_bytes = total;
+  description.total_memory_bytes = total;
 
   hipUUID uuid = {};
   runtime.check(runtime.hipDeviceGetUuid(&uuid, ordinal), CallKind::work,
                 "hipDeviceGetUuid(device = %d)", ordinal);
-  std::memcpy(description_.uuid.data(), uuid.bytes, description_.uuid.size());
+  std::memcpy(description.uuid.data(), uuid.bytes, description.uuid.size());
 
-  char pci[DEVALLOC_PCI_BUS_ID_CAPACITY] = {};
-  runtime.check(runtime.hipDeviceGetPCIBusId(pci, static_cast<int>(sizeof pci), ordinal),
-                CallKind::work, "hipDeviceGetPCIBusId(len = %zu, device = %d)", sizeof pci,
-                ordinal);
-  pci[sizeof pci - 1] = '\0';
-  description_.pci_bus_id = plugin::normalize_pci_bus_id(pci);
-  description_.dlpack_device_type = DEVALLOC_DLPACK_ROCM;
-  description_.dlpack_device_id = ordinal;
+  description.pci_bus_id = plugin::normalize_pci_bus_id(
+      plugin::read_text<DEVALLOC_PCI_BUS_ID_CAPACITY>([&](char* pci, int len) {
+        runtime.check(runtime.hipDeviceGetPCIBusId(pci, len, ordinal), CallKind::work,
+                      "hipDeviceGetPCIBusId(len = %d, device = %d)", len, ordinal);
+      }).c_str());
+  description.dlpack_device_type = DEVALLOC_DLPACK_ROCM;
+  description.dlpack_device_id = ordinal;
 
-  DeviceGuard guard(runtime, ordinal);
+  const auto scope = enter();
   runtime.check(runtime.hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), CallKind::work,
                 "hipStreamCreateWithFlags(flags = hipStreamNonBlocking) on device %d", ordinal);
 }
 
-HipDevice::~HipDevice() {
-  quiesce();
-  DeviceGuard guard(runtime_, ordinal_, std::nothrow);
-  if (guard.active()) {
-    allocations_.for_each([&](const plugin::AllocationTable::Allocation& a) {
-      static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(a.base)); }));
-    });
+DeviceScope HipStream::enter() const {
+  int previous = -1;
+  runtime_.check(runtime_.hipGetDevice(&previous), CallKind::work, "hipGetDevice");
+  runtime_.check(runtime_.hipSetDevice(ordinal_), CallKind::work, "hipSetDevice(deviceId = %d)",
+                 ordinal_);
+  return DeviceScope(RestoreDevice{&runtime_, previous});
+}
+
+DeviceScope HipStream::enter(std::nothrow_t) const noexcept {
+  int previous = -1;
+  if (give_back([&] { return runtime_.hipGetDevice(&previous); }) != hipSuccess ||
+      give_back([&] { return runtime_.hipSetDevice(ordinal_); }) != hipSuccess) {
+    return {};
   }
-  allocations_.clear();
+  return DeviceScope(RestoreDevice{&runtime_, previous});
 }
 
-plugin::MemoryInfo HipDevice::memory_info() const {
-  DeviceGuard guard(runtime_, ordinal_);
-  size_t free_bytes = 0, total_bytes = 0;
-  runtime_.check(runtime_.hipMemGetInfo(&free_bytes, &total_bytes), CallKind::work,
-                 "hipMemGetInfo on device %d", ordinal_);
-  return {free_bytes, total_bytes};
+const Runtime& HipStream::runtime() const { return runtime_; }
+
+std::string HipStream::call_text(RuntimeCall call, const plugin::CallArguments& args) const {
+  return hip_call_text(call, ordinal_, args);
 }
 
-uint64_t HipDevice::allocate(uint64_t nbytes, uint64_t alignment) {
-  const uint64_t request = plugin::over_allocation(nbytes, alignment, kNaturalAlignment);
-  DeviceGuard guard(runtime_, ordinal_);
-  void* base = nullptr;
-  const std::string call =
-      plugin::format("hipMalloc(size = %llu) on device %d", static_cast<ull>(request), ordinal_);
-  runtime_.check(runtime_.hipMalloc(&base, request), CallKind::device_allocation, "%s",
-                 call.c_str());
-  plugin::require_memory(base != nullptr, call, "hipSuccess");
-  return allocations_.adopt(
-      device_address(base), nbytes, alignment,
-      [this](uint64_t b) {
-        static_cast<void>(give_back([&] { return runtime_.hipFree(device_pointer(b)); }));
-      },
-      call);
+int HipStream::memory_info(size_t& free_bytes, size_t& total_bytes) const noexcept {
+  return runtime_.hipMemGetInfo(&free_bytes, &total_bytes);
 }
 
-void HipDevice::deallocate(uint64_t address) {
-  DeviceGuard guard(runtime_, ordinal_);
-  allocations_.free(address, [this](uint64_t base) {
-    runtime_.check(runtime_.hipFree(device_pointer(base)), CallKind::work,
-                   "hipFree(ptr = 0x%llx) on device %d", static_cast<ull>(base), ordinal_);
-  });
+int HipStream::allocate(uint64_t nbytes, uint64_t& base) noexcept {
+  void* pointer = nullptr;
+  const hipError_t result = runtime_.hipMalloc(&pointer, nbytes);
+  base = device_address(pointer);
+  return result;
 }
 
-void HipDevice::copy_during_call(uint64_t dst, const void* src, uint64_t nbytes) {
-  allocations_.require_range(dst, nbytes, "destination");
-  DeviceGuard guard(runtime_, ordinal_);
-  // From pageable memory HIP copies before returning, from pinned memory
-  // later: waiting for the stream makes both "read when this returns".
-  runtime_.check(static_cast<hipError_t>(
-                     releases_.submit([&] { return enqueue_copy(dst, src, nbytes); })),
-                 CallKind::work,
-                 "hipMemcpyHtoDAsync(dst = 0x%llx, src = %p, sizeBytes = %llu, stream = device "
-                 "%d's stream)",
-                 static_cast<ull>(dst), src, static_cast<ull>(nbytes), ordinal_);
-  runtime_.check(static_cast<hipError_t>(releases_.wait_until_over()), CallKind::work,
-                 "hipStreamSynchronize(stream = device %d's stream) after a copy of %llu bytes",
-                 ordinal_, static_cast<ull>(nbytes));
+int HipStream::free(uint64_t base) noexcept { return runtime_.hipFree(device_pointer(base)); }
+
+int HipStream::enqueue_copy_to_host(void* dst, uint64_t src, uint64_t nbytes) noexcept {
+  return runtime_.hipMemcpyDtoHAsync(dst, device_pointer(src), nbytes, stream_);
 }
 
-void HipDevice::copy_until_released(uint64_t dst, const void* src, uint64_t nbytes,
-                                    plugin::Release release) {
-  allocations_.require_range(dst, nbytes, "destination");
-  DeviceGuard guard(runtime_, ordinal_);
-  const auto submitted = releases_.copy_until_released(dst, src, nbytes, std::move(release));
-  runtime_.check(static_cast<hipError_t>(submitted.waited), CallKind::work,
-                 "hipStreamSynchronize(stream = device %d's stream) before queuing more than %llu "
-                 "stream callbacks",
-                 ordinal_, static_cast<ull>(kCallbacksPerWait));
-  runtime_.check(static_cast<hipError_t>(submitted.copied), CallKind::work,
-                 "hipMemcpyHtoDAsync(dst = 0x%llx, src = %p, sizeBytes = %llu, stream = device "
-                 "%d's stream)",
-                 static_cast<ull>(dst), src, static_cast<ull>(nbytes), ordinal_);
-  runtime_.check(static_cast<hipError_t>(submitted.released), CallKind::work,
-                 "hipStreamAddCallback(stream = device %d's stream) after a copy of %llu bytes",
-                 ordinal_, static_cast<ull>(nbytes));
-}
-
-void HipDevice::copy_to_host(void* dst, uint64_t src, uint64_t nbytes) {
-  allocations_.require_range(src, nbytes, "source");
-  DeviceGuard guard(runtime_, ordinal_);
-  runtime_.check(static_cast<hipError_t>(releases_.submit([&] {
-                   return runtime_.hipMemcpyDtoHAsync(dst, device_pointer(src), nbytes, stream_);
-                 })),
-                 CallKind::work,
-                 "hipMemcpyDtoHAsync(dst = %p, src = 0x%llx, sizeBytes = %llu, stream = device "
-                 "%d's stream)",
-                 dst, static_cast<ull>(src), static_cast<ull>(nbytes), ordinal_);
-  runtime_.check(static_cast<hipError_t>(releases_.wait_until_over()), CallKind::work,
-                 "hipStreamSynchronize(stream = device %d's stream) after a copy of %llu bytes",
-                 ordinal_, static_cast<ull>(nbytes));
-}
-
-void HipDevice::synchronize() {
-  DeviceGuard guard(runtime_, ordinal_);
-  runtime_.check(static_cast<hipError_t>(releases_.wait_until_over()), CallKind::work,
-                 "hipStreamSynchronize(stream = device %d's stream)", ordinal_);
-}
-
-void HipDevice::quiesce() noexcept {
-  DeviceGuard guard(runtime_, ordinal_, std::nothrow);
-  releases_.quiesce(guard.active());
-}
-
-int HipDevice::enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept {
+// From pageable memory HIP copies before returning, from pinned memory
+// later: StreamDevice waits for the stream after a copy during the call.
+int HipStream::enqueue_copy(uint64_t dst, const void* src, uint64_t nbytes) noexcept {
   // hipMemcpyHtoDAsync takes a non-const source; it only reads it.
-  return runtime_.hipMemcpyHtoDAsync(device_pointer(dst), const_cast<void*>(src), nbytes,
-                                     stream_);
+  return runtime_.hipMemcpyHtoDAsync(device_pointer(dst), const_cast<void*>(src), nbytes, stream_);
 }
 
-int HipDevice::enqueue_release(plugin::ReleaseQueue& releases) noexcept {
-  return runtime_.hipStreamAddCallback(stream_, &HipDevice::release_oldest, &releases, 0);
+int HipStream::enqueue_release(plugin::ReleaseQueue& releases) noexcept {
+  return runtime_.hipStreamAddCallback(stream_, &HipStream::release_oldest, &releases, 0);
 }
 
-int HipDevice::wait() noexcept { return runtime_.hipStreamSynchronize(stream_); }
+int HipStream::wait() noexcept { return runtime_.hipStreamSynchronize(stream_); }
 
-HipDevice::State HipDevice::query() noexcept {
-  switch (runtime_.hipStreamQuery(stream_)) {
-    case hipSuccess:
-      return State::idle;
-    case hipErrorNotReady:
-      return State::busy;
-    default:
-      return State::lost;
-  }
+HipStream::State HipStream::query() noexcept {
+  return plugin::stream_state(runtime_.hipStreamQuery(stream_), hipErrorNotReady);
 }
 
-void HipDevice::destroy() noexcept {
+void HipStream::destroy() noexcept {
   static_cast<void>(give_back([&] { return runtime_.hipStreamDestroy(stream_); }));
 }
 
@@ -206,7 +160,7 @@ void HipDevice::destroy() noexcept {
 // callback runs only once the copy before it is over, so that copy no
 // longer reads its source. (A fault in device work ends the process in
 // ROCr up to ROCm 6; see docs/plugins/hip.md.)
-void HipDevice::release_oldest(hipStream_t, hipError_t, void* releases) {
+void HipStream::release_oldest(hipStream_t, hipError_t, void* releases) {
   static_cast<plugin::ReleaseQueue*>(releases)->complete_oldest();
 }
 
@@ -219,5 +173,15 @@ std::vector<std::unique_ptr<HipDevice>> open_devices(const Runtime& runtime) {
   }
   return devices;
 }
+
+std::string HipHostMemory::call_text(RuntimeCall call, const plugin::CallArguments& args) const {
+  return hip_call_text(call, -1, args);
+}
+
+int HipHostMemory::allocate_host(uint64_t nbytes, void*& host) const noexcept {
+  return runtime_.hipHostMalloc(&host, nbytes, hipHostMallocPortable);
+}
+
+int HipHostMemory::free_host(void* host) const noexcept { return runtime_.hipHostFree(host); }
 
 }  // namespace devalloc::hip

@@ -3,7 +3,6 @@
 #include "hip_device.hpp"
 
 #include <devalloc/plugin_kit/device_instance.hpp>
-#include <devalloc/plugin_kit/give_back.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
 
 #include <memory>
@@ -17,9 +16,6 @@
 namespace devalloc::hip {
 namespace {
 
-using plugin::CallKind;
-using plugin::give_back;
-
 // A base before the devices, so that the runtime is opened before them and
 // closed after them, also when a constructor throws.
 struct RuntimeHolder {
@@ -30,15 +26,14 @@ struct RuntimeHolder {
 class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<HipDevice> {
  public:
   explicit HipInstance(const std::vector<std::string>& libraries)
-      : RuntimeHolder(libraries), DeviceInstance(open_devices(runtime_)) {}
+      : RuntimeHolder(libraries),
+        DeviceInstance(open_devices(runtime_)),
+        staging_(std::make_unique<plugin::PinnedStaging<HipHostMemory>>(HipHostMemory(runtime_))) {}
 
   ~HipInstance() override {
     // Staging memory may be the source of copies still in flight.
     quiesce_devices();
-    staging_.for_each([this](void* host, uint64_t) {
-      static_cast<void>(give_back([&] { return runtime_.hipHostFree(host); }));
-    });
-    staging_.clear();
+    staging_.reset();
     devices_.clear();
   }
 
@@ -46,29 +41,11 @@ class HipInstance final : private RuntimeHolder, public plugin::DeviceInstance<H
     return DEVALLOC_CAPABILITY_ASYNC_COPY | DEVALLOC_CAPABILITY_HOST_STAGING;
   }
 
-  void* allocate_host(uint64_t nbytes) override {
-    void* host = nullptr;
-    // Portable: pinned for every device, not only the current one.
-    const std::string call =
-        plugin::format("hipHostMalloc(size = %llu, flags = hipHostMallocPortable)",
-                       static_cast<unsigned long long>(nbytes));
-    runtime_.check(runtime_.hipHostMalloc(&host, nbytes, hipHostMallocPortable),
-                   CallKind::host_allocation, "%s", call.c_str());
-    plugin::require_memory(host != nullptr, call, "hipSuccess");
-    staging_.adopt(
-        host, nbytes,
-        [this](void* p) { static_cast<void>(give_back([&] { return runtime_.hipHostFree(p); })); },
-        call);
-    return host;
-  }
-  void free_host(void* host) override {
-    staging_.free(host, [this](void* p) {
-      runtime_.check(runtime_.hipHostFree(p), CallKind::work, "hipHostFree(ptr = %p)", p);
-    });
-  }
+  void* allocate_host(uint64_t nbytes) override { return staging_->allocate(nbytes); }
+  void free_host(void* host) override { staging_->free(host); }
 
  private:
-  plugin::StagingTable staging_;
+  std::unique_ptr<plugin::PinnedStaging<HipHostMemory>> staging_;
 };
 
 struct HipPlugin {

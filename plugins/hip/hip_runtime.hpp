@@ -9,7 +9,7 @@
 
 #include <hip/hip_runtime_api.h>
 
-#include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/runtime_calls.hpp>
 #include <devalloc/plugin_kit/runtime_library.hpp>
 
 #include <string>
@@ -42,7 +42,9 @@ namespace devalloc::hip {
   X(hipHostMalloc, hipError_t(void**, size_t, unsigned int))                  \
   X(hipHostFree, hipError_t(void*))
 
-class Runtime {
+// check() (runtime_calls.hpp) turns a failed call into a Failure.
+class Runtime
+    : public plugin::CheckedRuntime<Runtime, hipError_t, hipSuccess, hipErrorOutOfMemory> {
  public:
   // Opens the first of `libraries` that dlopen opens and looks up every
   // entry point. Throws Failure (RUNTIME_UNAVAILABLE) with the dlerror text
@@ -51,10 +53,6 @@ class Runtime {
 
   // "hipErrorOutOfMemory (out of memory)"
   std::string describe(hipError_t result) const;
-  // Throws Failure unless result is hipSuccess: "<call> failed:
-  // <describe(result)>", the call printf-formatted; the status follows kind.
-  void check(hipError_t result, plugin::CallKind kind, const char* call_format, ...) const
-      __attribute__((format(printf, 4, 5)));
 
  private:
   plugin::RuntimeLibrary library_;

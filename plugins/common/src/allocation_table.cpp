@@ -50,7 +50,7 @@ std::optional<Failure> AllocationTable::overlap(uint64_t address, uint64_t nbyte
                         it->second.nbytes)};
 }
 
-uint64_t AllocationTable::claim(uint64_t address) {
+AllocationTable::Allocation AllocationTable::claim(uint64_t address) {
   std::lock_guard lock(mutex_);
   auto it = live_.find(address);
   if (it == live_.end() || it->second.freeing) {
@@ -58,7 +58,7 @@ uint64_t AllocationTable::claim(uint64_t address) {
                   format("0x%" PRIx64 " is not %s", address, live_name_)};
   }
   it->second.freeing = true;
-  return it->second.base;
+  return Allocation{address, it->second.nbytes, it->second.base};
 }
 
 void AllocationTable::unclaim(uint64_t address) noexcept {

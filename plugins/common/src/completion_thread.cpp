@@ -24,7 +24,7 @@ void CompletionThread::push(Complete complete, Release release) {
     // Filled once it is in, as in ReleaseQueue::push: if making room
     // throws, the release fires with the parameter, outside the lock.
     jobs_.push_back(Job{});
-    jobs_.back().complete.swap(complete);
+    jobs_.back().complete = std::move(complete);
     jobs_.back().release = std::move(release);
     ++pushed_;
   }

@@ -6,6 +6,7 @@
 
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace devalloc::plugin {
@@ -105,6 +106,42 @@ TEST(AllocationTable, LiveBytes_CountWhatWasAskedForUntilFreedAndSurviveAFailedF
   table.clear();
   EXPECT_EQ(table.live_bytes(), 0u);
   (void)b;
+}
+
+TEST(StagingTable, GivenALiveBuffer_WhenFreed_ThenTheFreeGetsTheBufferAndItsSize) {
+  StagingTable table;
+  alignas(64) static char buffers[2][4096];
+  table.adopt(buffers[0], 4096, [](void*, uint64_t) {});
+  table.adopt(buffers[1], 100, [](void*) {});
+  std::vector<std::pair<void*, uint64_t>> freed;
+  table.free(buffers[1], [&](void* p, uint64_t nbytes) { freed.emplace_back(p, nbytes); });
+  table.free(buffers[0], [&](void* p, uint64_t nbytes) { freed.emplace_back(p, nbytes); });
+  const std::vector<std::pair<void*, uint64_t>> expected = {{buffers[1], 100},
+                                                            {buffers[0], 4096}};
+  EXPECT_EQ(freed, expected);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+TEST(StagingTable, GivenAFreeThatTakesThePointerAlone_WhenFreed_ThenItIsCalledWithThePointer) {
+  StagingTable table;
+  static char buffer[64];
+  table.adopt(buffer, sizeof buffer, [](void*) {});
+  void* freed = nullptr;
+  table.free(buffer, [&](void* p) { freed = p; });
+  EXPECT_EQ(freed, buffer);
+  EXPECT_THROW(table.free(buffer, [](void*, uint64_t) {}), Failure);
+}
+
+TEST(AllocationTable, GivenAFreeThatTakesTheSize_WhenFreed_ThenItGetsTheBaseAndTheBytesAskedFor) {
+  AllocationTable table;
+  const uint64_t address = table.adopt(0x10100, 100, 4096, [](uint64_t, uint64_t) {});
+  uint64_t base = 0, nbytes = 0;
+  table.free(address, [&](uint64_t b, uint64_t n) {
+    base = b;
+    nbytes = n;
+  });
+  EXPECT_EQ(base, 0x10100u);
+  EXPECT_EQ(nbytes, 100u);
 }
 
 TEST(AllocationTable, OverflowingAlignedSize_IsOutOfDeviceMemory) {

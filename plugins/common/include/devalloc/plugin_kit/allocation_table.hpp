@@ -13,9 +13,21 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace devalloc::plugin {
+
+// Calls free_fn(handle, nbytes), or free_fn(handle) when it takes the
+// handle alone: how the tables below call a runtime's free.
+template <class FreeFn, class Handle>
+void call_free(FreeFn& free_fn, Handle handle, uint64_t nbytes) {
+  if constexpr (std::is_invocable_v<FreeFn&, Handle, uint64_t>) {
+    free_fn(handle, nbytes);
+  } else {
+    free_fn(handle);
+  }
+}
 
 inline bool is_power_of_two(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 inline uint64_t align_up(uint64_t value, uint64_t alignment) {
@@ -41,8 +53,9 @@ class AllocationTable {
 
   // Records the runtime allocation `base` (of at least
   // over_allocation(nbytes, alignment, ...) bytes) and returns the aligned
-  // address inside it. If recording throws, calls free_base(base) first:
-  // a bad_alloc here never leaks the runtime's memory.
+  // address inside it. If recording throws, calls free_base(base, nbytes)
+  // (or free_base(base), for a runtime whose free takes the base alone)
+  // first: a bad_alloc here never leaks the runtime's memory.
   // Memory that overlaps a live allocation is not handed out twice
   // (PLUGIN-12): the runtime gave again what a free that reported failure
   // had freed after all. Throws Failure(DEVICE_ERROR) naming `call` (the
@@ -61,22 +74,24 @@ class AllocationTable {
         live_bytes_ += nbytes;
       }
     } catch (...) {
-      free_base(base);
+      call_free(free_base, base, nbytes);
       throw;
     }
     if (twice) throw std::move(*twice);
     return address;
   }
 
-  // Frees the allocation at address with free_base(base): the entry is
-  // removed only once free_base returned, and kept (and freeable again) if
-  // it threw. Throws Failure(INVALID_ARGUMENT, PLUGIN-12) for an address
-  // that is not live or is being freed by another thread.
+  // Frees the allocation at address with free_base(base, nbytes) (nbytes
+  // as recorded: without the slack of over_allocation), or
+  // free_base(base): the entry is removed only once free_base returned, and
+  // kept (and freeable again) if it threw. Throws Failure(INVALID_ARGUMENT,
+  // PLUGIN-12) for an address that is not live or is being freed by another
+  // thread.
   template <class FreeBase>
   void free(uint64_t address, FreeBase&& free_base) {
-    const uint64_t base = claim(address);
+    const Allocation claimed = claim(address);
     try {
-      free_base(base);
+      call_free(free_base, claimed.base, claimed.nbytes);
     } catch (...) {
       unclaim(address);
       throw;
@@ -116,7 +131,7 @@ class AllocationTable {
   // allocation; mutex_ held.
   std::optional<Failure> overlap(uint64_t address, uint64_t nbytes,
                                  const std::string& call) const;
-  uint64_t claim(uint64_t address);
+  Allocation claim(uint64_t address);
   void unclaim(uint64_t address) noexcept;
   void erase(uint64_t address) noexcept;
 
@@ -130,16 +145,23 @@ class AllocationTable {
 // pointers are live, and whether a copy's source lies in one of them.
 class StagingTable {
  public:
-  // As AllocationTable::adopt, `call` naming the runtime call that gave it.
+  // As AllocationTable::adopt, `call` naming the runtime call that gave it:
+  // free_buffer(buffer, nbytes), or free_buffer(buffer) for a runtime whose
+  // free needs no size, frees it if recording throws.
   template <class FreeBuffer>
   void adopt(void* buffer, uint64_t nbytes, FreeBuffer&& free_buffer,
              const std::string& call = {}) {
-    table_.adopt(address(buffer), nbytes, 1, [&](uint64_t) { free_buffer(buffer); }, call);
+    table_.adopt(
+        address(buffer), nbytes, 1,
+        [&](uint64_t, uint64_t size) { call_free(free_buffer, buffer, size); }, call);
   }
-  // Throws Failure(INVALID_ARGUMENT) for a pointer not from adopt().
+  // Frees buffer with free_buffer(buffer, nbytes) (munmap needs the size),
+  // or free_buffer(buffer), as AllocationTable::free. Throws
+  // Failure(INVALID_ARGUMENT) for a pointer not from adopt().
   template <class FreeBuffer>
   void free(void* buffer, FreeBuffer&& free_buffer) {
-    table_.free(address(buffer), [&](uint64_t) { free_buffer(buffer); });
+    table_.free(address(buffer),
+                [&](uint64_t, uint64_t size) { call_free(free_buffer, buffer, size); });
   }
   // True when [p, p + nbytes) lies in one staging buffer.
   bool holds(const void* p, uint64_t nbytes) const noexcept {

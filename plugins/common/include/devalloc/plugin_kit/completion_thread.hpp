@@ -6,11 +6,11 @@
 #pragma once
 
 #include <devalloc/plugin_kit/release.hpp>
+#include <devalloc/plugin_kit/unique_function.hpp>
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,8 +21,10 @@ namespace devalloc::plugin {
 class CompletionThread {
  public:
   // Waits until one piece of work is over (an event signalled, a copy
-  // performed); throws Failure when it failed. Runs on the worker thread.
-  using Complete = std::function<void()>;
+  // performed); throws Failure when it failed. Runs on the worker thread,
+  // once; move-only, so that it may own what the work needs (a Release, a
+  // promise), and destroyed on the worker once it has run.
+  using Complete = UniqueFunction<void()>;
 
   CompletionThread();
   // Completes and releases every pending job, then joins the worker.
