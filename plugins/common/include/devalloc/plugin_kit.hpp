@@ -10,11 +10,16 @@
 #include <devalloc/plugin_kit/completion_thread.hpp>
 #include <devalloc/plugin_kit/device_instance.hpp>
 #include <devalloc/plugin_kit/error.hpp>
+#include <devalloc/plugin_kit/fence_releases.hpp>
 #include <devalloc/plugin_kit/give_back.hpp>
 #include <devalloc/plugin_kit/instance.hpp>
 #include <devalloc/plugin_kit/options.hpp>
+#include <devalloc/plugin_kit/pinned_staging.hpp>
 #include <devalloc/plugin_kit/plugin_entry.hpp>
 #include <devalloc/plugin_kit/release.hpp>
 #include <devalloc/plugin_kit/release_queue.hpp>
+#include <devalloc/plugin_kit/runtime_calls.hpp>
 #include <devalloc/plugin_kit/runtime_library.hpp>
+#include <devalloc/plugin_kit/stream_device.hpp>
 #include <devalloc/plugin_kit/stream_releases.hpp>
+#include <devalloc/plugin_kit/unique_function.hpp>
