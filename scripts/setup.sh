@@ -11,6 +11,9 @@ packages=(
   libamdhip64-dev
   clang-14 libclang-rt-14-dev
   libze-dev libze1
+  mesa-vulkan-drivers libvulkan1 libvulkan-dev
+  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers
+  ccache
 )
 # libamdhip64-dev: the HIP plugin's headers, and the real runtime whose
 # no-device answer a test checks (the plugin opens it at run time).
@@ -19,6 +22,8 @@ packages=(
 # toolkit (as under /usr/local/cuda) and skipped otherwise.
 # The Level Zero plugin needs the headers of libze-dev; its tests run the
 # fake driver (tests/fakes/level_zero) under Debian's real loader from libze1.
+# Vulkan (Mesa's lavapipe) and OpenCL (PoCL) are real drivers that run on the
+# CPU: the vulkan and opencl plugins' tests load through them.
 
 missing=()
 for p in "${packages[@]}"; do

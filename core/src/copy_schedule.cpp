@@ -39,14 +39,10 @@ constexpr uint64_t kDirectIoAlign = 4096;
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
-// ABI 1.1 HOST_ADDRESSABLE, read only when the loader reports it.
-template <class Caps>
-bool host_addressable(const Caps& caps) {
-  if constexpr (requires { caps.host_addressable; }) {
-    return caps.host_addressable;
-  } else {
-    return false;
-  }
+// The alignment copy sources of a plugin need (ABI 1.2, PLUGIN-23): 1 when
+// it states none.
+uint64_t source_alignment(const Capabilities& caps) {
+  return std::max<uint64_t>(1, caps.copy_src_alignment);
 }
 
 std::string tensors_text(const CopyStep& s) {
@@ -415,7 +411,10 @@ Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
 
 struct QueueContext {
   const DeviceCopyQueue* queue = nullptr;
+  // Read straight into device memory: at its address (HOST_ADDRESSABLE) or
+  // through a mapping of the buffer (HOST_MAPPABLE, `mapped`).
   bool direct = false;
+  bool mapped = false;
   size_t ring = 0;
   // Plugin::synchronize_failures of the device before the first copy: a
   // failure reported to another caller's synchronize meanwhile may have
@@ -479,6 +478,7 @@ class Pipeline {
         for (Ring& r : ledger_->rings) r.free_slots();
       }
     }
+    (void)unmap_buffers();
     for (int fd : direct_fds_) ::close(fd);
   }
 
@@ -493,6 +493,12 @@ class Pipeline {
   };
 
   Status set_up();
+  // Maps the span of each buffer that a mapped queue's steps cover
+  // (PLUGIN-22); unmap_buffers ends every mapping made, once, and returns
+  // the first failure: until it returned, the writes need not be on the
+  // device.
+  Status map_buffers();
+  Status unmap_buffers();
   Status make_ring(Ring& ring, uint64_t budget);
   void open_direct_io();
   void work();
@@ -532,6 +538,18 @@ class Pipeline {
   std::vector<std::once_flag> start_once_;
   std::map<const MappedFile*, int> direct_io_fd_;
   std::vector<int> direct_fds_;
+  struct Mapping {
+    const ResolvedDevice* device = nullptr;
+    const DeviceBuffer* buffer = nullptr;
+    uint64_t offset = 0;  // of the span in the buffer
+    uint64_t nbytes = 0;
+    std::byte* host = nullptr;
+  };
+  std::vector<Mapping> mappings_;
+  std::map<const DeviceBuffer*, size_t> mapping_of_;  // index into mappings_
+  // Pieces whose O_DIRECT read left them off the plugin's source alignment,
+  // moved to the slot's start before the copy (PLUGIN-23).
+  std::atomic<uint64_t> realigned_pieces_{0};
   ReadMode read_ = ReadMode::mmap;  // as configured (automatic resolved by chooser_)
   ReadChooser chooser_;
   bool direct_io_fallback_ = false;
@@ -657,6 +675,16 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
   uint64_t payload =
       std::min({budget, std::clamp(budget / 4, kMinSlotBytes, kMaxSlotBytes),
                 std::max(kMinSlotBytes, round_up(largest_step, kMinSlotBytes))});
+  // The plugin's DMA constraints (ABI 1.2, PLUGIN-23): no piece larger than
+  // one transfer, pieces a multiple of the preferred transfer and of the
+  // source alignment, so that every piece of a step starts aligned.
+  const Capabilities& caps = ring.plugin->capabilities();
+  const uint64_t alignment = source_alignment(caps);
+  if (caps.copy_max_bytes != 0) payload = std::min(payload, caps.copy_max_bytes);
+  if (caps.copy_preferred_bytes != 0 && payload >= caps.copy_preferred_bytes) {
+    payload -= payload % caps.copy_preferred_bytes;
+  }
+  if (payload >= alignment) payload -= payload % alignment;
   uint64_t pieces = 0;
   for (size_t qi : ring.queues) {
     for (const CopyStep& s : queues_[qi].steps) pieces += (s.nbytes + payload - 1) / payload;
@@ -666,16 +694,20 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
   // Pinned memory from allocate_host has no alignment the ABI promises, and
   // O_DIRECT reads into it must start on a block: a slot of it is taken
   // from a block's length more and starts at the first aligned byte.
-  uint64_t slack = 0;
+  // A slot starts on the plugin's source alignment too.
+  uint64_t slot_alignment = alignment;
+  uint64_t slack = pinned && alignment > 1 ? alignment : 0;
   if (read_ == ReadMode::direct_io) {
     // Room to read whole aligned blocks around any range.
     capacity = round_up(payload, kDirectIoAlign) + 2 * kDirectIoAlign;
-    slack = pinned ? kDirectIoAlign : 0;
+    slot_alignment = std::max(alignment, kDirectIoAlign);
+    slack = pinned ? slot_alignment : 0;
     if (capacity + slack > budget) {
       read_ = ReadMode::pread;
       direct_io_fallback_ = true;
       capacity = payload;
-      slack = 0;
+      slot_alignment = alignment;
+      slack = pinned && alignment > 1 ? alignment : 0;
     }
   }
   const uint64_t count = std::max<uint64_t>(1, std::min(budget / (capacity + slack), pieces));
@@ -720,12 +752,13 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
       slot.memory = slot.allocation;
       if (slack > 0) {
         const auto at = reinterpret_cast<uintptr_t>(slot.allocation);
-        slot.memory += round_up(at, kDirectIoAlign) - at;
+        slot.memory += round_up(at, slot_alignment) - at;
       }
       slot.from_plugin = true;
     } else {
+      const uint64_t heap_alignment = std::max(kDirectIoAlign, slot_alignment);
       slot.allocation = static_cast<std::byte*>(
-          std::aligned_alloc(kDirectIoAlign, round_up(capacity, kDirectIoAlign)));
+          std::aligned_alloc(heap_alignment, round_up(capacity, heap_alignment)));
       slot.memory = slot.allocation;
       if (slot.memory == nullptr) {
         return Status(StatusCode::out_of_host_memory,
@@ -775,6 +808,54 @@ void Pipeline::open_direct_io() {
   }
 }
 
+Status Pipeline::map_buffers() {
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    if (!contexts_[qi].mapped) continue;
+    // The span of each buffer the queue's steps write.
+    std::map<const DeviceBuffer*, std::pair<uint64_t, uint64_t>> spans;
+    for (const CopyStep& s : queues_[qi].steps) {
+      auto [it, fresh] = spans.try_emplace(s.buffer, s.buffer_offset, s.buffer_offset + s.nbytes);
+      if (!fresh) {
+        it->second.first = std::min(it->second.first, s.buffer_offset);
+        it->second.second = std::max(it->second.second, s.buffer_offset + s.nbytes);
+      }
+    }
+    const ResolvedDevice& device = queues_[qi].device;
+    mappings_.reserve(mappings_.size() + spans.size());
+    for (const auto& [buffer, span] : spans) {
+      const uint64_t nbytes = span.second - span.first;
+      Result<void*> host =
+          device.plugin->map_to_host(device.device, buffer->address() + span.first, nbytes);
+      if (!host.ok()) {
+        return host.status().with_context(
+            "mapping bytes " + std::to_string(span.first) + ".." + std::to_string(span.second) +
+            " of buffer " + std::to_string(buffer->memory_id()) + " on " + device.describe() +
+            " into the host ([load] direct = false reads through staging instead)");
+      }
+      mappings_.push_back(
+          Mapping{&device, buffer, span.first, nbytes, static_cast<std::byte*>(*host)});
+      mapping_of_[buffer] = mappings_.size() - 1;
+    }
+  }
+  return Status();
+}
+
+Status Pipeline::unmap_buffers() {
+  Status first;
+  for (const Mapping& m : mappings_) {
+    Status s = m.device->plugin->unmap_from_host(m.device->device, m.host);
+    if (!s.ok() && first.ok()) {
+      first = s.with_context("unmapping bytes " + std::to_string(m.offset) + ".." +
+                             std::to_string(m.offset + m.nbytes) + " of buffer " +
+                             std::to_string(m.buffer->memory_id()) + " on " +
+                             m.device->describe() + " (its bytes may not be on the device)");
+    }
+  }
+  mappings_.clear();
+  mapping_of_.clear();
+  return first;
+}
+
 Status Pipeline::set_up() {
   read_ = options_.read;
   Ledger& ledger = *ledger_;
@@ -789,7 +870,9 @@ Status Pipeline::set_up() {
     ledger.devices.push_back(&q.device);
     QueueContext c;
     c.queue = &q;
-    c.direct = options_.direct && host_addressable(q.device.plugin->capabilities());
+    const Capabilities& caps = q.device.plugin->capabilities();
+    c.direct = options_.direct && (caps.host_addressable || caps.host_mappable);
+    c.mapped = c.direct && !caps.host_addressable;
     if (!c.direct) {
       c.synchronize_mark = q.device.plugin->synchronize_failures(q.device.device);
       Plugin* plugin = q.device.plugin.get();
@@ -803,12 +886,19 @@ Status Pipeline::set_up() {
     }
     contexts_.push_back(c);
   }
+  if (Status s = map_buffers(); !s.ok()) return s;
   if (read_ == ReadMode::direct_io) open_direct_io();
   // direct_io reads staged pieces only; direct reads use pread.
   chooser_.start(read_ == ReadMode::direct_io ? ReadMode::pread : read_);
   // One budget, shared by the rings.
+  // At least one slot of kMinSlotBytes per ring, whatever [load] staging
+  // says: pieces are at most one slot, and each costs a piece and a ticket
+  // of bookkeeping (about 140 bytes), so a smaller slot would make the
+  // bookkeeping outgrow the model (docs/config.md).
   const uint64_t budget =
-      ledger.rings.empty() ? 0 : std::max<uint64_t>(1, options_.staging_bytes / ledger.rings.size());
+      ledger.rings.empty()
+          ? 0
+          : std::max<uint64_t>(kMinSlotBytes, options_.staging_bytes / ledger.rings.size());
   for (Ring& ring : ledger.rings) {
     if (Status s = make_ring(ring, budget); !s.ok()) return s;
   }
@@ -1009,8 +1099,14 @@ Status Pipeline::wait_released(std::unique_lock<std::mutex>& lock, size_t qi,
 
 Status Pipeline::direct_piece(const Piece& p) {
   const CopyStep& s = *p.step;
-  auto* dst = reinterpret_cast<std::byte*>(
-      static_cast<uintptr_t>(s.buffer->address() + s.buffer_offset + p.offset));
+  std::byte* dst = nullptr;
+  if (contexts_[p.queue].mapped) {
+    const Mapping& m = mappings_[mapping_of_.at(s.buffer)];
+    dst = m.host + (s.buffer_offset - m.offset) + p.offset;
+  } else {
+    dst = reinterpret_cast<std::byte*>(
+        static_cast<uintptr_t>(s.buffer->address() + s.buffer_offset + p.offset));
+  }
   // O_DIRECT wants aligned destinations the device memory need not have:
   // direct_io reads direct pieces with pread.
   return read_piece(chooser_, *s.file, dst, s.file_offset + p.offset, p.nbytes);
@@ -1040,6 +1136,15 @@ Status Pipeline::staged_piece(const Piece& p) {
                         std::to_string(offset + p.nbytes) + " (was it truncated?)");
     }
     payload = slot.memory + (offset - start);
+    // The block read left the piece where the plugin would bounce it
+    // (PLUGIN-23): one move within the slot puts it on the slot's start,
+    // which is aligned for it.
+    const uint64_t alignment = source_alignment(ledger.rings[c.ring].plugin->capabilities());
+    if (read.ok() && reinterpret_cast<uintptr_t>(payload) % alignment != 0) {
+      std::memmove(slot.memory, payload, p.nbytes);
+      payload = slot.memory;
+      ++realigned_pieces_;
+    }
   }
   Ticket* ticket = nullptr;
   {
@@ -1227,6 +1332,11 @@ Status Pipeline::report_progress(uint64_t nbytes) {
 // Synchronizes every device, then waits for every release.
 void Pipeline::finish() {
   Ledger& ledger = *ledger_;
+  // Every loading thread is done writing through the mappings.
+  if (Status s = unmap_buffers(); !s.ok()) {
+    std::lock_guard lock(ledger.mutex);
+    ledger.fail(std::move(s));
+  }
   for (size_t qi = 0; qi < queues_.size(); ++qi) {
     const ResolvedDevice& device = queues_[qi].device;
     uint64_t last = 0;
@@ -1295,6 +1405,15 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
                   : std::max<uint32_t>(static_cast<uint32_t>(queues_.size()),
                                        std::min(cores, 4u));
     threads = static_cast<uint32_t>(std::min<size_t>(threads, claims_.size() - 1));
+    // A staged piece holds a slot from its read to its release: threads
+    // beyond the slots would only wait for one ([load] threads = 1024 with
+    // one slot made millions of context switches). Direct reads need none.
+    bool any_direct = false;
+    for (const QueueContext& c : contexts_) any_direct |= c.direct;
+    uint64_t slots = 0;
+    for (const Ring& r : ledger_->rings) slots += r.slots.size();
+    const uint64_t useful = slots + (any_direct ? std::max(cores, 4u) : 0);
+    threads = static_cast<uint32_t>(std::min<uint64_t>(threads, std::max<uint64_t>(1, useful)));
     std::vector<std::thread> pool;
     if (threads > 1) {
       try {
@@ -1375,6 +1494,7 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
                                                                           : chooser_.current();
     pipeline->read_measured = chooser_.measured();
     pipeline->direct_io_fallback = direct_io_fallback_;
+    pipeline->realigned_pieces = realigned_pieces_;
   }
   if (stats != nullptr) {
     {

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # One plan over several vendor plugins and the host plugin at once: the
 # example model's first layer goes to <plugin1>:0, its second layer to
-# <plugin2>:0, its embedding to <plugin3>:0 (as many as are given), the rest
-# to host; `devalloc load --verify` must place each on its own plugin's fake
-# device (no fallback) and verify, with every fake strict.
+# <plugin2>:0, its embedding to <plugin3>:0, its output head to <plugin4>:0,
+# its final norm to <plugin5>:0 (as many as are given), the rest to host;
+# `devalloc load --verify` must place each on its own plugin's device (no
+# fallback) and verify, with every fake strict. A plugin over a real driver
+# (vulkan, opencl) is given as PLUGIN== : no runtime library, nothing strict.
 # Usage: multi_vendor_load_test.sh DEVALLOC PYTHON MAKE_MODEL.py
-#          PLUGIN=FAKE_LIBRARY=STRICT_VARIABLE...   (one to three)
+#          PLUGIN=FAKE_LIBRARY=STRICT_VARIABLE...   (one to five)
 set -euo pipefail
 devalloc=$1 python=$2 make_model=$3
 shift 3
-groups=("model.layers.0.*" "model.layers.1.*" "model.embed_tokens.*")
+groups=("model.layers.0.*" "model.layers.1.*" "model.embed_tokens.*" "lm_head.*"
+        "model.norm.*")
 if [[ $# -lt 1 || $# -gt ${#groups[@]} ]]; then
-  echo "usage: $0 DEVALLOC PYTHON MAKE_MODEL PLUGIN=FAKE=STRICT_VAR... (1 to 3)" >&2
+  echo "usage: $0 DEVALLOC PYTHON MAKE_MODEL PLUGIN=FAKE=STRICT_VAR... (1 to 5)" >&2
   exit 2
 fi
 work=$(mktemp -d)
@@ -25,9 +28,11 @@ for i in "${!specs[@]}"; do
   IFS== read -r plugin fake strict <<<"$spec"
   plugins+=("$plugin")
   places+=(--place "${groups[$i]}=$plugin:0")
-  printf '[plugins.%s]\noptions = { runtime_library = "%s" }\n\n' "$plugin" "$fake" \
-    >> "$work/devalloc.toml"
-  export "$strict=1"
+  if [[ -n $fake ]]; then
+    printf '[plugins.%s]\noptions = { runtime_library = "%s" }\n\n' "$plugin" "$fake" \
+      >> "$work/devalloc.toml"
+  fi
+  if [[ -n $strict ]]; then export "$strict=1"; fi
 done
 "$devalloc" plan "$work/model.safetensors" -o "$work/plan.json" "${places[@]}" --place '*=host'
 "$devalloc" load "$work/plan.json" --config "$work/devalloc.toml" --verify --json \

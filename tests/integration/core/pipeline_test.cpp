@@ -215,6 +215,24 @@ TEST_F(PipelineLoad, GivenModelLargerThanStaging_WhenStaged_ThenCopiesComeFromAF
   EXPECT_LE(report.pipeline.max_in_flight_bytes, kStaging);
 }
 
+// A budget of one byte is one slot of 4 KiB: pieces are at most a slot, so
+// a smaller slot would make the load's bookkeeping outgrow the model (a
+// 10 MB model with staging = "1B" peaked at 1.48 GB before). And threads
+// beyond the slots would only wait for one (1024 threads on one slot made
+// millions of context switches).
+TEST_F(PipelineLoad, GivenStagingOfOneByteAndTheMostThreads_WhenStaged_ThenOneSlotOf4KiBAndOneThreadLoadIt) {
+  LoadReport report;
+  auto program =
+      Runtime::create(config_for("host", "staging = 1\nthreads = 1024\ndirect = false\n"))
+          ->load(plan_, {}, &report);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  expect_loaded_right(**program);
+  EXPECT_EQ(report.pipeline.staging_slots, 1u);
+  EXPECT_EQ(report.pipeline.slot_bytes, 4096u);
+  EXPECT_EQ(report.pipeline.threads, 1u);
+  EXPECT_EQ(report.copies, kTensors + 1);  // 4 KiB pieces, not 1-byte ones
+}
+
 // A budget far above the model costs what the model needs: no slot larger
 // than its largest range, no more slots than pieces. (Before, a budget of
 // "1TiB" allocated 131 072 slots of 8 MiB up front, and 2^64 - 1 bytes never

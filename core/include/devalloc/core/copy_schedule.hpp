@@ -8,8 +8,13 @@
 //   slot (or 8 MiB for direct reads).
 // - A pool of loading threads takes the pieces of every device interleaved,
 //   so devices load in parallel.
-// - A device whose plugin says its memory is host-addressable (ABI 1.1) is
-//   read into directly: no staging, no copy call ([load] direct).
+// - A device whose plugin says its memory is host-addressable (ABI 1.1), or
+//   maps it into the host (ABI 1.2 HOST_MAPPABLE: each buffer's span is
+//   mapped for the load and unmapped before the device is synchronized),
+//   is read into directly: no staging, no copy call ([load] direct).
+// - Staged pieces honour the plugin's DMA constraints (ABI 1.2): at most
+//   copy_max_bytes, a multiple of copy_preferred_bytes, and sources on
+//   copy_src_alignment.
 // - Otherwise a piece is read (memcpy from the mapping, pread, or O_DIRECT
 //   pread; [load] read) into a slot of a fixed ring of staging buffers,
 //   taken from the plugin's allocate_host when it offers HOST_STAGING, and
@@ -107,6 +112,10 @@ struct PipelineStats {
   // is the faster of them. False: auto fell back to mmap unmeasured.
   bool read_measured = false;
   bool direct_io_fallback = false;  // O_DIRECT refused; plain pread used
+  // Staged pieces that an O_DIRECT block read left off the plugin's source
+  // alignment (ABI 1.2, PLUGIN-23) and that were moved within their slot,
+  // so that the plugin got aligned sources only.
+  uint64_t realigned_pieces = 0;
 };
 
 struct PipelineOptions {
