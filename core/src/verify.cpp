@@ -90,7 +90,12 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
                         std::to_string(r.buffer->memory_id()) + " on " +
                         d.describe() + " differs from " + path_for_message(r.file->path().string()) +
                         " (xxh3 " + hex(on_device) + " on the device, " +
-                        hex(in_file) + " in the file)");
+                        hex(in_file) + " in the file): plugin " + d.plugin_name +
+                        " landed other bytes than it was given; to find the rule it breaks, "
+                        "run the load under the validation layer (DEVALLOC_VALIDATE=sources, "
+                        "or validate = \"sources\" under [plugins." + d.plugin_name +
+                        "]) and run `devalloc conformance " +
+                        path_for_message(d.plugin->path().string()) + "`");
     }
   }
   // Every hash agreed, with the files as they are now. They are the files

@@ -61,6 +61,11 @@ std::optional<LayerCounters> Plugin::layer_counters() const {
   return layer_->counters();
 }
 
+std::optional<LayerSettings> Plugin::layer_settings() const {
+  if (layer_ == nullptr) return std::nullopt;
+  return layer_->settings();
+}
+
 const std::string& Plugin::name() const { return library_->name(); }
 const std::string& Plugin::version() const { return library_->version(); }
 const std::filesystem::path& Plugin::path() const { return library_->path(); }
@@ -185,7 +190,19 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
       api.allocate_host != nullptr && api.free_host != nullptr;
   plugin->capabilities_.host_addressable =
       (flags & DEVALLOC_CAPABILITY_HOST_ADDRESSABLE) != 0;
+  plugin->capabilities_.host_mappable =
+      (flags & DEVALLOC_CAPABILITY_HOST_MAPPABLE) != 0 &&
+      api.struct_size >= DEVALLOC_PLUGIN_API_V1_2_SIZE && api.map_to_host != nullptr &&
+      api.unmap_from_host != nullptr;
   plugin->capabilities_.max_alignment = caps.max_alignment;
+  if (library->abi_minor() >= 2) {
+    // A constraint that is no power of two cannot be met: read as none.
+    const auto power_of_two = [](uint64_t v) { return v != 0 && (v & (v - 1)) == 0; };
+    plugin->capabilities_.copy_src_alignment =
+        power_of_two(caps.copy_src_alignment) ? caps.copy_src_alignment : 0;
+    plugin->capabilities_.copy_preferred_bytes = caps.copy_preferred_bytes;
+    plugin->capabilities_.copy_max_bytes = caps.copy_max_bytes;
+  }
 
   uint32_t count = 0;
   if (Status s = plugin->call_checked("get_device_count",
@@ -224,6 +241,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
     info.pci_bus_id = text_of(p.pci_bus_id, sizeof p.pci_bus_id);
     info.dlpack_device_type = p.dlpack_device_type;
     info.dlpack_device_id = p.dlpack_device_id;
+    if (library->abi_minor() >= 2) info.memory_kind = text_of(p.memory_kind, sizeof p.memory_kind);
     plugin->devices_.push_back(std::move(info));
   }
   plugin->synchronizes_.resize(plugin->devices_.size());
@@ -366,6 +384,40 @@ Result<std::optional<MemoryInfo>> Plugin::memory_info(uint32_t device) {
   });
   if (!s.ok()) return s;
   return std::optional<MemoryInfo>(info);
+}
+
+Result<void*> Plugin::map_to_host(uint32_t device, uint64_t address, uint64_t nbytes) {
+  if (!capabilities_.host_mappable) {
+    return Status(StatusCode::unsupported,
+                  "plugin " + name() + " cannot map device memory into the host");
+  }
+  WithSlack<devalloc_map_args> args_buffer;
+  devalloc_map_args& args = args_buffer.value;
+  args.struct_size = sizeof args;
+  args.device = device;
+  args.address = address;
+  args.nbytes = nbytes;
+  Status s = call_checked("map_to_host",
+                          [&](devalloc_error* e) { return api().map_to_host(instance_, &args, e); });
+  if (!s.ok()) return s;
+  // The host would write through it.
+  if (args.host == nullptr) {
+    return Status(StatusCode::internal,
+                  "plugin " + name() + ": map_to_host(device " + std::to_string(device) +
+                      ", nbytes " + std::to_string(nbytes) +
+                      ") returned OK without memory (a null pointer), which PLUGIN-22 forbids");
+  }
+  return args.host;
+}
+
+Status Plugin::unmap_from_host(uint32_t device, void* host) {
+  if (!capabilities_.host_mappable) {
+    return Status(StatusCode::unsupported,
+                  "plugin " + name() + " cannot map device memory into the host");
+  }
+  return call_checked("unmap_from_host", [&](devalloc_error* e) {
+    return api().unmap_from_host(instance_, device, host, e);
+  });
 }
 
 Result<void*> Plugin::allocate_host(uint64_t nbytes) {

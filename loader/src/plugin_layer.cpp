@@ -3,16 +3,20 @@
 #include "capability_flags.hpp"
 #include "guarded_call.hpp"
 
+#include <devalloc/input_text.hpp>
 #include <devalloc/status.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -64,11 +68,48 @@ std::string printed(const char* format, ...) {
 }
 
 // 64-bit FNV-1a: the source check only needs to see a change.
-uint64_t hash_of(const void* data, uint64_t nbytes) {
+constexpr uint64_t kHashStart = 1469598103934665603ull;
+uint64_t hash_more(uint64_t h, const void* data, uint64_t nbytes) {
   const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ull;
   for (uint64_t i = 0; i < nbytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+uint64_t hash_of(const void* data, uint64_t nbytes) { return hash_more(kHashStart, data, nbytes); }
+
+// What the source check writes over a released source in staging memory: a
+// plugin that reads it after the release lands these bytes on the device.
+void poison(const void* src, uint64_t nbytes) {
+  static constexpr unsigned char kPoison[8] = {0xde, 0xad, 0xbe, 0xef, 0x0b, 0xad, 0xf0, 0x0d};
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(src));
+  for (uint64_t i = 0; i < nbytes; ++i) p[i] = kPoison[i % sizeof kPoison];
+}
+
+// The destination of a checked copy is read back in pieces of this size.
+constexpr uint64_t kReadBackBytes = uint64_t{1} << 20;
+
+// Once per process and plugin: the layer is on, and with which checks.
+void announce(const std::string& plugin, const LayerSettings& settings) {
+  static std::mutex mutex;
+  static auto* announced = new std::set<std::string>();
+  std::string checks;
+  for (const std::string& name : settings.check_names()) {
+    checks += (checks.empty() ? "" : ", ") + name;
+  }
+  const std::string line = "devalloc: validation layer on for " + plugin + "; checks: " + checks;
+  std::lock_guard lock(mutex);
+  if (!announced->insert(line).second) return;
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+// The function table a caller of the layer sees is as large as the
+// negotiated minor's, and never larger than the plugin's own: a plugin that
+// negotiated 1.1 is not offered the 1.2 functions through its layer.
+size_t table_size_for(uint32_t abi_minor, size_t plugin_table_size) {
+  const size_t of_minor = abi_minor >= 2   ? DEVALLOC_PLUGIN_API_V1_2_SIZE
+                          : abi_minor == 1 ? DEVALLOC_PLUGIN_API_V1_1_SIZE
+                                           : DEVALLOC_PLUGIN_API_V1_MIN_SIZE;
+  return std::max<size_t>(DEVALLOC_PLUGIN_API_V1_MIN_SIZE,
+                          std::min(of_minor, plugin_table_size));
 }
 
 bool known_status(devalloc_status s) {
@@ -148,11 +189,35 @@ LayerSettings LayerSettings::with_environment() const {
   LayerSettings s = *this;
   const char* env = secure_getenv("DEVALLOC_VALIDATE");
   if (env == nullptr) return s;
-  const std::string_view value(env);
-  if (value.empty() || value == "0" || value == "false") return s;
+  std::string value(env, strnlen(env, 64));
+  for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (value.empty() || value == "0" || value == "false" || value == "no" || value == "off") {
+    return s;
+  }
   s.validate = true;
   if (value == "sources") s.check_sources = true;
+  if (value != "1" && value != "true" && value != "yes" && value != "on" && value != "sources") {
+    // A typo of a safety switch turns it on, and says so, once.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "devalloc: DEVALLOC_VALIDATE=%s is none of 0, false, no, off (layer off), 1, "
+                   "true, yes, on (layer on) or sources (layer on, sources checked); the "
+                   "validation layer is on\n",
+                   quote(std::string_view(env, strnlen(env, 256))).c_str());
+    });
+  }
   return s;
+}
+
+std::vector<std::string> LayerSettings::check_names() const {
+  std::vector<std::string> names;
+  if (validate) {
+    names = {"calls", "releases"};
+    if (check_sources) names.emplace_back("sources");
+  }
+  if (faults.any()) names.emplace_back("faults");
+  return names;
 }
 
 struct PluginLayer::Ticket {
@@ -190,10 +255,11 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
                          uint32_t abi_minor, std::string plugin, LayerSettings settings)
     : real_(real),
       real_instance_(real_instance),
+      abi_minor_(abi_minor),
       known_flags_(detail::capability_flags_of_minor(abi_minor)),
       plugin_(std::move(plugin)),
       settings_(settings) {
-  table_.struct_size = sizeof table_;
+  table_.struct_size = table_size_for(abi_minor, real.struct_size);
   table_.abi_major = real.abi_major;
   table_.abi_minor = real.abi_minor;
   table_.plugin_name = real.plugin_name;
@@ -221,6 +287,13 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
       real.struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_plugin_api_v1, get_memory_info) &&
       real.get_memory_info != nullptr;
   if (has_memory_info_) table_.get_memory_info = &PluginLayer::get_memory_info;
+  // ABI 1.2: likewise, and only for a plugin that negotiated 1.2.
+  has_host_mapping_ = abi_minor >= 2 && real.struct_size >= DEVALLOC_PLUGIN_API_V1_2_SIZE &&
+                      real.map_to_host != nullptr && real.unmap_from_host != nullptr;
+  if (has_host_mapping_) {
+    table_.map_to_host = &PluginLayer::map_to_host;
+    table_.unmap_from_host = &PluginLayer::unmap_from_host;
+  }
   std::lock_guard owners(g_tickets_mutex);
   live_layers().push_back(this);
 }
@@ -238,6 +311,7 @@ PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
       detail::guarded_call("get_device_count", &error, [&] {
         return real.get_device_count(real_instance, &count, &error);
       }) == DEVALLOC_STATUS_OK;
+  if (settings.validate) announce(plugin, settings);
   auto* layer = new PluginLayer(real, real_instance, abi_minor, std::move(plugin), settings);
   if (counted) layer->device_count_ = count;
   return layer;
@@ -253,6 +327,8 @@ LayerCounters PluginLayer::counters() const {
   c.pending_releases = pending_.size();
   c.breaches = breaches_;
   c.remembered_copies = tickets_.size();
+  c.pending_source_checks = source_checks_.size();
+  c.source_checks_done = source_checks_done_;
   return c;
 }
 
@@ -433,7 +509,19 @@ devalloc_status PluginLayer::get_capabilities(devalloc_instance* instance,
       capabilities->struct_size >= DEVALLOC_STRUCT_SIZE(devalloc_capabilities, flags)) {
     capabilities->flags &= layer.known_flags_;
   }
-  return layer.finish(call);
+  layer.finish(call);
+  // ABI 1.2's DMA constraints are handed on as they are; an alignment that
+  // no address can meet is the plugin's breach.
+  if (call.status == DEVALLOC_STATUS_OK && layer.abi_minor_ >= 2 &&
+      capabilities->struct_size >= DEVALLOC_CAPABILITIES_V1_2_SIZE) {
+    const uint64_t alignment = capabilities->copy_src_alignment;
+    if (alignment != 0 && (alignment & (alignment - 1)) != 0) {
+      return layer.fail_breach(call, "PLUGIN-23",
+                               "copy_src_alignment " + std::to_string(alignment) +
+                                   " is neither 0 (none) nor a power of two");
+    }
+  }
+  return call.status;
 }
 
 devalloc_status PluginLayer::get_device_count(devalloc_instance* instance, uint32_t* count,
@@ -501,6 +589,10 @@ devalloc_status PluginLayer::get_device_properties(devalloc_instance* instance, 
   if (size >= DEVALLOC_STRUCT_SIZE(devalloc_device_properties, pci_bus_id) &&
       !terminated(p->pci_bus_id, sizeof p->pci_bus_id)) {
     return layer.fail_breach(call, "PLUGIN-10", "the PCI bus id is not NUL-terminated");
+  }
+  if (layer.abi_minor_ >= 2 && size >= DEVALLOC_DEVICE_PROPERTIES_V1_2_SIZE &&
+      !terminated(p->memory_kind, sizeof p->memory_kind)) {
+    return layer.fail_breach(call, "PLUGIN-24", "the memory kind is not NUL-terminated");
   }
   if (size >= DEVALLOC_STRUCT_SIZE(devalloc_device_properties, dlpack_device_type) &&
       !known_dlpack_type(p->dlpack_device_type)) {
@@ -599,9 +691,27 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
   DEVALLOC_LAYER_ENTRY(call)
   bool known = false;
   {
-    std::lock_guard lock(layer.mutex_);
+    std::unique_lock lock(layer.mutex_);
     auto d = layer.allocations_.find(device);
-    known = d != layer.allocations_.end() && d->second.count(address) != 0;
+    const auto allocation =
+        d != layer.allocations_.end() ? d->second.find(address) : decltype(d->second.end()){};
+    known = d != layer.allocations_.end() && allocation != d->second.end();
+    // Before the plugin frees it: it may hand the range out again at once,
+    // to another thread whose bytes a read-back would then see.
+    if (known && layer.checks_sources()) {
+      const uint64_t nbytes = allocation->second;
+      layer.forget_source_checks(device, address, nbytes);
+      // A read-back of the range still running on another thread ends
+      // before the plugin frees it.
+      layer.read_back_ended_.wait(lock, [&] {
+        return std::none_of(layer.source_checks_.begin(), layer.source_checks_.end(),
+                            [&](const auto& entry) {
+                              const SourceCheck& c = entry.second;
+                              return c.reading && c.device == device && c.dst < address + nbytes &&
+                                     address < c.dst + c.nbytes;
+                            });
+      });
+    }
   }
   call.status = layer.real_.deallocate(layer.real_instance_, device, address, &call.mine);
   layer.finish(call);
@@ -615,6 +725,13 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
   auto& live = layer.allocations_[device];
   auto it = live.find(address);
   if (it != live.end()) {
+    // Its mappings end with it (PLUGIN-22), and what was copied into it
+    // is no longer there to be read back.
+    if (auto m = layer.mappings_.find(device); m != layer.mappings_.end()) {
+      std::erase_if(m->second, [&](const auto& mapping) {
+        return mapping.second.first - address < it->second;
+      });
+    }
     layer.live_bytes_ -= it->second;
     live.erase(it);
   }
@@ -646,14 +763,25 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
   const uint64_t source_hash = layer.settings_.check_sources && releases && args->src != nullptr
                                    ? hash_of(args->src, args->nbytes)
                                    : 0;
+  const bool checked = layer.checks_sources() && releases && args->src != nullptr &&
+                       args->nbytes != 0;
+  if (checked) layer.make_room_for_source_check();
   devalloc_copy_to_device_args forwarded = *args;
   bool valid = true;
+  bool into_mapping = false;
+  uint64_t ticket_id = 0;
   {
     std::unique_lock lock(layer.mutex_);
     valid = args->nbytes == 0 ||
             (args->src != nullptr && layer.device_exists(args->device) &&
              layer.inside_allocation(args->device, args->dst, args->nbytes) &&
              args->src_lifetime <= DEVALLOC_SRC_UNTIL_RELEASED);
+    if (args->nbytes != 0) {
+      into_mapping = layer.settings_.validate &&
+                     layer.overlaps_mapping(args->device, args->dst, args->nbytes);
+      // What an earlier copy put there is written over: not read back.
+      if (layer.checks_sources()) layer.forget_source_checks(args->device, args->dst, args->nbytes);
+    }
     if (layer.count_call()) {
       const std::string message = printed("fault injection: %s is call #%" PRIu64 " and fails",
                                           call.text.c_str(), layer.calls_);
@@ -677,6 +805,15 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       t.release = args->on_release;
       t.user_data = args->user_data;
       layer.pending_.emplace(t.id, &t);
+      ticket_id = t.id;
+      if (checked && valid) {
+        SourceCheck& check = layer.source_checks_[t.id];
+        check.device = args->device;
+        check.dst = args->dst;
+        check.nbytes = args->nbytes;
+        check.source_hash = source_hash;
+        check.call = call.text;
+      }
       forwarded.on_release = &PluginLayer::on_release;
       forwarded.user_data = const_cast<void*>(token);
     }
@@ -692,6 +829,24 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
     std::lock_guard lock(layer.mutex_);
     const auto it = layer.tickets_.find(forwarded.user_data);
     if (it != layer.tickets_.end()) it->second.issued = true;
+    // A failed copy lands nothing to read back.
+    if (const auto check = layer.source_checks_.find(ticket_id);
+        check != layer.source_checks_.end()) {
+      if (call.status == DEVALLOC_STATUS_OK) {
+        check->second.issued = true;
+      } else {
+        layer.source_checks_.erase(check);
+      }
+    }
+  }
+  if (into_mapping) {
+    const std::string text =
+        layer.breach("PLUGIN-22", call.text,
+                     "the caller copies into a range that is mapped into the host "
+                     "(map_to_host); the host issues no copy into a mapped range before it "
+                     "unmapped it");
+    std::lock_guard lock(layer.mutex_);
+    layer.owed_[args->device].push_back(text);
   }
   layer.finish(call);
   if (call.status == DEVALLOC_STATUS_OK && !valid) {
@@ -741,6 +896,7 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   bool fail_now = false;
   uint64_t fault_call = 0;
   std::vector<uint64_t> before;  // copies issued before the call, not released yet
+  std::vector<uint64_t> checks_before;  // source checks of copies issued before it
   {
     std::lock_guard lock(layer.mutex_);
     fail_now = layer.count_call();
@@ -748,9 +904,21 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     for (const auto& [id, ticket] : layer.pending_) {
       if (ticket->device == device && ticket->issued) before.push_back(id);
     }
+    for (const auto& [id, check] : layer.source_checks_) {
+      if (check.device == device && check.issued) checks_before.push_back(id);
+    }
   }
   call.status = layer.real_.synchronize(layer.real_instance_, device, &call.mine);
   layer.finish(call);
+  // Those copies have landed: their destinations hold what they read.
+  if (!checks_before.empty() && call.status == DEVALLOC_STATUS_OK) {
+    std::vector<std::string> texts = layer.read_back_sources(checks_before);
+    if (!texts.empty()) {
+      std::lock_guard lock(layer.mutex_);
+      auto& owed = layer.owed_[device];
+      owed.insert(owed.end(), texts.begin(), texts.end());
+    }
+  }
 
   std::string owed;
   std::string missing;       // the first copy still unreleased
@@ -758,6 +926,7 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   size_t missing_count = 0;
   size_t newly_missing_count = 0;
   bool failed_async = false;
+  std::pair<devalloc_status, std::string> unreported{DEVALLOC_STATUS_OK, {}};
   {
     std::lock_guard lock(layer.mutex_);
     for (uint64_t id : before) {
@@ -772,6 +941,11 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     }
     layer.take_owed(device, &owed);
     failed_async = layer.failed_devices_.erase(device) != 0;
+    if (const auto it = layer.unreported_failures_.find(device);
+        it != layer.unreported_failures_.end()) {
+      unreported = std::move(it->second);
+      layer.unreported_failures_.erase(it);
+    }
   }
   if (layer.settings_.validate && call.status == DEVALLOC_STATUS_OK &&
       !layer.device_exists(device)) {
@@ -812,6 +986,9 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL, "validation: " + owed);
   }
   if (call.status != DEVALLOC_STATUS_OK) return call.status;
+  if (unreported.first != DEVALLOC_STATUS_OK) {
+    return layer.fail(call, unreported.first, unreported.second);
+  }
   if (failed_async) {
     return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR,
                       printed("fault injection: a copy to device %" PRIu32
@@ -831,7 +1008,13 @@ devalloc_status PluginLayer::allocate_host(devalloc_instance* instance, uint64_t
   Call call(printed("allocate_host(nbytes %" PRIu64 ")", nbytes), error);
   DEVALLOC_LAYER_ENTRY(call)
   call.status = layer.real_.allocate_host(layer.real_instance_, nbytes, host, &call.mine);
-  return layer.finish(call);
+  layer.finish(call);
+  if (call.status == DEVALLOC_STATUS_OK && layer.checks_sources() && host != nullptr &&
+      *host != nullptr && nbytes != 0) {
+    std::lock_guard lock(layer.mutex_);
+    layer.staging_[reinterpret_cast<uintptr_t>(*host)] = nbytes;
+  }
+  return call.status;
 }
 
 devalloc_status PluginLayer::free_host(devalloc_instance* instance, void* host,
@@ -839,7 +1022,12 @@ devalloc_status PluginLayer::free_host(devalloc_instance* instance, void* host,
   Call call(printed("free_host(%p)", host), error);
   DEVALLOC_LAYER_ENTRY(call)
   call.status = layer.real_.free_host(layer.real_instance_, host, &call.mine);
-  return layer.finish(call);
+  layer.finish(call);
+  if (call.status == DEVALLOC_STATUS_OK && layer.checks_sources()) {
+    std::lock_guard lock(layer.mutex_);
+    layer.staging_.erase(reinterpret_cast<uintptr_t>(host));
+  }
+  return call.status;
 }
 
 devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32_t device,
@@ -867,6 +1055,216 @@ devalloc_status PluginLayer::get_memory_info(devalloc_instance* instance, uint32
   return call.status;
 }
 
+devalloc_status PluginLayer::map_to_host(devalloc_instance* instance, devalloc_map_args* args,
+                                         devalloc_error* error) {
+  Call call(args == nullptr
+                ? std::string("map_to_host(NULL)")
+                : printed("map_to_host(device %" PRIu32 ", address 0x%" PRIx64 ", nbytes %" PRIu64
+                          ")",
+                          args->device, args->address, args->nbytes),
+            error);
+  DEVALLOC_LAYER_ENTRY(call)
+  bool valid = false;
+  if (args != nullptr) {
+    std::lock_guard lock(layer.mutex_);
+    valid = args->nbytes != 0 && layer.device_exists(args->device) &&
+            layer.inside_allocation(args->device, args->address, args->nbytes);
+  }
+  call.status = layer.real_.map_to_host(layer.real_instance_, args, &call.mine);
+  layer.finish(call);
+  if (call.status != DEVALLOC_STATUS_OK) return call.status;
+  if (args == nullptr) return layer.fail_breach(call, "PLUGIN-22", "accepted NULL arguments");
+  if (args->host == nullptr) {
+    return layer.fail_breach(call, "PLUGIN-22", "answered OK without a host pointer");
+  }
+  if (!valid && layer.settings_.validate) {
+    // Not the caller's: it sees a failure and will not unmap it.
+    devalloc_error ignored{};
+    ignored.struct_size = sizeof ignored;
+    detail::guarded_call("unmap_from_host", &ignored, [&] {
+      return layer.real_.unmap_from_host(layer.real_instance_, args->device, args->host,
+                                         &ignored);
+    });
+    args->host = nullptr;
+    return layer.fail_breach(call, "PLUGIN-22",
+                             "mapped a range that is not inside one live allocation of the "
+                             "device (or of 0 bytes)");
+  }
+  std::lock_guard lock(layer.mutex_);
+  layer.mappings_[args->device].emplace(args->host,
+                                        std::make_pair(args->address, args->nbytes));
+  // The host writes through the mapping: an earlier copy's bytes there are
+  // not what a read-back must find.
+  if (layer.checks_sources()) layer.forget_source_checks(args->device, args->address, args->nbytes);
+  return call.status;
+}
+
+devalloc_status PluginLayer::unmap_from_host(devalloc_instance* instance, uint32_t device,
+                                             void* host, devalloc_error* error) {
+  Call call(printed("unmap_from_host(device %" PRIu32 ", host %p)", device, host), error);
+  DEVALLOC_LAYER_ENTRY(call)
+  bool live = false;
+  {
+    std::lock_guard lock(layer.mutex_);
+    const auto m = layer.mappings_.find(device);
+    live = m != layer.mappings_.end() && m->second.count(host) != 0;
+  }
+  call.status = layer.real_.unmap_from_host(layer.real_instance_, device, host, &call.mine);
+  layer.finish(call);
+  if (call.status != DEVALLOC_STATUS_OK) return call.status;
+  if (!live) {
+    return layer.fail_breach(call, "PLUGIN-22",
+                             host == nullptr
+                                 ? "accepted a NULL host pointer"
+                                 : "accepted a host pointer that is no live mapping of the "
+                                   "device (never mapped, unmapped already, or its allocation "
+                                   "freed)");
+  }
+  std::lock_guard lock(layer.mutex_);
+  auto& live_mappings = layer.mappings_[device];
+  if (const auto it = live_mappings.find(host); it != live_mappings.end()) live_mappings.erase(it);
+  return call.status;
+}
+
+void PluginLayer::forget_source_checks(uint32_t device, uint64_t address, uint64_t nbytes) {
+  for (auto it = source_checks_.begin(); it != source_checks_.end();) {
+    SourceCheck& c = it->second;
+    if (c.device != device || c.dst >= address + nbytes || address >= c.dst + c.nbytes) {
+      ++it;
+    } else if (c.reading) {
+      c.stale = true;  // its reader drops it
+      ++it;
+    } else {
+      it = source_checks_.erase(it);
+    }
+  }
+}
+
+bool PluginLayer::overlaps_mapping(uint32_t device, uint64_t address, uint64_t nbytes) const {
+  const auto m = mappings_.find(device);
+  if (m == mappings_.end()) return false;
+  for (const auto& [host, range] : m->second) {
+    if (range.first < address + nbytes && address < range.first + range.second) return true;
+  }
+  return false;
+}
+
+bool PluginLayer::may_poison(const Ticket& ticket) const {
+  const auto src = reinterpret_cast<uintptr_t>(ticket.src);
+  auto buffer = staging_.upper_bound(src);
+  if (buffer == staging_.begin()) return false;
+  --buffer;
+  if (src - buffer->first >= buffer->second ||
+      ticket.nbytes > buffer->second - (src - buffer->first)) {
+    return false;
+  }
+  for (const auto& [id, other] : pending_) {
+    const auto other_src = reinterpret_cast<uintptr_t>(other->src);
+    if (other_src < src + ticket.nbytes && src < other_src + other->nbytes) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64_t>& ids) {
+  std::vector<std::string> breaches;
+  std::vector<unsigned char> chunk;
+  for (uint64_t id : ids) {
+    SourceCheck check;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = source_checks_.find(id);
+      if (it == source_checks_.end() || it->second.reading) continue;
+      // A copy still unreleased is PLUGIN-20's breach, not this one's.
+      if (!it->second.released) {
+        source_checks_.erase(it);
+        continue;
+      }
+      it->second.reading = true;
+      check = it->second;
+    }
+    chunk.resize(std::min(check.nbytes, kReadBackBytes));
+    uint64_t hash = kHashStart;
+    bool read = true;
+    for (uint64_t done = 0; done < check.nbytes && read;) {
+      devalloc_copy_to_host_args args{};
+      args.struct_size = sizeof args;
+      args.device = check.device;
+      args.src = check.dst + done;
+      args.dst = chunk.data();
+      args.nbytes = std::min<uint64_t>(chunk.size(), check.nbytes - done);
+      devalloc_error error{};
+      error.struct_size = sizeof error;
+      read = detail::guarded_call("copy_device_to_host", &error, [&] {
+               return real_.copy_device_to_host(real_instance_, &args, &error);
+             }) == DEVALLOC_STATUS_OK;
+      hash = hash_more(hash, chunk.data(), args.nbytes);
+      done += args.nbytes;
+    }
+    {
+      // Another thread may have freed the range (and the plugin handed it
+      // out again) or written it while it was read: then it proves nothing.
+      std::lock_guard lock(mutex_);
+      const auto it = source_checks_.find(id);
+      if (it == source_checks_.end()) continue;
+      const bool stale = it->second.stale;
+      source_checks_.erase(it);
+      read_back_ended_.notify_all();
+      if (stale) continue;
+      ++source_checks_done_;
+    }
+    // A read-back that fails checks nothing; the plugin's own failure
+    // reaches the caller on its next call of the device.
+    if (!read || hash == check.source_hash) continue;
+    breaches.push_back(breach(
+        "PLUGIN-14", check.call,
+        check.poisoned
+            ? "released the source of this copy before reading it: the device holds bytes that "
+              "were written into src after its release (the validation layer overwrote the "
+              "released source, so a copy that reads it late lands other bytes)"
+            : "the device holds other bytes than src held when the copy was issued: the plugin "
+              "released src before reading it (and read it after the caller reused it), or "
+              "wrote the copy wrong"));
+  }
+  return breaches;
+}
+
+void PluginLayer::make_room_for_source_check() {
+  uint32_t device = 0;
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(mutex_);
+    if (source_checks_.size() < kLayerSourceChecksKept) return;
+    device = source_checks_.begin()->second.device;
+    for (const auto& [id, check] : source_checks_) {
+      if (check.device == device && check.issued) ids.push_back(id);
+    }
+  }
+  devalloc_error error{};
+  error.struct_size = sizeof error;
+  const devalloc_status status = detail::guarded_call("synchronize", &error, [&] {
+    return real_.synchronize(real_instance_, device, &error);
+  });
+  std::vector<std::string> texts;
+  if (status == DEVALLOC_STATUS_OK) texts = read_back_sources(ids);
+  std::lock_guard lock(mutex_);
+  // The failure of a copy is the caller's to see (PLUGIN-17): its next
+  // synchronize of the device reports it.
+  if (status != DEVALLOC_STATUS_OK && unreported_failures_.count(device) == 0) {
+    unreported_failures_[device] = {
+        status, "synchronize(device " + std::to_string(device) +
+                    "), called by the validation layer to read back sources, failed: " +
+                    (terminated(error.message, sizeof error.message) ? std::string(error.message)
+                                                                     : std::string())};
+  }
+  auto& owed = owed_[device];
+  owed.insert(owed.end(), texts.begin(), texts.end());
+  // Unreleased, or of a device that failed: forgotten unchecked.
+  for (auto it = source_checks_.begin();
+       it != source_checks_.end() && source_checks_.size() >= kLayerSourceChecksKept;) {
+    it = it->second.reading ? std::next(it) : source_checks_.erase(it);  // readers drop theirs
+  }
+}
+
 void PluginLayer::on_release(void* user_data) {
   // What the release needs of its ticket, copied under the locks: the ticket
   // may be forgotten once they are let go. Its text only for the source
@@ -880,6 +1278,7 @@ void PluginLayer::on_release(void* user_data) {
     devalloc_release_fn release = nullptr;
     void* user_data = nullptr;
     std::string call;
+    bool poison = false;
   };
   PluginLayer* layer = nullptr;
   Released released;
@@ -908,7 +1307,15 @@ void PluginLayer::on_release(void* user_data) {
     layer->pending_.erase(ticket.id);
     if (layer->count_call()) layer->failed_devices_.insert(ticket.device);
     released = {ticket.device, ticket.src, ticket.nbytes, ticket.source_hash, ticket.release,
-                ticket.user_data, {}};
+                ticket.user_data, {}, false};
+    if (layer->checks_sources()) {
+      // Due for a read-back at the next synchronize of its device.
+      if (const auto check = layer->source_checks_.find(ticket.id);
+          check != layer->source_checks_.end()) {
+        check->second.released = true;
+        released.poison = check->second.poisoned = layer->may_poison(ticket);
+      }
+    }
     try {
       if (layer->settings_.check_sources) released.call = ticket.call;
       // Remembered for kLayerReleasedKept more releases, then forgotten: a
@@ -934,6 +1341,9 @@ void PluginLayer::on_release(void* user_data) {
     std::lock_guard lock(layer->mutex_);
     layer->owed_[released.device].push_back(text);
   }
+  // Only now, once the caller's side is checked, and before the caller has
+  // the source back: a plugin that reads it from here on lands the poison.
+  if (released.poison) poison(released.src, released.nbytes);
   t_in_release = true;
   released.release(released.user_data);
   t_in_release = false;

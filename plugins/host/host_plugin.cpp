@@ -34,7 +34,9 @@ class HostInstance final : public plugin::Instance {
 
   uint64_t capability_flags() const override {
     uint64_t flags = DEVALLOC_CAPABILITY_HOST_STAGING | abi_1_1_capabilities;
-    if (device_.async() || releases_on_sync) flags |= DEVALLOC_CAPABILITY_ASYNC_COPY;
+    if (device_.async() || releases_on_sync || releases_early) {
+      flags |= DEVALLOC_CAPABILITY_ASYNC_COPY;
+    }
     return flags;
   }
   uint64_t max_alignment() const override { return HostDevice::max_alignment; }
@@ -95,6 +97,13 @@ class HostInstance final : public plugin::Instance {
       // it unwinds, after the lock (PLUGIN-14).
       deferred_.push_back(Deferred{dst, src, nbytes, plugin::Release()});
       deferred_.back().release = std::move(release);
+    } else if constexpr (releases_early) {
+      device_.require_destination(dst, nbytes);
+      {
+        std::lock_guard lock(deferred_mutex_);
+        deferred_.push_back(Deferred{dst, src, nbytes, plugin::Release()});
+      }
+      release.fire();  // the breach: src is read only later, in land_deferred
     } else if constexpr (releases_twice) {
       device_.copy_now(dst, src, nbytes);
       release.fire_twice_on_purpose();
@@ -134,8 +143,10 @@ class HostInstance final : public plugin::Instance {
 
   // host_release_on_sync: copies read their source and release it only
   // here, in issue order; a failed copy still releases (on unwinding).
+  // host_early_release: its copies, released already, read their source
+  // here.
   void land_deferred() {
-    if constexpr (releases_on_sync) {
+    if constexpr (releases_on_sync || releases_early) {
       // Held while landing: a synchronize on another thread that finds the
       // list already taken must still wait until those copies landed.
       std::lock_guard landing(landing_mutex_);

@@ -22,6 +22,14 @@
 //                                   value it was never given (breaks
 //                                   PLUGIN-14; the conformance suite must
 //                                   report it, not follow it);
+//   DEVALLOC_HOST_EARLY_RELEASE     "host_early_release": releases every
+//                                   until-released copy inside the copy
+//                                   call, before it has read the source,
+//                                   and reads it only when synchronized (or
+//                                   read back, or destroyed): breaks
+//                                   PLUGIN-14 the silent way, which the
+//                                   conformance suite and the validation
+//                                   layer's source check must catch;
 //   DEVALLOC_HOST_ABI_1_0           "host_abi_1_0": hands out a function
 //                                   table of ABI 1.0's size and no 1.1
 //                                   capability, as a plugin built against
@@ -46,7 +54,8 @@
 
 #if defined(DEVALLOC_HOST_FAULT_INJECTION) + defined(DEVALLOC_HOST_BREAK_DURING_CALL) + \
         defined(DEVALLOC_HOST_RELEASE_ON_SYNC) + defined(DEVALLOC_HOST_DOUBLE_RELEASE) + \
-        defined(DEVALLOC_HOST_STRAY_RELEASE) + defined(DEVALLOC_HOST_ABI_1_0) > 1
+        defined(DEVALLOC_HOST_STRAY_RELEASE) + defined(DEVALLOC_HOST_ABI_1_0) + \
+        defined(DEVALLOC_HOST_EARLY_RELEASE) > 1
 #error "build one host plugin variant at a time"
 #endif
 
@@ -69,6 +78,9 @@ inline constexpr const char* accepted_options = "async, memory_limit, pool";
 #elif defined(DEVALLOC_HOST_STRAY_RELEASE)
 inline constexpr const char* plugin_name = "host_stray_release";
 inline constexpr const char* accepted_options = "async, memory_limit, pool";
+#elif defined(DEVALLOC_HOST_EARLY_RELEASE)
+inline constexpr const char* plugin_name = "host_early_release";
+inline constexpr const char* accepted_options = "memory_limit, pool";
 #elif defined(DEVALLOC_HOST_ABI_1_0)
 inline constexpr const char* plugin_name = "host_abi_1_0";
 inline constexpr const char* accepted_options = "async, memory_limit, pool";
@@ -91,6 +103,11 @@ inline constexpr bool breaks_during_call = false;
 inline constexpr bool releases_on_sync = true;
 #else
 inline constexpr bool releases_on_sync = false;
+#endif
+#if defined(DEVALLOC_HOST_EARLY_RELEASE)
+inline constexpr bool releases_early = true;
+#else
+inline constexpr bool releases_early = false;
 #endif
 #if defined(DEVALLOC_HOST_DOUBLE_RELEASE)
 inline constexpr bool releases_twice = true;

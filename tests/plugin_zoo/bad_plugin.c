@@ -116,6 +116,12 @@
  *                                   copies read their source only at the next
  *                                   synchronize (then release), as an asynchronous
  *                                   copy engine does
+ *   DEVALLOC_ZOO_MAPS_CARELESSLY    PLUGIN-22: offers HOST_MAPPABLE; map_to_host maps
+ *                                   a range inside one live allocation (and refuses
+ *                                   others), but unmap_from_host accepts any non-NULL
+ *                                   pointer, one it never mapped too
+ *   DEVALLOC_ZOO_ODD_SRC_ALIGNMENT  PLUGIN-23: its copy_src_alignment is 24, no power
+ *                                   of two
  */
 #if defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY) || defined(DEVALLOC_ZOO_STAGING_16)
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
@@ -147,7 +153,8 @@ __attribute__((visibility("default"))) int devalloc_zoo_not_the_entry_point(void
     defined(DEVALLOC_ZOO_V1_0_HOST_ADDRESSABLE) || defined(DEVALLOC_ZOO_IFUNC_ENTRY) ||  \
     defined(DEVALLOC_ZOO_MUTABLE_TABLE) || defined(DEVALLOC_ZOO_SCRIBBLES_PAST_STRUCTS) ||  \
     defined(DEVALLOC_ZOO_NEGOTIATES_TWO_TABLES) || defined(DEVALLOC_ZOO_SLOW_FOURTH_COPY) || \
-    defined(DEVALLOC_ZOO_STAGING_16) || defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
+    defined(DEVALLOC_ZOO_STAGING_16) || defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING) ||     \
+    defined(DEVALLOC_ZOO_MAPS_CARELESSLY) || defined(DEVALLOC_ZOO_ODD_SRC_ALIGNMENT)
 #define DEVALLOC_ZOO_WORKS 1
 #endif
 
@@ -467,8 +474,15 @@ static devalloc_status zoo_get_capabilities(devalloc_instance* z,
       capabilities->struct_size < DEVALLOC_STRUCT_SIZE(devalloc_capabilities, max_alignment)) {
     return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: capabilities NULL or too small");
   }
+  memset(&c, 0, sizeof c); /* the 1.2 DMA constraints: none */
   c.struct_size = capabilities->struct_size;
   c.flags = DEVALLOC_CAPABILITY_ASYNC_COPY;
+#if defined(DEVALLOC_ZOO_MAPS_CARELESSLY)
+  c.flags |= DEVALLOC_CAPABILITY_HOST_MAPPABLE;
+#endif
+#if defined(DEVALLOC_ZOO_ODD_SRC_ALIGNMENT)
+  c.copy_src_alignment = 24;
+#endif
 #if defined(DEVALLOC_ZOO_NULL_STAGING) || defined(DEVALLOC_ZOO_STAGING_16) || \
     defined(DEVALLOC_ZOO_ROUND_ROBIN_STAGING)
   c.flags |= DEVALLOC_CAPABILITY_HOST_STAGING;
@@ -827,6 +841,38 @@ static devalloc_status zoo_free_host(devalloc_instance* z, void* host, devalloc_
 
 #endif
 
+#if defined(DEVALLOC_ZOO_MAPS_CARELESSLY)
+static devalloc_status zoo_map_to_host(devalloc_instance* z, devalloc_map_args* args,
+                                       devalloc_error* error) {
+  if (args == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL args");
+  if (args->device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+  args->host = NULL;
+  pthread_mutex_lock(&z->mutex);
+  if (args->nbytes != 0 && zoo_inside(z, args->address, args->nbytes)) {
+    args->host = zoo_host_pointer(z, args->address);
+  }
+  pthread_mutex_unlock(&z->mutex);
+  if (args->host == NULL) {
+    return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: range outside every allocation");
+  }
+  return DEVALLOC_STATUS_OK;
+}
+
+/* The breach: nothing is looked up. */
+static devalloc_status zoo_unmap_from_host(devalloc_instance* z, uint32_t device, void* host,
+                                           devalloc_error* error) {
+  (void)z;
+  if (device != 0) return zoo_fail(error, DEVALLOC_STATUS_NO_SUCH_DEVICE, "zoo: one device only");
+  if (host == NULL) return zoo_fail(error, DEVALLOC_STATUS_INVALID_ARGUMENT, "zoo: NULL host");
+  return DEVALLOC_STATUS_OK;
+}
+#define ZOO_MAP_TO_HOST zoo_map_to_host
+#define ZOO_UNMAP_FROM_HOST zoo_unmap_from_host
+#else
+#define ZOO_MAP_TO_HOST NULL
+#define ZOO_UNMAP_FROM_HOST NULL
+#endif
+
 #if !defined(ZOO_ALLOCATE_HOST)
 #define ZOO_ALLOCATE_HOST NULL
 #define ZOO_FREE_HOST NULL
@@ -868,7 +914,9 @@ ZOO_TABLE_CONST devalloc_plugin_api_v1 devalloc_zoo_api = {
     zoo_synchronize,
     ZOO_ALLOCATE_HOST,
     ZOO_FREE_HOST,
-    NULL,
+    NULL, /* get_memory_info */
+    ZOO_MAP_TO_HOST,
+    ZOO_UNMAP_FROM_HOST,
 };
 
 #if defined(DEVALLOC_ZOO_IFUNC_ENTRY)

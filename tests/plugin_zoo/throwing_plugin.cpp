@@ -7,10 +7,8 @@
 // caller that expects a status, and never end the process.
 //
 // Built a second time with DEVALLOC_ZOO_THROWING_INITIALIZER: then a static
-// initializer throws, inside dlopen. The exception leaves glibc's dlopen
-// with the dynamic linker's lock held; the loader must refuse the plugin,
-// say that the process is spoilt, and refuse every later plugin at once
-// instead of hanging in the dynamic linker.
+// initializer throws, inside dlopen, which nothing can survive (PLUGIN-7):
+// the process that opens it ends (std::terminate).
 #include <devalloc/plugin_abi.h>
 
 #include <cstdint>

@@ -7,8 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -458,6 +461,323 @@ TEST_F(ValidationLayer, GivenValidationOff_WhenABrokenPluginAcceptsABadCopy_Then
   std::vector<uint8_t> bytes(128, 1);
   EXPECT_TRUE(plugin->copy_to_device(0, *base, bytes.data(), 128).ok());
   EXPECT_TRUE(rules().empty());
+}
+
+// ---------------------------------------------------------------------------
+// The source check (validate = "sources"): a plugin that releases a source
+// before it has read it (PLUGIN-14) is caught by reading the destination
+// back at the next synchronize.
+
+namespace sources {
+
+std::string host_variant(const std::string& name) {
+  return std::string(DEVALLOC_PLUGIN_ZOO_DIR) + "/libdevalloc_" + name + ".so";
+}
+std::string host_plugin() { return std::string(DEVALLOC_PLUGIN_BUILD_DIR) + "/libdevalloc_host.so"; }
+
+std::vector<uint8_t> pattern(size_t nbytes) {
+  std::vector<uint8_t> bytes(nbytes);
+  for (size_t i = 0; i < nbytes; ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  return bytes;
+}
+
+// A caller that refills its buffer as soon as the release comes, as the
+// core's staging ring does.
+struct Refilling {
+  std::span<uint8_t> source;
+  std::atomic<int> releases{0};
+};
+void refill(void* r) {
+  auto* self = static_cast<Refilling*>(r);
+  std::memset(self->source.data(), 0xee, self->source.size());
+  ++self->releases;
+}
+
+// One until-released copy of `bytes` from the plugin's own staging memory
+// (as the core stages), then synchronize; the staging buffer is freed
+// after.
+Status staged_copy_then_synchronize(Plugin& plugin, uint64_t dst, const std::vector<uint8_t>& bytes,
+                                    std::vector<uint8_t>* staging_after = nullptr) {
+  auto staging = plugin.allocate_host(bytes.size());
+  if (!staging.ok()) return staging.status();
+  std::memcpy(*staging, bytes.data(), bytes.size());
+  std::atomic<int> releases{0};
+  Status s = plugin.copy_to_device_until_released(0, dst, *staging, bytes.size(), count, &releases);
+  if (s.ok()) s = plugin.synchronize(0);
+  if (staging_after != nullptr) {
+    const auto* p = static_cast<const uint8_t*>(*staging);
+    staging_after->assign(p, p + bytes.size());
+  }
+  Status freed = plugin.free_host(*staging);
+  return s.ok() ? freed : s;
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream out;
+  out << "0x" << std::hex << v;
+  return out.str();
+}
+
+TEST_F(ValidationLayer, GivenSourceChecksAndAPluginThatReleasesBeforeReading_WhenSynchronizing_ThenPlugin14NamesThePluginAndTheCopy) {
+  auto [plugin, error] =
+      PluginLoader().load(host_variant("host_early_release"), {}, validating(/*check_sources=*/true));
+  ASSERT_TRUE(plugin) << error.status.message();
+  auto base = plugin->allocate(0, 4096, 0);
+  ASSERT_TRUE(base.ok());
+  Status s = staged_copy_then_synchronize(*plugin, *base, pattern(4096));
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("PLUGIN-14"), HasSubstr("before reading it"),
+                    HasSubstr("written into src after its release"),
+                    HasSubstr("copy_host_to_device(device 0, dst " + hex(*base) + ","),
+                    HasSubstr("nbytes 4096, until released")));
+  const std::vector<ValidationBreach> breaches = validation_breaches();
+  ASSERT_EQ(breaches.size(), 1u);
+  EXPECT_EQ(breaches[0].rule, "PLUGIN-14");
+  EXPECT_THAT(breaches[0].plugin, HasSubstr("plugin host_early_release ("));
+  EXPECT_EQ(plugin->layer_counters()->source_checks_done, 1u);
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+// The same plugin without the source check: nothing is reported, and the
+// device holds what the caller wrote into its buffer after the release.
+// This is why the check exists.
+TEST_F(ValidationLayer, GivenNoSourceCheckAndAPluginThatReleasesBeforeReading_WhenTheCallerRefillsItsBuffer_ThenTheWrongBytesLandUnreported) {
+  auto [plugin, error] = PluginLoader().load(host_variant("host_early_release"), {}, validating());
+  ASSERT_TRUE(plugin) << error.status.message();
+  if (std::getenv("DEVALLOC_VALIDATE") != nullptr) GTEST_SKIP() << "DEVALLOC_VALIDATE is set";
+  auto base = plugin->allocate(0, 4096, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes = pattern(4096);
+  Refilling caller{bytes};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 4096, refill, &caller).ok());
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  std::vector<uint8_t> back(4096);
+  ASSERT_TRUE(plugin->copy_to_host(0, back.data(), *base, 4096).ok());
+  EXPECT_NE(back, pattern(4096));
+  EXPECT_TRUE(rules().empty());
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+// A source outside staging memory is never overwritten by the layer (it
+// may be read-only, or read again by the caller); the read-back still
+// catches the late read once the caller has reused the buffer.
+TEST_F(ValidationLayer, GivenSourceChecksAndAPluginThatReleasesBeforeReading_WhenTheCallerRefillsItsOwnBuffer_ThenPlugin14SaysTheDeviceHoldsOtherBytes) {
+  auto [plugin, error] =
+      PluginLoader().load(host_variant("host_early_release"), {}, validating(/*check_sources=*/true));
+  ASSERT_TRUE(plugin) << error.status.message();
+  auto base = plugin->allocate(0, 4096, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes = pattern(4096);
+  Refilling caller{bytes};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 4096, refill, &caller).ok());
+  Status s = plugin->synchronize(0);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-14"), HasSubstr("other bytes than src held"),
+                                 HasSubstr("dst " + hex(*base))));
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+// The host plugin reads each source before it releases it: no breach, the
+// bytes land, and the released staging memory holds the layer's poison.
+TEST_F(ValidationLayer, GivenSourceChecksAndTheHostPlugin_WhenAStagedCopyIsSynchronized_ThenNoBreachAndTheReleasedStagingWasOverwritten) {
+  for (const char* async : {"false", "true"}) {
+    clear_validation_breaches();
+    auto [plugin, error] =
+        PluginLoader().load(host_plugin(), {{"async", async}}, validating(/*check_sources=*/true));
+    ASSERT_TRUE(plugin) << error.status.message();
+    auto base = plugin->allocate(0, 4096, 0);
+    ASSERT_TRUE(base.ok());
+    std::vector<uint8_t> staging_after;
+    Status s = staged_copy_then_synchronize(*plugin, *base, pattern(4096), &staging_after);
+    EXPECT_TRUE(s.ok()) << "async " << async << ": " << s.message();
+    std::vector<uint8_t> back(4096);
+    ASSERT_TRUE(plugin->copy_to_host(0, back.data(), *base, 4096).ok());
+    EXPECT_EQ(back, pattern(4096)) << "async " << async;
+    EXPECT_NE(staging_after, pattern(4096)) << "async " << async << ": not overwritten";
+    EXPECT_EQ(plugin->layer_counters()->source_checks_done, 1u) << "async " << async;
+    EXPECT_TRUE(rules().empty()) << "async " << async;
+    ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+  }
+}
+
+// Many copies before one synchronize: the layer keeps at most
+// kLayerSourceChecksKept checks and reads the oldest back early.
+TEST_F(ValidationLayer, GivenSourceChecksAndMoreCopiesThanItKeeps_WhenNoSynchronizeComes_ThenItChecksEarlyAndItsMemoryStaysBounded) {
+  auto [plugin, error] = PluginLoader().load(host_plugin(), {}, validating(/*check_sources=*/true));
+  ASSERT_TRUE(plugin) << error.status.message();
+  constexpr uint64_t kCopies = kLayerSourceChecksKept + 10;
+  auto base = plugin->allocate(0, kCopies * 64, 0);
+  ASSERT_TRUE(base.ok());
+  const std::vector<uint8_t> bytes = pattern(64);
+  std::atomic<int> releases{0};
+  uint64_t most_pending = 0;
+  for (uint64_t i = 0; i < kCopies; ++i) {
+    ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base + i * 64, bytes.data(), 64, count,
+                                                      &releases)
+                    .ok());
+    most_pending = std::max(most_pending, plugin->layer_counters()->pending_source_checks);
+  }
+  EXPECT_LE(most_pending, kLayerSourceChecksKept);
+  EXPECT_GE(plugin->layer_counters()->source_checks_done, kLayerSourceChecksKept);
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  EXPECT_EQ(plugin->layer_counters()->source_checks_done, kCopies);
+  EXPECT_EQ(plugin->layer_counters()->pending_source_checks, 0u);
+  EXPECT_TRUE(rules().empty());
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+}  // namespace sources
+
+// ---------------------------------------------------------------------------
+// The layer says that it is on, once per process and plugin.
+
+TEST_F(ValidationLayer, GivenValidation_WhenThePluginIsOpenedTwice_ThenTheLayerAnnouncesItselfOnceWithItsChecks) {
+  // Checks no other test of this program asks for, so that the line is
+  // this test's to print.
+  LayerSettings s = validating(/*check_sources=*/true);
+  s.faults.device_bytes = uint64_t{1} << 40;
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 2; ++i) {
+    auto [plugin, error] = PluginLoader().load(zoo("well_behaved"), {}, s);
+    EXPECT_TRUE(plugin) << error.status.message();
+  }
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  const std::string line = "devalloc: validation layer on for plugin zoo (";
+  ASSERT_THAT(printed, HasSubstr(line));
+  EXPECT_EQ(printed.find(line), printed.rfind(line)) << printed;
+  EXPECT_THAT(printed, HasSubstr("libdevalloc_zoo_well_behaved.so); checks: calls, releases, "
+                                 "sources, faults\n"));
+}
+
+TEST(LayerSettingsTest, GivenEachSetting_ThenCheckNamesSayWhatIsOn) {
+  EXPECT_THAT(LayerSettings{}.check_names(), ::testing::IsEmpty());
+  EXPECT_THAT(validating().check_names(), ::testing::ElementsAre("calls", "releases"));
+  EXPECT_THAT(validating(true).check_names(),
+              ::testing::ElementsAre("calls", "releases", "sources"));
+  LayerSettings faults_only;
+  faults_only.faults.fail_call = 3;
+  EXPECT_THAT(faults_only.check_names(), ::testing::ElementsAre("faults"));
+}
+
+// ---------------------------------------------------------------------------
+// ABI 1.2 through the layer.
+
+TEST_F(ValidationLayer, GivenPluginsOfEachMinor_WhenWrapped_ThenTheLayersTableIsAsLargeAsTheNegotiatedMinorsAndNoLarger) {
+  auto v1_0 = open("v1_0_host_addressable");
+  ASSERT_TRUE(v1_0);
+  EXPECT_EQ(v1_0->api().struct_size, DEVALLOC_PLUGIN_API_V1_MIN_SIZE);
+  auto v1_2 = open("well_behaved");
+  ASSERT_TRUE(v1_2);
+  ASSERT_EQ(v1_2->abi_minor(), 2u);
+  EXPECT_EQ(v1_2->api().struct_size, DEVALLOC_PLUGIN_API_V1_2_SIZE);
+  EXPECT_EQ(v1_2->api().map_to_host, nullptr) << "the plugin maps nothing";
+  auto mapping = open("maps_carelessly");
+  ASSERT_TRUE(mapping);
+  EXPECT_NE(mapping->api().map_to_host, nullptr);
+  EXPECT_NE(&mapping->api(), &mapping->library().api()) << "not through the layer";
+  EXPECT_TRUE(mapping->capabilities().host_mappable);
+}
+
+TEST_F(ValidationLayer, GivenAMappingPlugin_WhenARangeIsMappedWrittenAndUnmapped_ThenNoBreachAndTheBytesLand) {
+  auto plugin = open("maps_carelessly");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 4096, 0);
+  ASSERT_TRUE(base.ok());
+  auto host = plugin->map_to_host(0, *base + 1024, 1024);
+  ASSERT_TRUE(host.ok()) << host.status().message();
+  std::memset(*host, 0x42, 1024);
+  ASSERT_TRUE(plugin->unmap_from_host(0, *host).ok());
+  std::vector<uint8_t> back(1024);
+  ASSERT_TRUE(plugin->copy_to_host(0, back.data(), *base + 1024, 1024).ok());
+  EXPECT_EQ(back, std::vector<uint8_t>(1024, 0x42));
+  // A range the plugin refuses is its own answer, not a breach.
+  EXPECT_EQ(plugin->map_to_host(0, *base + 4000, 1024).status().code(),
+            StatusCode::invalid_argument);
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+  EXPECT_TRUE(rules().empty());
+}
+
+TEST_F(ValidationLayer, GivenAPluginThatUnmapsAnythingSaidToIt_WhenUnmappingAPointerNeverMapped_ThenPlugin22) {
+  auto plugin = open("maps_carelessly");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 4096, 0);
+  ASSERT_TRUE(base.ok());
+  auto host = plugin->map_to_host(0, *base, 4096);
+  ASSERT_TRUE(host.ok());
+  ASSERT_TRUE(plugin->unmap_from_host(0, *host).ok());
+  Status again = plugin->unmap_from_host(0, *host);
+  EXPECT_EQ(again.code(), StatusCode::internal);
+  EXPECT_THAT(again.message(), AllOf(HasSubstr("PLUGIN-22"), HasSubstr("unmap_from_host(device 0"),
+                                     HasSubstr("no live mapping")));
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+TEST_F(ValidationLayer, GivenACallerThatCopiesIntoAMappedRange_WhenSynchronizing_ThenPlugin22NamesTheCopy) {
+  auto plugin = open("maps_carelessly");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 4096, 0);
+  ASSERT_TRUE(base.ok());
+  auto host = plugin->map_to_host(0, *base, 1024);
+  ASSERT_TRUE(host.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  // After the mapped range: allowed.
+  ASSERT_TRUE(plugin->copy_to_device(0, *base + 1024, bytes.data(), 64).ok());
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  ASSERT_TRUE(plugin->copy_to_device(0, *base + 1000, bytes.data(), 64).ok());
+  Status s = plugin->synchronize(0);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-22"), HasSubstr("mapped into the host"),
+                                 HasSubstr("nbytes 64, during call")));
+  ASSERT_TRUE(plugin->unmap_from_host(0, *host).ok());
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+TEST_F(ValidationLayer, GivenAPluginWhoseCopySourceAlignmentIsNoPowerOfTwo_WhenOpened_ThenPlugin23) {
+  auto [plugin, error] = PluginLoader().load(zoo("odd_src_alignment"), {}, validating());
+  ASSERT_FALSE(plugin);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr("PLUGIN-23"), HasSubstr("copy_src_alignment 24")));
+  // Without the layer the loader reads it as no constraint.
+  if (std::getenv("DEVALLOC_VALIDATE") != nullptr) return;
+  auto [unchecked, unchecked_error] = PluginLoader().load(zoo("odd_src_alignment"));
+  ASSERT_TRUE(unchecked) << unchecked_error.status.message();
+  EXPECT_EQ(unchecked->capabilities().copy_src_alignment, 0u);
+}
+
+}  // namespace
+}  // namespace devalloc
+
+namespace devalloc {
+namespace {
+
+// DEVALLOC_VALIDATE: the words for "off" turn nothing on; a typo of the
+// switch turns the layer on rather than off, and says so (once a process).
+TEST(ValidationLayerEnvironment, GivenEachSpellingOfDevallocValidate_ThenTheLayerIsOnOnlyForTheOnes) {
+  const char* saved = std::getenv("DEVALLOC_VALIDATE");
+  const std::string restore = saved != nullptr ? saved : "";
+  const auto settings_for = [](const char* value) {
+    ::setenv("DEVALLOC_VALIDATE", value, 1);
+    return LayerSettings{}.with_environment();
+  };
+  for (const char* off : {"", "0", "false", "no", "off", "OFF", "False"}) {
+    EXPECT_FALSE(settings_for(off).active()) << "DEVALLOC_VALIDATE=\"" << off << "\"";
+  }
+  for (const char* on : {"1", "true", "yes", "on", "ON"}) {
+    const LayerSettings s = settings_for(on);
+    EXPECT_TRUE(s.validate) << "DEVALLOC_VALIDATE=\"" << on << "\"";
+    EXPECT_FALSE(s.check_sources) << "DEVALLOC_VALIDATE=\"" << on << "\"";
+  }
+  EXPECT_TRUE(settings_for("sources").check_sources);
+  ::testing::internal::CaptureStderr();
+  const LayerSettings typo = settings_for("ture");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(typo.validate);
+  EXPECT_THAT(said, HasSubstr("DEVALLOC_VALIDATE=\"ture\" is none of"));
+  if (saved != nullptr) {
+    ::setenv("DEVALLOC_VALIDATE", restore.c_str(), 1);
+  } else {
+    ::unsetenv("DEVALLOC_VALIDATE");
+  }
 }
 
 }  // namespace

@@ -30,6 +30,13 @@ struct PluginsOptions {
   bool json = false;
 };
 
+// The validation layer's checks on a loaded plugin ("calls", "releases",
+// "sources"); empty when it runs without validation.
+std::vector<std::string> validation_checks(const Plugin& plugin) {
+  const auto settings = plugin.layer_settings();
+  return settings && settings->validate ? settings->check_names() : std::vector<std::string>();
+}
+
 nlohmann::json device_json(const DeviceInfo& d) {
   return {{"index", d.index},
           {"name", d.name},
@@ -120,9 +127,12 @@ int run_plugins(const PluginsOptions& options) {
                           {"reason", c.reason},
                           {"configured_at", configured_at(c)}};
       if (c.plugin) {
+        p["file"] = c.plugin->path().string();  // the file opened, links resolved
         p["version"] = c.plugin->version();
         p["abi"] = std::to_string(c.plugin->abi_major()) + "." +
                    std::to_string(c.plugin->abi_minor());
+        const std::vector<std::string> checks = validation_checks(*c.plugin);
+        p["validation"] = {{"on", !checks.empty()}, {"checks", checks}};
         p["devices"] = nlohmann::json::array();
         for (const auto& d : c.plugin->devices()) p["devices"].push_back(device_json(d));
       }
@@ -158,11 +168,20 @@ int run_plugins(const PluginsOptions& options) {
     }
     // The version is escaped by the loader already; the device names and
     // PCI bus ids below come from the plugin raw.
-    std::printf("\n%-12s loaded (plugin %s, ABI %u.%u)\n  %s\n", escaped(c.name).c_str(),
-                c.plugin->version().c_str(), c.plugin->abi_major(),
-                c.plugin->abi_minor(), path_for_message(c.path.string()).c_str());
+    // A symbolic link is shown with the file it led to, the one opened.
+    const std::string opened = c.plugin->path() == c.path
+                                   ? std::string()
+                                   : " -> " + path_for_message(c.plugin->path().string());
+    std::printf("\n%-12s loaded (plugin %s, ABI %u.%u)\n  %s%s\n", escaped(c.name).c_str(),
+                c.plugin->version().c_str(), c.plugin->abi_major(), c.plugin->abi_minor(),
+                path_for_message(c.path.string()).c_str(), opened.c_str());
     if (const std::string at = configured_at(c); !at.empty()) {
       std::printf("  configured at %s\n", path_for_message(at).c_str());
+    }
+    if (const std::vector<std::string> checks = validation_checks(*c.plugin); !checks.empty()) {
+      std::string list;
+      for (const auto& check : checks) list += (list.empty() ? "" : ", ") + check;
+      std::printf("  validation layer on (checks: %s)\n", list.c_str());
     }
     if (c.plugin->devices().empty()) std::printf("  no devices\n");
     for (const auto& d : c.plugin->devices()) {

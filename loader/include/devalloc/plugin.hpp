@@ -58,6 +58,9 @@ struct DeviceInfo {
   std::string pci_bus_id;  // "" when none
   int32_t dlpack_device_type = 0;
   int32_t dlpack_device_id = 0;
+  // ABI 1.2: which memory of its card this device is ("hbm", "sram"), or
+  // "" for a card with one memory (PLUGIN-24).
+  std::string memory_kind;
 
   bool has_uuid() const;
   // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" style, lower-case hex,
@@ -71,7 +74,14 @@ struct Capabilities {
   // ABI 1.1: allocate() returns host pointers the host may write directly
   // while no copy into the range is in flight.
   bool host_addressable = false;
+  // ABI 1.2: map_to_host / unmap_from_host (PLUGIN-22).
+  bool host_mappable = false;
   uint64_t max_alignment = 0;
+  // ABI 1.2 DMA constraints of copies to the device (PLUGIN-23), as the
+  // plugin stated them; 0 (and 1 for the alignment): none.
+  uint64_t copy_src_alignment = 0;
+  uint64_t copy_preferred_bytes = 0;
+  uint64_t copy_max_bytes = 0;
 };
 
 // A device's memory as get_memory_info (ABI 1.1) reports it.
@@ -141,6 +151,11 @@ class Plugin {
   // Free and total memory of device, or nullopt when the plugin does not
   // offer get_memory_info (a 1.0 table, or the function is NULL).
   Result<std::optional<MemoryInfo>> memory_info(uint32_t device);
+  // ABI 1.2 (PLUGIN-22): [address, address + nbytes) of a live allocation
+  // in the host; unsupported unless capabilities().host_mappable. Writes
+  // through it are on the device once unmap_from_host returned.
+  Result<void*> map_to_host(uint32_t device, uint64_t address, uint64_t nbytes);
+  Status unmap_from_host(uint32_t device, void* host);
   // unsupported when the plugin has no host staging.
   Result<void*> allocate_host(uint64_t nbytes);
   Status free_host(void* host);
@@ -152,6 +167,9 @@ class Plugin {
 
   // What the layer saw so far; nullopt without a layer.
   std::optional<LayerCounters> layer_counters() const;
+  // The layer's settings (DEVALLOC_VALIDATE applied); nullopt without a
+  // layer. check_names() says which checks are on.
+  std::optional<LayerSettings> layer_settings() const;
 
  private:
   Plugin(std::shared_ptr<const PluginLibrary> library,
@@ -199,10 +217,8 @@ class PluginLibrary {
   // order, e_machine, ET_DYN, every segment inside the file): a truncated
   // copy or another architecture's file is refused as open_failed, never
   // mapped (a truncated file mapped by dlopen raises SIGBUS). A library
-  // whose static initializer throws out of dlopen (PLUGIN-7) leaves the
-  // dynamic linker locked for good: it is refused as open_failed
-  // (internal), and so is every later open in the process, at once, without
-  // a call into the dynamic linker (docs/abi.md, PLUGIN-7).
+  // whose static initializer throws out of dlopen ends the process
+  // (std::terminate): nothing survives that (docs/abi.md, PLUGIN-7).
   static std::pair<std::shared_ptr<PluginLibrary>, PluginError> open(
       const std::filesystem::path& path);
   // The same, with path already open as `file` (check_plugin_file's

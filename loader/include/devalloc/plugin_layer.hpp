@@ -32,17 +32,28 @@ struct FaultInjection {
 
 struct LayerSettings {
   bool validate = false;
-  // With validate: hash the source of each until-released copy when it is
-  // issued and again when it is released; a difference is a breach by the
-  // caller. Costs a pass over every source byte.
+  // With validate, for each until-released copy: its source must hold the
+  // bytes it held at issue until its release (a breach by the caller), and
+  // the plugin must have read them before it released them (PLUGIN-14): a
+  // released source in the plugin's staging memory is overwritten with a
+  // poison pattern at once, and the next synchronize of the device reads
+  // the destination back and compares it with the source's hash at issue.
+  // Costs two passes over every source byte and a read-back of every
+  // destination; docs/reliability.md.
   bool check_sources = false;
   FaultInjection faults;
 
   bool active() const { return validate || faults.any(); }
-  // DEVALLOC_VALIDATE (read with secure_getenv): unset, "", "0" or "false"
-  // change nothing; "sources" turns on validate and check_sources; any
-  // other value turns on validate.
+  // DEVALLOC_VALIDATE (read with secure_getenv, case-insensitive): unset,
+  // "", "0", "false", "no" or "off" change nothing; "1", "true", "yes" or
+  // "on" turn on validate; "sources" turns on validate and check_sources;
+  // any other value turns on validate and says so on stderr, once.
   LayerSettings with_environment() const;
+  // The checks these settings turn on, in the words `devalloc plugins` and
+  // the layer's announcement use: "calls" and "releases" with validate,
+  // then "sources" with check_sources; "faults" when faults are injected.
+  // Empty when no layer is active.
+  std::vector<std::string> check_names() const;
 };
 
 // What the layer of one instance has seen so far.
@@ -56,12 +67,23 @@ struct LayerCounters {
   // Until-released copies the layer remembers: the pending ones and at most
   // kLayerReleasedKept released ones (whose second release it can name).
   uint64_t remembered_copies = 0;
+  // With check_sources: released copies whose destination the next
+  // synchronize of their device reads back (at most kLayerSourceChecksKept),
+  // and how many were read back so far.
+  uint64_t pending_source_checks = 0;
+  uint64_t source_checks_done = 0;
 };
 
 // Released copies a layer remembers, at most, to name a second release of
 // one (an older one's is reported as a stray release): the layer's memory
 // stays bounded however many copies a long run makes.
 inline constexpr size_t kLayerReleasedKept = 4096;
+
+// Until-released copies whose destination a layer with check_sources
+// remembers to read back, at most (each: device, range, a 64-bit hash and
+// the call's text). When a new copy finds that many, the layer synchronizes
+// the device of the oldest and reads its checks back at once.
+inline constexpr size_t kLayerSourceChecksKept = 1024;
 
 // A broken rule: "PLUGIN-15", the plugin ("plugin NAME (PATH)"), the call
 // with its arguments, and what was wrong.

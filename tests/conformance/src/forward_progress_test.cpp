@@ -54,7 +54,8 @@ TEST_F(ForwardProgress, StagingRingRefilledAfterEachRelease_SynchronizeAlwaysHan
     EXPECT_TRUE(probes[i].source_intact) << "copy " << i << ": the plugin wrote to src";
     EXPECT_TRUE(BytesEqual(pattern(kChunk, i),
                            std::span<const uint8_t>(*read).subspan(i * kChunk, kChunk)))
-        << "copy " << i << " did not land as its slot was when issued";
+        << "copy " << i << " did not land as its slot was when issued: its release came "
+        << "before the copy had read the slot, which the test then refilled (PLUGIN-14)";
   }
   EXPECT_OK(plugin().deallocate(kDevice, *base));
 }

@@ -63,7 +63,9 @@ TEST_F(UntilReleased, SourceOverwrittenAsSoonAsReleased_DeviceHoldsTheBytesFromB
     EXPECT_TRUE(BytesEqual(pattern(kChunk, i),
                            std::span<const uint8_t>(*read).subspan(
                                i * kChunk, kChunk)))
-        << "copy " << i << " was released before it had read src";
+        << "copy " << i << " was released before it had read src: the device holds bytes "
+        << "the caller wrote into src after the release (0xa5), which breaks PLUGIN-14 "
+        << "(release only once the copy has read src)";
   }
   EXPECT_OK(plugin().deallocate(kDevice, *base));
 }

@@ -11,7 +11,9 @@ namespace devalloc {
 
 // Reads back each request's bytes in bounded chunks (never more than
 // chunk_bytes of host memory) and compares hashes. The first mismatch is an
-// error naming the tensor, its buffer, device and plugin, and the file.
+// error naming the tensor, its buffer, device and plugin, and the file, and
+// pointing at the tools that find the plugin's breach (the validation
+// layer's source check, `devalloc conformance`).
 // The hashes are compared with the files as they were opened (their
 // offsets come from the header read then): a file modified in place since
 // (MappedFile::check_unchanged, one fstat per file once every hash agreed,
