@@ -59,9 +59,11 @@ std::string time_text(int64_t seconds, int64_t nanoseconds) {
 }  // namespace
 
 Result<std::shared_ptr<const MappedFile>> MappedFile::open(
-    const std::filesystem::path& path) {
+    const std::filesystem::path& path, const std::filesystem::path& beneath) {
   return detail::catch_as_status([&]() -> Result<std::shared_ptr<const MappedFile>> {
-    Result<RegularFile> file = open_regular_file(path);
+    Result<RegularFile> file =
+        beneath.empty() ? open_regular_file(path)
+                        : open_regular_file_beneath(beneath, path.lexically_relative(beneath));
     if (!file.ok()) return file.status();
     // The version, from fstat at open, before a byte was read: a write
     // after it moves it.

@@ -36,7 +36,8 @@ Result<std::filesystem::path> Plan::source_path(const PlanSource& source) const 
 
 Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const PlanSource& source,
                                                      const std::string& place,
-                                                     bool external_files) {
+                                                     bool external_files,
+                                                     std::filesystem::path* beneath) {
   const std::string& name = source.file;
   const std::string quoted = quote(name);
   if (name.empty()) return plan_error(plan, place, "source file is empty");
@@ -76,6 +77,7 @@ Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const Pla
                           (refused.empty() ? " (set \"allow_external_files\": true to allow this)"
                                            : refused));
   }
+  if (beneath != nullptr) *beneath = external ? std::filesystem::path() : folder;
   return resolved;
 }
 

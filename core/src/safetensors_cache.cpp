@@ -4,7 +4,7 @@
 namespace devalloc {
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsCache::open(
-    const std::filesystem::path& path) {
+    const std::filesystem::path& path, const std::filesystem::path& beneath) {
   // Opening under the lock keeps one mapping per file; headers are small
   // next to the data, so contention costs little.
   return detail::catch_as_status(
@@ -17,7 +17,8 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsCache::open(
         if (it != files_.end() && it->second->mapping()->check_unchanged("").ok()) {
           return it->second;
         }
-        Result<std::shared_ptr<const SafetensorsFile>> opened = SafetensorsFile::open(path);
+        Result<std::shared_ptr<const SafetensorsFile>> opened =
+            SafetensorsFile::open(path, detail::HeaderReading::fast_then_strict, beneath);
         if (!opened.ok()) {
           // Not remembered: the next open tries again (a file restored
           // meanwhile opens).

@@ -283,14 +283,16 @@ Status read_header_strict(std::string_view header, uint64_t data_offset,
 }  // namespace
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
-    const std::filesystem::path& path, detail::HeaderReading mode) {
+    const std::filesystem::path& path, detail::HeaderReading mode,
+    const std::filesystem::path& beneath) {
   return detail::without_exceptions(path, "the header",
-                                    [&] { return open_checked(path, mode); });
+                                    [&] { return open_checked(path, mode, beneath); });
 }
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
-    const std::filesystem::path& path, detail::HeaderReading mode) {
-  Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path);
+    const std::filesystem::path& path, detail::HeaderReading mode,
+    const std::filesystem::path& beneath) {
+  Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path, beneath);
   if (!mapped.ok()) return mapped.status();
   const std::string file = path_for_message(path.string());
   const auto fail = [&](const std::string& reason) {

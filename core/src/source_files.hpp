@@ -1,7 +1,8 @@
 // The source files of a plan, each resolved once: resolving walks the file
 // system, and a plan of 100 000 tensors names a handful of files. Tensors
 // mostly name the file of the tensor before, so that one is compared first.
-// Used by needs_of (to resolved paths) and validate_plan (to opened files).
+// Used by needs_of (to resolved paths) and validate_plan (to opened files);
+// both open the files beneath() the plan's folder when they must lie in it.
 #pragma once
 
 #include <devalloc/core/plan.hpp>
@@ -34,7 +35,7 @@ class SourceFiles {
     auto known = ids_.find(source.file);
     if (known == ids_.end()) {
       Result<std::filesystem::path> path =
-          resolve_source(plan_, source, place(), external_files_);
+          resolve_source(plan_, source, place(), external_files_, &beneath_);
       if (!path.ok()) return path.status();
       paths_.push_back(std::move(*path));
       known = ids_.emplace(source.file, paths_.size() - 1).first;
@@ -47,6 +48,9 @@ class SourceFiles {
   // Resolved paths, by number.
   const std::vector<std::filesystem::path>& paths() const { return paths_; }
   std::vector<std::filesystem::path> take_paths() { return std::move(paths_); }
+  // The folder to open them beneath (MappedFile::open), once one is
+  // resolved: the plan's, or empty when files outside it are allowed.
+  const std::filesystem::path& beneath() const { return beneath_; }
 
  private:
   const Plan& plan_;
@@ -55,6 +59,7 @@ class SourceFiles {
   std::string_view last_name_;
   size_t last_id_ = 0;
   std::vector<std::filesystem::path> paths_;
+  std::filesystem::path beneath_;
 };
 
 }  // namespace devalloc::detail

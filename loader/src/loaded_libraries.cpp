@@ -1,7 +1,6 @@
 #include "loaded_libraries.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -41,36 +40,7 @@ bool still_loaded(const std::filesystem::path& path) {
   return true;
 }
 
-struct Listed {
-  const char* path;
-  uint64_t device;
-  uint64_t inode;
-  bool found;
-};
-
-int find_listed(dl_phdr_info* info, size_t, void* data) {
-  auto* want = static_cast<Listed*>(data);
-  const char* name = info->dlpi_name;
-  if (name == nullptr || name[0] == '\0') return 0;
-  bool same = std::strcmp(name, want->path) == 0 ||
-              (std::strncmp(name, "./", 2) == 0 && std::strcmp(name + 2, want->path) == 0);
-  struct stat st {};
-  if (!same && ::stat(name, &st) == 0) {
-    same = static_cast<uint64_t>(st.st_dev) == want->device &&
-           static_cast<uint64_t>(st.st_ino) == want->inode;
-  }
-  if (!same) return 0;
-  want->found = true;
-  return 1;
-}
-
 }  // namespace
-
-bool listed_by_dynamic_linker(const std::filesystem::path& path, const RegularFile& file) noexcept {
-  Listed want{path.c_str(), file.device(), file.inode(), false};
-  ::dl_iterate_phdr(find_listed, &want);
-  return want.found;
-}
 
 std::optional<std::string> replaced_while_loaded(const std::filesystem::path& path,
                                                  const RegularFile& file) {

@@ -24,16 +24,6 @@ namespace devalloc::detail {
 std::optional<std::string> replaced_while_loaded(const std::filesystem::path& path,
                                                  const RegularFile& file);
 
-// Whether the dynamic linker has an object in its list, loaded or still
-// being loaded, that was opened under `path` (as given, or with the "./"
-// Boost.DLL puts before a bare name) or whose file is `file` (device and
-// inode). Allocates nothing and takes only the lock dl_iterate_phdr takes,
-// never the one dlopen holds while static initializers run: PluginLibrary
-// asks before and after an exception left dlopen's caller, to tell a static
-// initializer that threw (the object appeared) from an allocation of
-// Boost.DLL's own around dlopen that failed (it did not).
-bool listed_by_dynamic_linker(const std::filesystem::path& path, const RegularFile& file) noexcept;
-
 // Records that the library at `path` was loaded from `file` (out of
 // memory: not recorded, and that path goes unchecked).
 void remember_loaded(const std::filesystem::path& path, const RegularFile& file) noexcept;

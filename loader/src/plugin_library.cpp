@@ -2,7 +2,6 @@
 #include <devalloc/plugin.hpp>
 #include <devalloc/regular_file.hpp>
 
-#include "dynamic_linker.hpp"
 #include "elf_check.hpp"
 #include "guarded_call.hpp"
 #include "loaded_libraries.hpp"
@@ -15,10 +14,8 @@
 #include <link.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <string_view>
 #include <system_error>
@@ -32,50 +29,7 @@ struct PluginLibrary::Impl {
 PluginLibrary::PluginLibrary(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 
-namespace {
-
-// Set for good when a plugin's static initializer threw out of dlopen
-// (PLUGIN-7). The exception unwound through glibc's dlopen, past the code
-// that would have released the dynamic linker's lock: the thread that
-// opened the plugin holds it for ever, and every dlopen, dlsym, dladdr or
-// dlclose of another thread waits for it for ever. Nothing can repair that;
-// the loader calls into the dynamic linker no more and refuses every later
-// plugin at once, saying why.
-std::atomic<bool> g_linker_left_locked{false};
-std::mutex g_linker_left_locked_mutex;
-std::string g_linker_left_locked_by;  // the plugin's path, for messages
-
-void record_linker_left_locked(const std::filesystem::path& path) noexcept {
-  g_linker_left_locked.store(true);
-  try {
-    std::lock_guard lock(g_linker_left_locked_mutex);
-    if (g_linker_left_locked_by.empty()) {
-      g_linker_left_locked_by = path_for_message(path.string());
-    }
-  } catch (...) {
-    // The flag is set; only the name of the plugin is missing.
-  }
-}
-
-}  // namespace
-
-std::optional<std::string> detail::dynamic_linker_left_locked() {
-  if (!g_linker_left_locked.load()) return std::nullopt;
-  std::lock_guard lock(g_linker_left_locked_mutex);
-  const std::string who = g_linker_left_locked_by.empty() ? std::string("a plugin")
-                                                          : "plugin " + g_linker_left_locked_by;
-  return "the static initializer of " + who +
-         " threw a C++ exception out of dlopen (PLUGIN-7), which left the dynamic linker "
-         "locked: this process can open no other plugin and must be restarted";
-}
-
-PluginLibrary::~PluginLibrary() {
-  // dlclose would wait for the lock another thread may hold for ever: the
-  // library stays mapped (the process has to be restarted anyway).
-  if (g_linker_left_locked.load() && impl_ != nullptr) {
-    static_cast<void>(impl_.release());
-  }
-}
+PluginLibrary::~PluginLibrary() = default;
 
 namespace {
 
@@ -162,6 +116,20 @@ std::optional<std::string> entry_point_problem(const void* entry) {
   return std::nullopt;
 }
 
+// dlopen through a pointer the compiler cannot see through: glibc declares
+// dlopen as not throwing, and a call it believes cannot throw is left out of
+// this function's exception table, through which an exception out of a
+// static initializer would then pass on to whatever catch lies above. A
+// call through this pointer may throw as far as the compiler knows, so the
+// noexcept below applies to it: std::terminate.
+void* (*volatile g_dlopen)(const char*, int) = &::dlopen;
+
+// Opens the library with RTLD_NOW | RTLD_LOCAL, which runs its static
+// initializers; an exception out of them ends the process (PLUGIN-7).
+void* run_static_initializers(const std::filesystem::path& path) noexcept {
+  return g_dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+}
+
 // Every v1 function a host needs; allocate_host/free_host are optional.
 const char* first_missing_required(const devalloc_plugin_api_v1& api) {
   if (api.create == nullptr) return "create";
@@ -198,12 +166,6 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
 
 std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
     const std::filesystem::path& path, const RegularFile& file) {
-  // Into the dynamic linker no more: another thread's call would never
-  // return, and this thread's dlopen state was unwound from under it.
-  if (auto locked = detail::dynamic_linker_left_locked()) {
-    return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::internal, path,
-                            "not opened: " + *locked)};
-  }
   // glibc's dlopen maps what the program headers say and dies of SIGBUS on
   // a page past the end of a truncated file: read them first.
   if (auto problem = detail::elf_shared_object_problem(file.fd(), file.size())) {
@@ -220,21 +182,34 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                             "not opened: " + *replaced)};
   }
 
+  // The library's static initializers run here, inside dlopen. A C++
+  // exception out of one (PLUGIN-7) would unwind through glibc's dlopen,
+  // past the code that releases the dynamic linker's lock: nothing could
+  // open, look up or close a library any more. And a catch above dlopen
+  // does not reliably see it: glibc declares dlopen as not throwing, so an
+  // optimized caller may have no handler for that call. No catch is tried:
+  // the call below lets no exception out, and such a throw ends the process
+  // at once (std::terminate), the same way in every build.
+  void* const initialized = run_static_initializers(path);
+  if (initialized == nullptr) {
+    // dlerror's own words (they name a missing dependency), escaped: they
+    // repeat the file name.
+    const char* text = dlerror();
+    return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::runtime_unavailable, path,
+                            "cannot be opened: " +
+                                escaped(text != nullptr ? text : "dlopen failed", 8192))};
+  }
+  // Boost.DLL opens it again (the object loaded above, its initializers
+  // run already) and holds it; the first handle goes when this returns.
+  struct CloseFirstHandle {
+    void* handle;
+    ~CloseFirstHandle() { ::dlclose(handle); }
+  } close_first{initialized};
   auto impl = std::make_unique<Impl>();
-  // The error_code overload: a failure of dlopen is an error code (and
-  // dlerror's text, below), never an exception. An exception out of load()
-  // comes either from the library's own code that dlopen ran, its static
-  // initializers (PLUGIN-7), which left dlopen without releasing the dynamic
-  // linker's lock, or from an allocation of Boost.DLL's own (a copy of the
-  // path before dlopen, the program's location after a failed one), which
-  // left nothing locked. Only in the first case is the object in the
-  // dynamic linker's list afterwards without having been there before: a
-  // host out of memory for a moment must not lose every plugin for good.
-  const bool listed_before = detail::listed_by_dynamic_linker(path, file);
   std::error_code load_error;
+  std::string thrown;
   bool threw = false;
   bool out_of_memory = false;
-  std::string thrown;
   try {
     // RTLD_LOCAL keeps one plugin's symbols from resolving another's;
     // RTLD_NOW reports a missing symbol here instead of at first call.
@@ -242,41 +217,27 @@ std::pair<std::shared_ptr<PluginLibrary>, PluginError> PluginLibrary::open(
                        boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local,
                        load_error);
   } catch (const std::exception& e) {
+    // An allocation of Boost.DLL's own (a copy of the path): the plugin's
+    // code ran above, not here.
     threw = true;
     out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
     try {
-      thrown = e.what();
+      thrown = ": " + escaped(e.what(), 8192);
     } catch (...) {
     }
   } catch (...) {
     threw = true;
   }
-  const bool initializer_threw =
-      threw && !listed_before && detail::listed_by_dynamic_linker(path, file);
-  if (initializer_threw) record_linker_left_locked(path);  // before anything else can fail
-  try {
-    if (!thrown.empty()) thrown = ": " + escaped(thrown, 8192);
-  } catch (...) {
-    thrown.clear();
-  }
-  if (threw && !initializer_threw) {
+  if (threw) {
     return {nullptr,
             refuse(PluginOutcome::open_failed,
                    out_of_memory ? StatusCode::out_of_host_memory : StatusCode::internal, path,
-                   "not opened: Boost.DLL failed around dlopen, before the plugin's code ran" +
-                       thrown + "; nothing was loaded, and a later try may succeed")};
-  }
-  if (initializer_threw) {
-    return {nullptr, refuse(PluginOutcome::open_failed, StatusCode::internal, path,
-                            "refused: its static initializer threw a C++ exception out of "
-                            "dlopen (PLUGIN-7)" + thrown + "; the dynamic linker is left "
-                            "locked: this process can open no other plugin and must be "
-                            "restarted")};
+                   "not opened: Boost.DLL failed around dlopen" + thrown +
+                       "; the library is closed again, and a later try may succeed")};
   }
   if (load_error) {
-    // dlerror's own words (they name a missing dependency), escaped: they
-    // repeat the file name. Boost.DLL called nothing of the dynamic linker
-    // after the failed dlopen, so they are still this thread's.
+    // Boost.DLL called nothing of the dynamic linker after the failed
+    // dlopen, so dlerror's words are still this thread's.
     const char* text = dlerror();
     const std::string reason = text != nullptr ? std::string(text) : load_error.message();
     return {nullptr, refuse(PluginOutcome::open_failed,

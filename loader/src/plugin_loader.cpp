@@ -176,10 +176,8 @@ fs::path find_installed_plugin_dir() {
 }
 
 // Found once, when the program (or the shared object containing the loader)
-// starts: dladdr waits for the dynamic linker's lock, which a plugin whose
-// static initializer threw out of dlopen leaves held for ever (see
-// dynamic_linker.hpp); asked after that, on another thread, it would never
-// return.
+// starts: the folder cannot move while it runs, and each loader made later
+// asks for it.
 const fs::path& installed_plugin_dir_once() noexcept {
   static const fs::path dir = []() noexcept {
     try {

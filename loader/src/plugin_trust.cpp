@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace devalloc {
 
@@ -55,6 +57,78 @@ std::optional<std::string> unsafe_owner_or_mode(
   return noun + " is " +
          ((st.st_mode & S_IWOTH) != 0 ? "world-writable" : "group-writable") +
          " (mode " + octal_mode(st.st_mode) + ")";
+}
+
+// Splits a path or a link's target into its names, in front of `todo`.
+void prepend_names(const fs::path& path, std::deque<fs::path>* todo) {
+  std::vector<fs::path> names;
+  for (const fs::path& name : path.relative_path()) {
+    if (!name.empty()) names.push_back(name);
+  }
+  todo->insert(todo->begin(), names.begin(), names.end());
+}
+
+// Why someone other than root and the effective user could change what
+// `path` (absolute) leads to, walking it as the kernel resolves it: every
+// folder entered, "/" first, along the path as given and along each link's
+// target; every symbolic link met, by its owner (a link's mode means
+// nothing, but its owner may point it elsewhere, and a sticky folder lets
+// anyone plant one); not the file at the end, which the caller checks on
+// its descriptor. Nothing when all is safe; *file is then where it leads.
+std::optional<std::string> unsafe_on_the_way(const fs::path& path,
+                                             const ProcessCredentials& credentials,
+                                             fs::path* file) {
+  constexpr int kMaxLinks = 40;  // the kernel's own bound (ELOOP)
+  const auto cannot_check = [](const fs::path& what, int error) {
+    return path_for_message(what.string()) + " cannot be checked: " + std::strerror(error);
+  };
+  fs::path current = path.root_path();
+  struct stat st {};
+  if (::lstat(current.c_str(), &st) != 0) return "folder " + cannot_check(current, errno);
+  if (auto why = unsafe_owner_or_mode(current, st, true, credentials)) return why;
+  std::deque<fs::path> todo;
+  prepend_names(path, &todo);
+  int links = 0;
+  while (!todo.empty()) {
+    const fs::path name = std::move(todo.front());
+    todo.pop_front();
+    if (name == ".") continue;
+    if (name == "..") {
+      current = current.parent_path();  // checked on the way down
+      continue;
+    }
+    const fs::path next = current / name;
+    if (::lstat(next.c_str(), &st) != 0) return cannot_check(next, errno);
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code ec;
+      const fs::path target = fs::read_symlink(next, ec);
+      if (ec) return cannot_check(next, ec.value());
+      if (st.st_uid != 0 && st.st_uid != credentials.effective_uid) {
+        return "symbolic link " + path_for_message(next.string()) + " (to " +
+               path_for_message(target.string()) + ") is owned by uid " +
+               std::to_string(st.st_uid) + ", neither root nor the effective user (uid " +
+               std::to_string(credentials.effective_uid) + ")";
+      }
+      if (++links > kMaxLinks) {
+        return path_for_message(path.string()) + " passes through more than " +
+               std::to_string(kMaxLinks) + " symbolic links";
+      }
+      if (target.is_absolute()) current = target.root_path();
+      prepend_names(target, &todo);
+      continue;
+    }
+    if (todo.empty()) {
+      *file = next;
+      return std::nullopt;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return "folder " + path_for_message(next.string()) + " is not a folder";
+    }
+    if (auto why = unsafe_owner_or_mode(next, st, true, credentials)) return why;
+    current = next;
+  }
+  *file = current;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -146,16 +220,16 @@ PluginFileCheck check_plugin_file(const fs::path& path, bool file_trusted,
     if (auto why = unsafe_owner_or_mode(resolved, st, false, credentials)) {
       return refuse(*why);
     }
-    for (fs::path dir = resolved.parent_path();; dir = dir.parent_path()) {
-      struct stat dst{};
-      if (::stat(dir.c_str(), &dst) != 0) {
-        return refuse("folder " + path_for_message(dir.string()) + " cannot be checked: " +
-                      std::strerror(errno));
-      }
-      if (auto why = unsafe_owner_or_mode(dir, dst, true, credentials)) {
-        return refuse(*why);
-      }
-      if (dir == dir.root_path() || dir.parent_path() == dir) break;
+    // The path as given, not only where it leads: a link planted in a
+    // folder that others may write would choose the file.
+    fs::path walked;
+    if (auto why = unsafe_on_the_way(fs::absolute(path, ec), credentials, &walked)) {
+      return refuse(*why);
+    }
+    if (walked != resolved) {
+      return refuse(path_for_message(path.string()) + " led to " +
+                    path_for_message(resolved.string()) + ", then to " +
+                    path_for_message(walked.string()) + ": changed while it was checked");
     }
   }
   check.resolved = resolved;

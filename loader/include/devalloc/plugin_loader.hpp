@@ -90,8 +90,7 @@ class PluginLoader {
   // program as /proc/self/exe names it (never argv[0]), or the shared object
   // (the Python module) as the dynamic linker opened it. Empty when neither
   // can be found. Found once, when the program (or the shared object)
-  // starts: a dladdr after a plugin's static initializer threw out of dlopen
-  // would never return.
+  // starts.
   static std::filesystem::path installed_plugin_dir();
   // "libdevalloc_" + name + ".so"
   static std::string file_name_for(const std::string& name);

@@ -37,6 +37,10 @@ struct FileVersion {
 // of a failed fstat.
 int read_file_version(int fd, FileVersion* version) noexcept;
 
+namespace detail {
+struct RegularFileAccess;  // regular_file.cpp: fills a RegularFile in
+}  // namespace detail
+
 // An open, read-only descriptor of a regular file. Closes it when destroyed.
 class RegularFile {
  public:
@@ -59,7 +63,7 @@ class RegularFile {
   uint32_t owner() const { return owner_; }
 
  private:
-  friend Result<RegularFile> open_regular_file(const std::filesystem::path& path);
+  friend struct detail::RegularFileAccess;
   int fd_ = -1;
   FileVersion version_;
   uint32_t mode_ = 0;
@@ -73,6 +77,29 @@ class RegularFile {
 // ran out of descriptors or memory (EMFILE, ENFILE, ENOMEM): a resource
 // limit, not a bad file.
 Result<RegularFile> open_regular_file(const std::filesystem::path& path);
+
+// open_regular_file for `relative` (a relative path) inside `folder`, never
+// leaving it: every part of `relative` is resolved beneath `folder`, and a
+// symbolic link or ".." that leads out of it (an absolute link, or one that
+// climbs above it) refuses the file, whatever was checked of the path
+// before: a link swapped in between is refused, not followed.
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) where the kernel has it
+// (Linux 5.6), else a walk of one component at a time with O_NOFOLLOW.
+// `folder` itself is opened as named, links followed. Errors as
+// open_regular_file's, named "<folder>/<relative>", and "<folder>/<relative>:
+// refused: it leads out of the folder <folder> (through a symbolic link or
+// \"..\"); only files inside it may be opened" (invalid_argument).
+Result<RegularFile> open_regular_file_beneath(const std::filesystem::path& folder,
+                                              const std::filesystem::path& relative);
+
+namespace detail {
+// How open_regular_file_beneath resolves the path: kernel is openat2 when
+// the kernel has it (else walk), walk always walks. Tests run both.
+enum class BeneathResolution { kernel, walk };
+Result<RegularFile> open_regular_file_beneath(const std::filesystem::path& folder,
+                                              const std::filesystem::path& relative,
+                                              BeneathResolution how);
+}  // namespace detail
 
 // The whole of a regular file, refused (invalid_argument) when it is larger
 // than max_bytes: "<path>: the config is 5000000 bytes, above the limit of

@@ -132,6 +132,45 @@ untrusted_names_are_printed_escaped)
   grep -qF "refused: file $PWD/sticky/libdevalloc_a\x1b[2J\x1b]0;pwned\x07.so is world-writable (mode 0666)" out.txt ||
     fail "the refusal does not show the file name escaped"
   ;;
+links_on_the_plugin_path_are_checked_where_they_lie)
+  # A link named like a plugin leads to a safe copy of the host plugin: in
+  # a world-writable folder it is refused for that folder (whoever planted
+  # it chose the library), in a folder of our own it loads and is listed
+  # with the file it led to.
+  mkdir -p safe mine && chmod 0755 safe mine
+  cp "$host_plugin" safe/libdevalloc_target.so && chmod 0644 safe/libdevalloc_target.so
+  real=$(realpath safe/libdevalloc_target.so)
+  ln -s "$real" open/libdevalloc_planted.so
+  LD_DEBUG=files "$devalloc" plugins --plugin-path open > out.txt 2> ld.txt
+  cat out.txt
+  grep -A2 '^planted ' out.txt | grep -q 'untrusted' || fail "the planted link is not listed as untrusted"
+  grep -A2 '^planted ' out.txt | grep -qF "plugin $PWD/open/libdevalloc_planted.so: refused: folder $PWD/open is world-writable (mode 0777)" ||
+    fail "the refusal does not name the link's folder"
+  ! grep -q 'libdevalloc_target.so' ld.txt || fail "the link's target was opened"
+  ln -s "$real" mine/libdevalloc_linked.so
+  "$devalloc" plugins --plugin-path mine > out.txt
+  cat out.txt
+  grep -A1 '^linked  *loaded' out.txt | grep -qxF "  $PWD/mine/libdevalloc_linked.so -> $real" ||
+    fail "the loaded link is not shown with the file it led to"
+  ;;
+a_link_owned_by_another_user_in_a_sticky_folder_is_refused)
+  # Anyone may plant a link in a sticky folder; devalloc run by root must
+  # not follow one to a library of the planter's choosing, even root's own.
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "SKIP: needs root to make a link owned by another user (chown -h 65534)"
+    exit 77
+  fi
+  mkdir -p sticky && chmod 1777 sticky
+  real=$(realpath "$host_plugin")
+  ln -s "$real" sticky/libdevalloc_host.so
+  chown -h 65534 sticky/libdevalloc_host.so
+  LD_DEBUG=files "$devalloc" plugins --plugin-path sticky > out.txt 2> ld.txt
+  cat out.txt
+  grep -A2 '^host  *untrusted' out.txt |
+    grep -qF "refused: symbolic link $PWD/sticky/libdevalloc_host.so (to $real) is owned by uid 65534, neither root nor the effective user (uid 0)" ||
+    fail "the planted link is not refused naming the link, its target and its owner"
+  ! grep -q "calling init: $real" ld.txt || fail "the link's target was opened"
+  ;;
 empty_path_options_are_usage_errors)
   # "" is no folder, no path to trust and no config: a usage error (exit 2)
   # naming the option, never an internal error or a silent default.

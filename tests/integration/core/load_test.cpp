@@ -3,9 +3,19 @@
 #include "load_fixture.hpp"
 
 #include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/placement.hpp>
+#include <devalloc/core/safetensors.hpp>
 #include <devalloc/input_text.hpp>
 
 #include <gmock/gmock.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
 
 namespace devalloc::testing {
 namespace {
@@ -98,17 +108,20 @@ TEST_P(HostLoad, GivenVerify_WhenTheCopyIsRight_ThenTheLoadReportsVerified) {
   EXPECT_TRUE(report.verified);
 }
 
-TEST_P(HostLoad, GivenTinyStagingBudget_WhenLoading_ThenCopiesAreChunkedAndStillRight) {
+TEST_P(HostLoad, GivenStagingBelowOneSlot_WhenLoading_ThenOneSlotOf4KiBCarriesEachTensorRight) {
   RuntimeConfig c = host_config();
-  c.load.staging_bytes = 1;  // one staging slot of 1 byte
+  // Below one slot of 4 KiB: one slot of 4 KiB (docs/config.md), so that
+  // the bookkeeping of the pieces never outgrows the model.
+  c.load.staging_bytes = 1;
   c.load.direct = false;
   LoadReport report;
   auto program = Runtime::create(c)->load(plan(), {}, &report);
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
-  EXPECT_EQ(report.copies, 768u + 256u);
+  EXPECT_EQ(report.copies, 2u);  // w.a (768 bytes) and w.b (256 bytes), one piece each
   EXPECT_EQ(report.pipeline.staging_slots, 1u);
-  EXPECT_EQ(report.pipeline.max_in_flight_bytes, 1u);
+  EXPECT_EQ(report.pipeline.slot_bytes, 4096u);
+  EXPECT_EQ(report.pipeline.max_in_flight_bytes, 768u);
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncAndAsync, HostLoad, ::testing::Bool(),
@@ -298,6 +311,88 @@ TEST_F(LoadFixture, GivenAPlanAllowingExternalFiles_WhenTheConfigRefusesThem_The
   EXPECT_THAT(absolute.status().message(),
               HasSubstr("source file \"/etc/passwd\" is absolute; source files are relative to "
                         "the plan's folder; the plan sets \"allow_external_files\""));
+}
+
+// A process that can write the plan's folder swaps its source between a
+// hard link to the real file and a symbolic link to a file outside while
+// loads run: no load ever copies the outside file's bytes. (The source was
+// resolved and checked, then opened by name again, which followed the link
+// swapped in between.)
+TEST_F(LoadFixture, GivenTheSourceSwappedBetweenAHardLinkAndALinkOutsideThePlanFolder_WhenLoadingRepeatedly_ThenNoLoadReadsTheOutsideFile) {
+  test::ScratchDir elsewhere{"outside"};
+  const std::filesystem::path outside = elsewhere / "outside.safetensors";
+  // The same tensors, every byte 0x5a.
+  const std::vector<std::byte> foreign_256(256, std::byte{0x5a});
+  const std::vector<std::byte> foreign_512(512, std::byte{0x5a});
+  const std::vector<SafetensorsWriteTensor> written = {
+      {"w.a", DType::f32, {64}, foreign_256},
+      {"w.b", DType::f16, {16, 16}, foreign_512},
+      {"head", DType::bf16, {128}, foreign_256},
+      {"empty", DType::f32, {0}, {}}};
+  ASSERT_TRUE(write_safetensors(outside, written).ok());
+  const std::filesystem::path name = dir() / "model.safetensors";
+  const std::filesystem::path real = dir() / "real.safetensors";
+  std::filesystem::rename(name, real);
+  std::filesystem::create_hard_link(real, name);
+
+  // One rename(2) per swap: the name and a link beside it trade places.
+  const std::filesystem::path link = dir() / "swap-link";
+  std::filesystem::create_symlink(outside, link);
+  std::atomic<bool> stop{false};
+  std::thread swapper([&] {
+    while (!stop.load()) {
+      ::renameat2(AT_FDCWD, name.c_str(), AT_FDCWD, link.c_str(), RENAME_EXCHANGE);
+    }
+  });
+  auto runtime = Runtime::create(default_config());
+  for (int i = 0; i < 300; ++i) {
+    auto program = runtime->load(plan(), {"prefill"}, nullptr);
+    if (program.ok()) {
+      EXPECT_EQ(read_back(*(*program)->find("w.a")), source("w.a")) << "load " << i;
+    } else {
+      // Refused by the check of the resolved path, or by the open beneath
+      // the folder when the link came in after it; or the real file, which
+      // each swap renames (its status change time moves), was seen changed
+      // under its header.
+      EXPECT_THAT(program.status().message(),
+                  ::testing::AnyOf(HasSubstr("outside the plan's folder"),
+                                   HasSubstr("refused: it leads out of the folder"),
+                                   HasSubstr("modified in place")))
+          << "load " << i;
+    }
+  }
+  stop.store(true);
+  swapper.join();
+}
+
+// The same race, one step at a time, as a load takes the steps: the source
+// is resolved while it is a hard link (needs_of), then becomes a link to a
+// file outside before it is opened (SafetensorsCache::open, beneath the
+// folder needs_of gives): refused, naming the file and the folder.
+TEST_F(LoadFixture, GivenTheSourceResolvedAndThenSwappedForALinkOutside_WhenOpenedAsALoadOpensIt_ThenRefused) {
+  test::ScratchDir elsewhere{"outside"};
+  const std::filesystem::path outside = elsewhere / "outside.safetensors";
+  std::filesystem::copy_file(dir() / "model.safetensors", outside);
+  auto needs = needs_of(plan(), {"prefill"}, /*external_files=*/true);
+  ASSERT_TRUE(needs.ok()) << needs.status().message();
+  ASSERT_EQ(needs->files.size(), 1u);
+  const std::filesystem::path folder = std::filesystem::weakly_canonical(dir());
+  EXPECT_EQ(needs->files_beneath, folder);  // the plan does not allow external files
+  std::filesystem::remove(dir() / "model.safetensors");
+  std::filesystem::create_symlink(outside, dir() / "model.safetensors");
+  SafetensorsCache files;
+  auto opened = files.open(needs->files[0], needs->files_beneath);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().message(),
+            path_for_message((folder / "model.safetensors").string()) +
+                ": refused: it leads out of the folder " + path_for_message(folder.string()) +
+                " (through a symbolic link or \"..\"); only files inside it may be opened");
+  // A plan that allows external files: nothing to stay beneath, opened by
+  // its path as before.
+  plan().allow_external_files = true;
+  auto external = needs_of(plan(), {"prefill"}, true);
+  ASSERT_TRUE(external.ok()) << external.status().message();
+  EXPECT_TRUE(external->files_beneath.empty());
 }
 
 // Names from files reach messages escaped: a terminal control sequence in a

@@ -1,4 +1,5 @@
 #include <devalloc/core/mapped_file.hpp>
+#include <devalloc/regular_file.hpp>
 
 #include "core_test_support.hpp"
 
@@ -7,6 +8,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -474,6 +476,146 @@ TEST_F(TruncatedMapping, GivenTheProgramsHandlerHasNodeferAndAMask_ThenItRunsWit
         std::_Exit(10 + g_mask_seen);  // 12: SIGUSR1 blocked, SIGBUS not
       },
       ::testing::ExitedWithCode(12), "");
+}
+
+// Opening beneath a folder (a plan's source that must lie in the plan's
+// folder): whatever was checked of the path before, the open itself never
+// leaves the folder. Each case runs with the kernel's openat2 and with the
+// walk of one component at a time that serves kernels without it.
+class OpenBeneath : public ::testing::TestWithParam<detail::BeneathResolution> {
+ protected:
+  void SetUp() override {
+    folder_ = std::filesystem::weakly_canonical(inside_.path());
+    outside_file_ = std::filesystem::weakly_canonical(outside_.path()) / "outside.bin";
+    test::write_file(folder_ / "real.bin", "inside bytes");
+    test::write_file(outside_file_, "OUTSIDE BYTES");
+    std::filesystem::create_directory(folder_ / "sub");
+  }
+  Result<RegularFile> open(const std::filesystem::path& relative) {
+    return detail::open_regular_file_beneath(folder_, relative, GetParam());
+  }
+  std::string leads_out(const std::filesystem::path& relative) {
+    return (folder_ / relative).string() + ": refused: it leads out of the folder " +
+           folder_.string() +
+           " (through a symbolic link or \"..\"); only files inside it may be opened";
+  }
+  static std::string content(const RegularFile& file) {
+    std::string out(file.size(), '\0');
+    EXPECT_EQ(::pread(file.fd(), out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
+    return out;
+  }
+
+  ScratchDir inside_{"beneath"};
+  ScratchDir outside_{"outside"};
+  std::filesystem::path folder_;
+  std::filesystem::path outside_file_;
+};
+
+TEST_P(OpenBeneath, GivenALinkToAFileOutsideTheFolder_WhenOpened_ThenRefusedNamingTheFileAndTheFolder) {
+  std::filesystem::create_symlink(outside_file_, folder_ / "model.bin");
+  Result<RegularFile> file = open("model.bin");
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(file.status().message(), leads_out("model.bin"));
+}
+
+TEST_P(OpenBeneath, GivenARelativeLinkOrDotDotThatClimbsOut_WhenOpened_ThenRefused) {
+  const std::filesystem::path up =
+      std::filesystem::relative(outside_file_, folder_ / "sub");  // ../../outside-X/outside.bin
+  std::filesystem::create_symlink(up, folder_ / "sub" / "model.bin");
+  std::filesystem::create_symlink("..", folder_ / "sub" / "parent");
+  EXPECT_EQ(open("sub/model.bin").status().message(), leads_out("sub/model.bin"));
+  EXPECT_EQ(open("sub/parent/../x").status().message(), leads_out("sub/parent/../x"));
+  EXPECT_EQ(open("../real.bin").status().message(), leads_out("../real.bin"));
+}
+
+// An absolute link is refused even when it names a file inside: what it
+// names depends on the root, not on the folder (RESOLVE_BENEATH's rule).
+TEST_P(OpenBeneath, GivenAnAbsoluteLinkIntoTheFolder_WhenOpened_ThenRefused) {
+  std::filesystem::create_symlink(folder_ / "real.bin", folder_ / "model.bin");
+  EXPECT_EQ(open("model.bin").status().message(), leads_out("model.bin"));
+}
+
+TEST_P(OpenBeneath, GivenLinksAndDotDotThatStayInside_WhenOpened_ThenTheFileTheyLeadTo) {
+  std::filesystem::create_symlink("../real.bin", folder_ / "sub" / "model.bin");
+  std::filesystem::create_symlink("sub/model.bin", folder_ / "chain.bin");
+  std::filesystem::create_symlink("sub", folder_ / "dir");
+  for (const char* relative : {"real.bin", "sub/../real.bin", "sub/model.bin", "chain.bin",
+                               "dir/model.bin", "./dir/../real.bin"}) {
+    Result<RegularFile> file = open(relative);
+    ASSERT_TRUE(file.ok()) << relative << ": " << file.status().message();
+    EXPECT_EQ(content(*file), "inside bytes") << relative;
+  }
+}
+
+TEST_P(OpenBeneath, GivenAFolderAFifoOrNothing_WhenOpened_ThenRefusedAsOpenRegularFileWould) {
+  ASSERT_EQ(::mkfifo((folder_ / "fifo").c_str(), 0600), 0);
+  EXPECT_EQ(open("sub").status().message(),
+            (folder_ / "sub").string() + ": not a regular file (a directory)");
+  EXPECT_EQ(open("fifo").status().message(),
+            (folder_ / "fifo").string() + ": not a regular file (a FIFO)");
+  EXPECT_THAT(open("missing.bin").status().message(),
+              HasSubstr((folder_ / "missing.bin").string() + ": cannot open: "));
+  std::filesystem::create_symlink("loop", folder_ / "loop");
+  EXPECT_THAT(open("loop").status().message(),
+              HasSubstr((folder_ / "loop").string() + ": cannot open: "));
+}
+
+// A process that can write the folder swaps the name between a hard link
+// to a file inside and a symbolic link to one outside while it is opened:
+// no open ever reads the outside file. (Resolving the path, checking it and
+// then opening it by name again let the link in between.)
+TEST_P(OpenBeneath, GivenTheNameSwappedBetweenAHardLinkAndALinkOutside_WhenOpenedRepeatedly_ThenNeverTheOutsideFile) {
+  std::filesystem::create_hard_link(folder_ / "real.bin", folder_ / "model.bin");
+  std::filesystem::create_symlink(outside_file_, folder_ / "swap-link");
+  // One rename(2) per swap: the name and the link beside it trade places.
+  std::atomic<bool> stop{false};
+  std::thread swapper([&] {
+    const std::string name = (folder_ / "model.bin").string();
+    const std::string link = (folder_ / "swap-link").string();
+    while (!stop.load()) {
+      ::renameat2(AT_FDCWD, name.c_str(), AT_FDCWD, link.c_str(), RENAME_EXCHANGE);
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    Result<RegularFile> file = open("model.bin");
+    if (file.ok()) {
+      EXPECT_EQ(content(*file), "inside bytes") << "open " << i;
+    } else {
+      EXPECT_EQ(file.status().message(), leads_out("model.bin")) << "open " << i;
+    }
+  }
+  stop.store(true);
+  swapper.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Resolutions, OpenBeneath,
+                         ::testing::Values(detail::BeneathResolution::kernel,
+                                           detail::BeneathResolution::walk),
+                         [](const ::testing::TestParamInfo<detail::BeneathResolution>& resolution) {
+                           return resolution.param == detail::BeneathResolution::kernel
+                                      ? std::string("openat2")
+                                      : std::string("walk");
+                         });
+
+// MappedFile::open beneath the folder: the mapping is of the descriptor
+// opened beneath it.
+TEST(MappedFile, GivenALinkOutsideTheFolderItMustBeOpenedBeneath_WhenOpened_ThenRefusedNamingFileAndFolder) {
+  ScratchDir dir;
+  ScratchDir elsewhere;
+  const std::filesystem::path folder = std::filesystem::weakly_canonical(dir.path());
+  test::write_file(elsewhere / "secret", "not for the plan");
+  std::filesystem::create_symlink(elsewhere / "secret", folder / "model.safetensors");
+  auto file = MappedFile::open(folder / "model.safetensors", folder);
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().message(),
+            (folder / "model.safetensors").string() + ": refused: it leads out of the folder " +
+                folder.string() +
+                " (through a symbolic link or \"..\"); only files inside it may be opened");
+  // Without a folder to stay in (external files allowed), as before.
+  auto external = MappedFile::open(folder / "model.safetensors");
+  ASSERT_TRUE(external.ok()) << external.status().message();
+  EXPECT_EQ((*external)->size(), 16u);
 }
 
 }  // namespace

@@ -211,6 +211,112 @@ TEST_F(TrustFixture, GivenSymlinkToPluginInWritableFolder_WhenLoading_ThenTheRes
   EXPECT_FALSE(is_open(target));
 }
 
+// The world-write bit on its own (no group write): each is refused for
+// it, by name. (With the bit ignored and only the group bit checked, every
+// other test here still passed.)
+TEST_F(TrustFixture, GivenAPluginFileWritableByTheWorldButNotTheGroup_WhenLoading_ThenRefusedAsWorldWritable) {
+  const fs::path file = plugin_copy(unique("wo_file"), plugins_);
+  ASSERT_EQ(::chmod(file.c_str(), 0757), 0);
+  auto [plugin, error] = loader_for(plugins_).load(file.string());
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("refused: file " + file.string() + " is world-writable (mode 0757)"));
+  EXPECT_FALSE(is_open(file));
+}
+
+TEST_F(TrustFixture, GivenAFolderWritableByTheWorldButNotTheGroupAndNotSticky_WhenLoading_ThenRefusedAsWorldWritable) {
+  const std::string name = unique("wo_folder");
+  const fs::path file = plugin_copy(name, plugins_);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0757), 0);
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("refused: folder " + plugins_.string() + " is world-writable (mode 0757)"));
+  EXPECT_FALSE(is_open(file));
+}
+
+// A link planted where others may write chooses the library: the folder
+// that holds the link counts, not only the folders of the file it leads
+// to. The target here is a plugin in a safe folder, which loads by itself.
+TEST_F(TrustFixture, GivenALinkToASafePluginInAWorldWritableFolder_WhenLoading_ThenRefusedNamingTheLinksFolder) {
+  const fs::path safe = root_ / "safe";
+  fs::create_directory(safe);
+  ::chmod(safe.c_str(), 0755);
+  const std::string name = unique("planted");
+  const fs::path target = plugin_copy(name, safe);
+  const fs::path link = plugins_ / target.filename();
+  fs::create_symlink(target, link);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(),
+              AllOf(HasSubstr("plugin " + link.string() + ": refused: folder " +
+                              plugins_.string() + " is world-writable (mode 0777)")));
+  EXPECT_FALSE(is_open(target));
+  // The same link in a folder only we may write: loaded, as the file it
+  // leads to.
+  ASSERT_EQ(::chmod(plugins_.c_str(), 0755), 0);
+  auto [loaded, loaded_error] = loader_for(plugins_).load(name);
+  ASSERT_NE(loaded, nullptr) << loaded_error.status.message();
+  EXPECT_EQ(loaded->path(), fs::canonical(target));
+}
+
+// In a sticky folder anyone may plant a link, and none but its owner may
+// remove it: a link owned by another user is refused, naming it, its
+// target and its owner, even though the target is root's own plugin.
+TEST_F(TrustFixture, GivenALinkOwnedByAnotherUserInAStickyFolder_WhenLoadingOrListing_ThenRefusedNamingTheLinkItsTargetAndOwner) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "needs root: a link owned by another user (uid 65534) is made with lchown";
+  }
+  const fs::path safe = root_ / "safe";
+  fs::create_directory(safe);
+  ::chmod(safe.c_str(), 0755);
+  const std::string name = unique("sticky_link");
+  const fs::path target = plugin_copy(name, safe);
+  const fs::path link = plugins_ / target.filename();
+  fs::create_symlink(target, link);
+  ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(plugins_.c_str(), 01777), 0);
+  const std::string why = "refused: symbolic link " + link.string() + " (to " + target.string() +
+                          ") is owned by uid 65534, neither root nor the effective user (uid 0)";
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_EQ(error.outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(error.status.message(), HasSubstr(why));
+  std::map<std::string, PluginCandidate> by_name;
+  for (auto& c : loader_for(plugins_).discover()) by_name.emplace(c.name, c);
+  ASSERT_EQ(by_name.count(name), 1u);
+  EXPECT_EQ(by_name[name].outcome, PluginOutcome::untrusted);
+  EXPECT_THAT(by_name[name].reason, HasSubstr(why));
+  EXPECT_FALSE(is_open(target));
+  // Root's own link in the same folder: loaded.
+  ASSERT_EQ(::lchown(link.c_str(), 0, 0), 0);
+  auto [loaded, loaded_error] = loader_for(plugins_).load(name);
+  EXPECT_NE(loaded, nullptr) << loaded_error.status.message();
+}
+
+// A link's target is walked from the link's folder: ".." in it climbs
+// from there, and every folder it enters is checked.
+TEST_F(TrustFixture, GivenARelativeLinkThroughAWritableFolder_WhenLoading_ThenThatFolderIsChecked) {
+  const fs::path unsafe = root_ / "unsafe";
+  fs::create_directory(unsafe);
+  fs::create_directory(unsafe / "inner");
+  ::chmod((unsafe / "inner").c_str(), 0755);
+  const std::string name = unique("relative");
+  const fs::path target = plugin_copy(name, root_);
+  fs::create_symlink("../unsafe/inner/../../" + target.filename().string(),
+                     plugins_ / target.filename());
+  ASSERT_EQ(::chmod(unsafe.c_str(), 0777), 0);
+  auto [plugin, error] = loader_for(plugins_).load(name);
+  EXPECT_EQ(plugin, nullptr);
+  EXPECT_THAT(error.status.message(),
+              HasSubstr("folder " + unsafe.string() + " is world-writable (mode 0777)"));
+  EXPECT_FALSE(is_open(target));
+}
+
 TEST_F(TrustFixture, GivenTrustedPath_WhenLoadingFromWritableFolder_ThenLoaded) {
   const std::string name = unique("trusted");
   plugin_copy(name, plugins_);

@@ -39,8 +39,15 @@ class MappedFile {
   // of it before (a header, offsets). open() records the file's version
   // (fstat of the descriptor, before a byte is read), and check_unchanged()
   // compares it with the file now.
+  //
+  // beneath not empty: `path` must lie inside the folder `beneath` (both
+  // absolute and normal), and is opened with open_regular_file_beneath,
+  // which refuses a symbolic link or ".." that leads out of it, a link
+  // swapped in after any check of the path included ("<path>: refused: it
+  // leads out of the folder <beneath> ..."). The mapping and every read are
+  // of that descriptor; the path is never opened again.
   static Result<std::shared_ptr<const MappedFile>> open(
-      const std::filesystem::path& path);
+      const std::filesystem::path& path, const std::filesystem::path& beneath = {});
 
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

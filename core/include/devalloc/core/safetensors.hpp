@@ -58,9 +58,12 @@ class SafetensorsFile {
   // Maps the file and validates the whole header; on success the tensors'
   // bytes tile the data section exactly (no overlap, no gap, nothing after). Errors are invalid_argument and read
   // "<path>: <reason>" or "<path>: tensor \"<name>\": <reason>".
+  // beneath: as MappedFile::open's (a plan's source file that must lie in
+  // the plan's folder).
   static Result<std::shared_ptr<const SafetensorsFile>> open(
       const std::filesystem::path& path,
-      detail::HeaderReading mode = detail::HeaderReading::fast_then_strict);
+      detail::HeaderReading mode = detail::HeaderReading::fast_then_strict,
+      const std::filesystem::path& beneath = {});
 
   const std::filesystem::path& path() const { return mapping_->path(); }
   // In increasing offset order.
@@ -85,7 +88,8 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   static Result<std::shared_ptr<const SafetensorsFile>> open_checked(
-      const std::filesystem::path& path, detail::HeaderReading mode);
+      const std::filesystem::path& path, detail::HeaderReading mode,
+      const std::filesystem::path& beneath);
 
   std::shared_ptr<const MappedFile> mapping_;
   std::vector<SafetensorsTensor> tensors_;
@@ -108,10 +112,16 @@ class SafetensorsFile {
 // a new entry (what a load holds of the old one stays as it was). A failed
 // open is not remembered: the next open of the path tries again.
 // Thread-safe.
+//
+// beneath: as MappedFile::open's, for a path the cache opens now. An entry
+// serves by its path, however it was opened: one that the caller's own
+// open put there (a plan builder's, by path) is the caller's word, and the
+// loads of devalloc open their sources beneath the plan's folder into
+// caches of their own or the caller's.
 class SafetensorsCache {
  public:
   Result<std::shared_ptr<const SafetensorsFile>> open(
-      const std::filesystem::path& path);
+      const std::filesystem::path& path, const std::filesystem::path& beneath = {});
 
  private:
   std::mutex mutex_;
