@@ -102,6 +102,7 @@ std::string DeviceTag::to_string() const {
 }
 
 std::optional<DeviceTag> parse_device_tag(std::string_view text) {
+  if (text.size() > kMaxDeviceTagBytes) return std::nullopt;
   const size_t colon = text.find(':');
   DeviceTag tag;
   tag.name = std::string(text.substr(0, colon));
@@ -247,6 +248,15 @@ const char* to_string(ReadMode mode) {
     case ReadMode::mmap: return "mmap";
     case ReadMode::pread: return "pread";
     case ReadMode::direct_io: return "direct_io";
+  }
+  return "unknown";
+}
+
+const char* to_string(FallbackPolicy policy) {
+  switch (policy) {
+    case FallbackPolicy::allow: return "allow";
+    case FallbackPolicy::warn: return "warn";
+    case FallbackPolicy::error: return "error";
   }
   return "unknown";
 }

@@ -21,10 +21,17 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kTagSyntax =
-    "expected \"name\" or \"name:index\" (name of letters, digits, \"_\" and "
-    "\"-\"; index decimal without leading zeros)";
+    "expected \"name\" or \"name:index\" of at most 256 bytes (name of letters, "
+    "digits, \"_\" and \"-\"; index decimal without leading zeros)";
 constexpr std::string_view kPluginNameSyntax =
-    "use letters, digits, \"_\" and \"-\"";
+    "use at most 256 letters, digits, \"_\" and \"-\"";
+static_assert(kMaxDeviceTagBytes == 256, "kTagSyntax and kPluginNameSyntax give the limit");
+
+// A plugin name a config may give: a tag's name is one, so no longer than
+// a tag may be.
+bool is_config_plugin_name(std::string_view name) {
+  return name.size() <= kMaxDeviceTagBytes && is_valid_plugin_name(name);
+}
 
 const char* type_name(toml::node_type type) {
   switch (type) {
@@ -44,7 +51,7 @@ const char* type_name(toml::node_type type) {
 
 // A key as TOML would need it written inside a [section] header.
 std::string key_text(std::string_view key) {
-  return is_valid_plugin_name(key) ? std::string(key) : quote(key);
+  return is_config_plugin_name(key) ? std::string(key) : quote(key);
 }
 
 struct Located {
@@ -232,7 +239,7 @@ void ConfigReader::read_security(const toml::node& node) {
 
 void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
   const std::string name(key.str());
-  if (!is_valid_plugin_name(name)) {
+  if (!is_config_plugin_name(name)) {
     error(key.source(), "invalid plugin name " + quote(name) +
                             " in [plugins]: " + std::string(kPluginNameSyntax));
     return;
@@ -355,7 +362,7 @@ std::optional<DeviceBinding> ConfigReader::read_use(const toml::node& node,
     return std::nullopt;
   }
   const std::string& plugin = text->get();
-  if (is_valid_plugin_name(plugin)) {
+  if (is_config_plugin_name(plugin)) {
     return DeviceBinding{plugin,
                          DeviceSelector::by_index(tag.index.value_or(0))};
   }
@@ -387,7 +394,7 @@ std::optional<DeviceBinding> ConfigReader::read_binding_array(
     type_error(array[0], "the plugin in " + what, "a string");
     return std::nullopt;
   }
-  if (!is_valid_plugin_name(plugin->get())) {
+  if (!is_config_plugin_name(plugin->get())) {
     error(array[0].source(), what + ": invalid plugin name " +
                                  quote(plugin->get()) + ": " +
                                  std::string(kPluginNameSyntax));
@@ -530,8 +537,26 @@ void ConfigReader::read_memory(const toml::key& key, const toml::node& node) {
 
 void ConfigReader::read_load(const toml::table& table) {
   check_keys(table, "in [load]",
-             {"check_free_memory", "direct", "external_files", "read", "release_timeout",
-              "staging", "threads", "verify"});
+             {"check_free_memory", "direct", "external_files", "fallback", "read",
+              "release_timeout", "staging", "threads", "verify"});
+
+  if (const auto* fallback = table.get("fallback")) {
+    const std::string what = "\"fallback\" in [load]";
+    const auto* text = fallback->as_string();
+    bool known = false;
+    for (FallbackPolicy policy :
+         {FallbackPolicy::allow, FallbackPolicy::warn, FallbackPolicy::error}) {
+      if (text != nullptr && text->get() == to_string(policy)) {
+        config_.load.fallback = policy;
+        known = true;
+      }
+    }
+    if (text == nullptr) {
+      type_error(*fallback, what, "\"allow\", \"warn\" or \"error\"");
+    } else if (!known) {
+      error(fallback->source(), what + " is " + quote(text->get()) + "; known: allow, warn, error");
+    }
+  }
 
   if (const auto* staging = table.get("staging")) {
     const std::string what = "\"staging\" in [load]";
@@ -829,6 +854,10 @@ Result<RuntimeConfig> parse_config(std::string_view text,
 
 Result<RuntimeConfig> read_config(const fs::path& path) {
   return detail::without_exceptions(path, "the config", [&]() -> Result<RuntimeConfig> {
+    // Else the message would start with the empty name: ": cannot open".
+    if (path.empty()) {
+      return Status(StatusCode::invalid_argument, "the config path is empty: it names no file");
+    }
     Result<std::string> text = read_regular_file(path, kMaxConfigBytes, "config");
     if (!text.ok()) return text.status();
     return parse_config(*text, path.string());

@@ -220,22 +220,27 @@ std::string no_match_reason(const DeviceSelector& selector,
          device_list(devices, selector.kind) + ")";
 }
 
+std::string attempts_text(std::string_view tag, const std::vector<SelectionAttempt>& attempts) {
+  if (attempts.empty()) return "nothing was tried";
+  std::string text;
+  for (size_t i = 0; i < attempts.size(); ++i) {
+    const DeviceCandidate& candidate = attempts[i].candidate;
+    if (i > 0) text += "; ";
+    if (candidate.is_fallback) text += "fallback ";
+    text += candidate.binding.to_string();
+    if (candidate.via_tag != tag) {
+      text += " (device " + quote(candidate.via_tag) + ")";
+    }
+    text += ": " + attempts[i].reason;
+  }
+  return text;
+}
+
 Status no_device_error(std::string_view tag, std::optional<uint32_t> memory_id,
                        const std::vector<SelectionAttempt>& attempts) {
   std::string message = "no device for " + quote(tag);
   if (memory_id) message += " (memory id " + std::to_string(*memory_id) + ")";
-  message += ": ";
-  if (attempts.empty()) message += "nothing was tried";
-  for (size_t i = 0; i < attempts.size(); ++i) {
-    const DeviceCandidate& candidate = attempts[i].candidate;
-    if (i > 0) message += "; ";
-    if (candidate.is_fallback) message += "fallback ";
-    message += candidate.binding.to_string();
-    if (candidate.via_tag != tag) {
-      message += " (device " + quote(candidate.via_tag) + ")";
-    }
-    message += ": " + attempts[i].reason;
-  }
+  message += ": " + attempts_text(tag, attempts);
   return Status(StatusCode::no_such_device, std::move(message));
 }
 

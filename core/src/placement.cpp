@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string_view>
 
 namespace devalloc {
@@ -51,6 +52,7 @@ Result<MethodNeeds> needs_of(const Plan& plan,
     needs.tensors.push_back(n);
   }
   needs.files = sources.take_paths();
+  needs.files_beneath = sources.beneath();
   return needs;
 }
 
@@ -80,7 +82,70 @@ Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
   auto device = registry.resolve(placement.tag, buffer.memory_id);
   if (!device.ok()) return device.status();
   placement.device = std::move(*device);
+  if (placement.device.is_fallback &&
+      registry.config().load.fallback == FallbackPolicy::error) {
+    return Status(StatusCode::no_such_device,
+                  "memory id " + std::to_string(buffer.memory_id) + ": device " +
+                      quote(placement.tag) + " would fall back to " +
+                      placement.device.device_label() +
+                      ", which [load] fallback = \"error\" forbids: " +
+                      placement.device.fallback_reason);
+  }
   return placement;
+}
+
+std::string fallback_line(uint32_t memory_id, const ResolvedDevice& device) {
+  std::string line = "memory id " + std::to_string(memory_id) + ": device " + quote(device.tag) +
+                     " falls back to " + device.device_label();
+  if (device.via_tag != device.tag) line += " (via " + quote(device.via_tag) + ")";
+  return line + ": " + device.fallback_reason;
+}
+
+std::vector<std::string> unused_device_entries(const RuntimeConfig& config, const Plan& plan) {
+  if (config.devices.empty()) return {};
+  // The plan's tags after [memory], in order of first use, then every tag
+  // their fallbacks reach: a walk with a stack, each tag once.
+  std::vector<std::string_view> planned;
+  std::set<std::string_view> reached;
+  for (const PlanBuffer& buffer : plan.buffers) {
+    const auto moved = config.memory_overrides.find(buffer.memory_id);
+    const std::string_view tag =
+        moved != config.memory_overrides.end() ? moved->second : buffer.device;
+    if (reached.insert(tag).second) planned.push_back(tag);
+  }
+  std::vector<std::string_view> stack(planned.begin(), planned.end());
+  while (!stack.empty()) {
+    const auto device = config.devices.find(stack.back());
+    stack.pop_back();
+    if (device == config.devices.end()) continue;
+    for (const DeviceFallback& fallback : device->second.fallbacks) {
+      const auto* tag = std::get_if<std::string>(&fallback.target);
+      if (tag != nullptr && reached.insert(*tag).second) stack.push_back(*tag);
+    }
+  }
+  std::string tags;
+  for (size_t i = 0; i < planned.size() && i < detail::kShownIds; ++i) {
+    tags += (i == 0 ? "" : ", ") + quote(planned[i]);
+  }
+  if (planned.size() > detail::kShownIds) {
+    tags += ", ... (" + std::to_string(planned.size()) + " in all)";
+  }
+  std::vector<const DeviceTagConfig*> unused;
+  for (const auto& [tag, device] : config.devices) {
+    if (reached.count(tag) == 0) unused.push_back(&device);
+  }
+  // In the config's order: the order a reader of the file meets them.
+  std::stable_sort(unused.begin(), unused.end(), [](const auto* a, const auto* b) {
+    return std::pair(a->where.line, a->where.column) < std::pair(b->where.line, b->where.column);
+  });
+  std::vector<std::string> lines;
+  for (const DeviceTagConfig* device : unused) {
+    const std::string where = device->where.file.empty() ? "" : device->where.to_string() + ": ";
+    lines.push_back(where + "[devices." + quote(device->tag) + "] is used by no buffer of " +
+                    detail::plan_name(plan) + " (its device tags: " +
+                    (tags.empty() ? "none" : tags) + ")");
+  }
+  return lines;
 }
 
 std::string buffer_place(const Plan& plan, const PlannedBuffer& buffer) {

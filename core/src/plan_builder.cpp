@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <system_error>
+#include <vector>
 
 namespace devalloc {
 
@@ -18,10 +19,15 @@ Status invalid(const std::string& message) {
   return Status(StatusCode::invalid_argument, message);
 }
 
+std::string rule_text(const PlacementRule& rule) {
+  return "placement rule " + quote(rule.pattern + "=" + rule.device);
+}
+
 Status check_device(std::string_view device, const std::string& context) {
   if (parse_device_tag(device)) return Status();
   return invalid(context + ": " + quote(device) +
-                 " is not a device tag (\"name\" or \"name:index\", e.g. \"cuda:0\")");
+                 " is not a device tag (\"name\" or \"name:index\" of at most " +
+                 std::to_string(kMaxDeviceTagBytes) + " bytes, e.g. \"cuda:0\")");
 }
 
 Status check_options(const PlanBuildOptions& options) {
@@ -33,7 +39,7 @@ Status check_options(const PlanBuildOptions& options) {
     return status;
   }
   for (const PlacementRule& rule : options.rules) {
-    const std::string context = "placement rule " + quote(rule.pattern + "=" + rule.device);
+    const std::string context = rule_text(rule);
     if (rule.pattern.empty()) return invalid(context + ": empty glob");
     if (Status status = check_device(rule.device, context); !status.ok()) return status;
   }
@@ -44,6 +50,10 @@ Status check_options(const PlanBuildOptions& options) {
     if (const auto why = check_text(method)) {
       return invalid("method name " + quote(method) + " " + *why);
     }
+    if (method.size() > kMaxPlanNameBytes) {
+      return invalid("method name " + quote(method) + " is longer than a name may be (" +
+                     std::to_string(kMaxPlanNameBytes) + " bytes)");
+    }
     if (!methods.insert(method).second) {
       return invalid("method " + quote(method) + " given twice");
     }
@@ -51,11 +61,36 @@ Status check_options(const PlanBuildOptions& options) {
   return Status();
 }
 
-const std::string& device_for(const std::string& tensor, const PlanBuildOptions& options) {
-  for (const PlacementRule& rule : options.rules) {
-    if (::fnmatch(rule.pattern.c_str(), tensor.c_str(), 0) == 0) return rule.device;
+bool matches(const PlacementRule& rule, const std::string& tensor) {
+  return ::fnmatch(rule.pattern.c_str(), tensor.c_str(), 0) == 0;
+}
+
+// The index of the first rule that matches, or rules.size() for the default.
+size_t rule_for(const std::string& tensor, const PlanBuildOptions& options) {
+  for (size_t r = 0; r < options.rules.size(); ++r) {
+    if (matches(options.rules[r], tensor)) return r;
   }
-  return options.default_device;
+  return options.rules.size();
+}
+
+// A rule that placed nothing is mostly a glob that misses (a prefix the
+// file does not use): its tensors went to the default device unannounced.
+std::vector<std::string> unused_rules(const Plan& plan, const PlanBuildOptions& options,
+                                      const std::vector<size_t>& placed) {
+  std::vector<std::string> lines;
+  for (size_t r = 0; r < options.rules.size(); ++r) {
+    if (placed[r] != 0) continue;
+    const PlacementRule& rule = options.rules[r];
+    bool matched = false;
+    for (size_t t = 0; t < plan.tensors.size() && !matched; ++t) {
+      matched = matches(rule, plan.tensors[t].name);
+    }
+    lines.push_back(rule_text(rule) + " placed no tensor: " +
+                    (matched ? "every tensor it matches was placed by an earlier rule"
+                             : "it matches none of the " + std::to_string(plan.tensors.size()) +
+                                   " tensors"));
+  }
+  return lines;
 }
 
 Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
@@ -84,7 +119,8 @@ Result<PlacementRule> parse_placement_rule(std::string_view text) {
 
 static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> files,
                                         const std::filesystem::path& plan_path,
-                                        const PlanBuildOptions& options) {
+                                        const PlanBuildOptions& options,
+                                        PlanBuildReport* report) {
   if (Status status = check_options(options); !status.ok()) return status;
   Plan plan;
   plan.path = plan_path;
@@ -99,6 +135,7 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
   NameIndex owner;
   const bool several_files = files.size() > 1;
   std::map<std::string, size_t, std::less<>> buffer_of;   // device -> buffers index
+  std::vector<size_t> placed(options.rules.size());      // tensors per rule
   for (size_t f = 0; f < files.size(); ++f) {
     Result<std::filesystem::path> absolute = resolved(files[f]);
     if (!absolute.ok()) return absolute.status();
@@ -125,7 +162,10 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
                        path_for_message(files[*owner.find(tensor.name)].string()) + " and " +
                        path_for_message(files[f].string()));
       }
-      const std::string& device = device_for(tensor.name, options);
+      const size_t rule = rule_for(tensor.name, options);
+      if (rule < placed.size()) ++placed[rule];
+      const std::string& device =
+          rule < placed.size() ? options.rules[rule].device : options.default_device;
       auto [slot, added] = buffer_of.try_emplace(device, plan.buffers.size());
       if (added) {
         plan.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan.buffers.size()), device,
@@ -157,14 +197,15 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
     for (const PlanTensor& tensor : plan.tensors) method.tensors.push_back(tensor.name);
     plan.methods.push_back(std::move(method));
   }
+  if (report != nullptr) report->unused_rules = unused_rules(plan, options, placed);
   return plan;
 }
 
 Result<Plan> build_plan(std::span<const std::filesystem::path> files,
                         const std::filesystem::path& plan_path,
-                        const PlanBuildOptions& options) {
+                        const PlanBuildOptions& options, PlanBuildReport* report) {
   return detail::catch_as_status(
-      [&] { return build_plan_or_throw(files, plan_path, options); },
+      [&] { return build_plan_or_throw(files, plan_path, options, report); },
       detail::file_failure(plan_path, "building the plan"));
 }
 

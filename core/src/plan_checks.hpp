@@ -15,4 +15,12 @@ namespace devalloc::detail {
 // listed in offset order, n log n otherwise.
 Status check_constant_overlaps(const Plan& plan);
 
+// invalid_argument naming the first name, device tag or source path longer
+// than the plan format allows (kMaxPlanNameBytes, kMaxPlanPathBytes,
+// kMaxDeviceTagBytes), in file order, repeating only its first bytes:
+// "plan.json: /tensors/0 \"w\": source file \"././...\" (10485760 bytes)
+// is longer than a path may be (4095 bytes)". Linear in the plan; made
+// before anything resolves a path or looks a tag up.
+Status check_plan_limits(const Plan& plan);
+
 }  // namespace devalloc::detail

@@ -42,8 +42,13 @@ inline StatusCode path_error_code(const std::error_code& error) {
 // Plan::source_path with errors placed at `place` (may be empty).
 // external_files false: the plan's "allow_external_files" is not honoured
 // ([load] external_files = false, PlanValidationOptions::external_files).
+// *beneath (when not null) is set to the plan's folder (absolute, links
+// resolved) when the file must lie in it, else cleared: the file is then
+// to be opened beneath it (MappedFile::open), which a link swapped in after
+// this check cannot lead out of.
 Result<std::filesystem::path> resolve_source(const Plan& plan, const PlanSource& source,
                                              const std::string& place,
-                                             bool external_files = true);
+                                             bool external_files = true,
+                                             std::filesystem::path* beneath = nullptr);
 
 }  // namespace devalloc::detail

@@ -4,6 +4,7 @@
 
 #include "json_parse.hpp"
 #include "plain_json.hpp"
+#include "plan_checks.hpp"
 #include <devalloc/no_exceptions.hpp>
 
 #include <cstdint>
@@ -386,15 +387,25 @@ std::string place(const std::string& pointer) {
   return pointer.empty() ? std::string() : escaped(pointer) + ": ";
 }
 
+// A plan that was read, unless a name or path in it is longer than a plan
+// may hold: refused here, before anything resolves or looks it up.
+Result<Plan> checked_limits(Plan plan) {
+  if (Status status = detail::check_plan_limits(plan); !status.ok()) return status;
+  return plan;
+}
+
 Result<Plan> read_plan_checked(const std::filesystem::path& path,
                                detail::PlanReading mode) {
+  if (path.empty()) {
+    return Status(StatusCode::invalid_argument, "the plan path is empty: it names no file");
+  }
   const std::string file = path_for_message(path.string());
   Result<std::string> text = read_regular_file(path, kMaxPlanBytes, "plan");
   if (!text.ok()) return text.status();
   if (mode != detail::PlanReading::strict) {
     Plan plan;
     plan.path = path;
-    if (PlainPlanReader(*text).read(plan)) return plan;
+    if (PlainPlanReader(*text).read(plan)) return checked_limits(std::move(plan));
     if (mode == detail::PlanReading::fast_only) {
       return Status(StatusCode::invalid_argument,
                     file + ": not in the plain form the fast reader reads");
@@ -418,7 +429,7 @@ Result<Plan> read_plan_checked(const std::filesystem::path& path,
     return Status(StatusCode::invalid_argument,
                   file + ": " + place(error.pointer) + error.reason);
   }
-  return plan;
+  return checked_limits(std::move(plan));
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ class Validator {
       : plan_(plan), options_(options) {}
 
   Status run() {
-    for (auto step : {&Validator::check_buffers, &Validator::check_tensors,
+    for (auto step : {&Validator::check_limits, &Validator::check_buffers, &Validator::check_tensors,
                        &Validator::check_overlaps, &Validator::check_methods}) {
       if (Status status = (this->*step)(); !status.ok()) return status;
     }
@@ -119,6 +119,7 @@ class Validator {
     return Status();
   }
 
+  Status check_limits() { return detail::check_plan_limits(plan_); }
   Status check_overlaps() { return detail::check_constant_overlaps(plan_); }
 
   Status check_methods() {
@@ -183,7 +184,8 @@ class Validator {
       const Result<size_t> id = sources.id_of(*tensor.source, [&] { return tensor_place(i); });
       if (!id.ok()) return id.status();
       if (*id == opened.size()) {
-        Result<std::shared_ptr<const SafetensorsFile>> file = cache.open(sources.paths()[*id]);
+        Result<std::shared_ptr<const SafetensorsFile>> file =
+            cache.open(sources.paths()[*id], sources.beneath());
         if (!file.ok()) {
           return detail::plan_error(plan_, tensor_place(i), "source file: " + file.status().message(),
                                     file.status().code());
@@ -270,6 +272,50 @@ Status detail::check_constant_overlaps(const Plan& plan) {
                         "bytes " + range(extent) + " of buffer " +
                             std::to_string(extent.memory_id) + " overlap " +
                             place(prior.tensor) + " at " + range(prior));
+    }
+  }
+  return Status();
+}
+
+Status detail::check_plan_limits(const Plan& plan) {
+  // "device \"...\" (N bytes) is longer than a device tag may be (256 bytes)";
+  // quote() cuts the value and gives its length.
+  const auto too_long = [](const std::string& what, const std::string& value, size_t limit,
+                           const char* kind) {
+    return value.size() <= limit
+               ? std::string()
+               : what + " " + quote(value) + " is longer than " + kind + " may be (" +
+                     std::to_string(limit) + " bytes)";
+  };
+  const auto fail = [&](const std::string& place, const std::string& reason) {
+    return plan_error(plan, place, reason);
+  };
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const PlanBuffer& buffer = plan.buffers[i];
+    const std::string reason = too_long("device", buffer.device, kMaxDeviceTagBytes, "a device tag");
+    if (!reason.empty()) return fail(at_index("buffers", i), reason);
+  }
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const PlanTensor& tensor = plan.tensors[i];
+    std::string reason = too_long("name", tensor.name, kMaxPlanNameBytes, "a name");
+    if (!reason.empty()) return fail(at_index("tensors", i), reason);
+    if (!tensor.source) continue;
+    reason = too_long("source file", tensor.source->file, kMaxPlanPathBytes, "a path");
+    if (reason.empty()) {
+      reason = too_long("source key", tensor.source->key, kMaxPlanNameBytes, "a name");
+    }
+    if (!reason.empty()) return fail(named_place("tensors", i, tensor.name), reason);
+  }
+  for (size_t m = 0; m < plan.methods.size(); ++m) {
+    const PlanMethod& method = plan.methods[m];
+    const std::string reason = too_long("name", method.name, kMaxPlanNameBytes, "a name");
+    if (!reason.empty()) return fail(at_index("methods", m), reason);
+    for (size_t k = 0; k < method.tensors.size(); ++k) {
+      const std::string listed =
+          too_long("tensor", method.tensors[k], kMaxPlanNameBytes, "a name");
+      if (!listed.empty()) {
+        return fail(at_index("methods", m) + "/tensors/" + std::to_string(k), listed);
+      }
     }
   }
   return Status();

@@ -188,7 +188,11 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
 
   // Once per program, over all its methods: constants that overlap would
   // take each other's bytes, at once or at a later load_methods.
+  // Names and paths past the plan format's limits are refused first, before
+  // a path is resolved or a tag looked up (read_plan refuses them too, but a
+  // plan may be built in code).
   if (!constants_checked_) {
+    if (Status s = detail::check_plan_limits(*plan_); !s.ok()) return s;
     if (Status s = detail::check_constant_overlaps(*plan_); !s.ok()) return s;
     constants_checked_ = true;
   }
@@ -297,7 +301,7 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
     if (n.file != last_file_id) {
       std::shared_ptr<const SafetensorsFile>& file = opened_files[n.file];
       if (file == nullptr) {
-        auto opened = sources.open(path);
+        auto opened = sources.open(path, needs->files_beneath);
         if (!opened.ok()) return opened.status().with_context(where(t));
         file = std::move(*opened);
       }

@@ -186,9 +186,11 @@ class Runtime:
     """
 
     def __init__(self, config=None, trust_plugin_path=()):
-        self._native = _native.Runtime(
-            None if config is None else _path(config, "config"),
-            _trusted(trust_plugin_path), [plugin_dir])
+        if config is not None:
+            config = _path(config, "config")
+            if len(config) == 0:
+                raise ValueError("config: an empty path names no file; pass None for the defaults")
+        self._native = _native.Runtime(config, _trusted(trust_plugin_path), [plugin_dir])
 
     @property
     def plugin_path(self):
@@ -209,6 +211,8 @@ class Runtime:
         Loads of one Runtime may run at once, each with its own progress.
         """
         plan = _path(plan, "plan")
+        if len(plan) == 0:
+            raise ValueError("plan: an empty path names no file")
         if methods is None:
             methods = []
         else:

@@ -2,6 +2,7 @@
 // the public face; this file binds plans, runtimes, loaded programs and
 // their tensors, whose DLPack export goes through nanobind's ndarray.
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/placement.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/input_text.hpp>
@@ -62,6 +63,19 @@ nb::str path_text(const fs::path& path) {
   PyObject* out = PyUnicode_DecodeFSDefaultAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
   if (out == nullptr) throw nb::python_error();
   return nb::steal<nb::str>(out);
+}
+
+// A str as UTF-8, or nullopt for one that no UTF-8 spells (a lone
+// surrogate such as "\ud800", which nanobind's std::string conversion
+// refuses with std::bad_cast): a name the plan cannot hold.
+std::optional<std::string_view> utf8(nb::handle str) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(str.ptr(), &size);
+  if (data == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return std::string_view(data, static_cast<size_t>(size));
 }
 
 // Raises devalloc.Error (defined in Python, so that it can parse the
@@ -302,6 +316,41 @@ struct Tensor {
   }
 };
 
+// __dlpack__'s arguments, each refused by name: nanobind's ndarray took a
+// str as the stream and copy="y" as a flag, and a positional stream gave
+// "incompatible function arguments" naming none. A positional stream is
+// moved into kwargs (the array API lets stream be given so).
+void check_dlpack_arguments(const nb::args& args, nb::kwargs& kwargs) {
+  if (args.size() > 1) {
+    throw nb::type_error(("__dlpack__() takes at most one positional argument (stream), got " +
+                          std::to_string(args.size()))
+                             .c_str());
+  }
+  if (args.size() == 1) {
+    if (kwargs.contains("stream")) {
+      throw nb::type_error("__dlpack__() got stream both by position and by keyword");
+    }
+    kwargs["stream"] = args[0];
+  }
+  const auto type_of = [](nb::handle value) {
+    return nb::cast<std::string>(nb::type_name(value.type()));
+  };
+  if (kwargs.contains("stream")) {
+    nb::handle stream = kwargs["stream"];
+    if (!stream.is_none() && (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))) {
+      throw nb::type_error(("__dlpack__(): stream: None or an int (a stream or queue handle), "
+                            "not " + type_of(stream))
+                               .c_str());
+    }
+  }
+  if (kwargs.contains("copy")) {
+    nb::handle copy = kwargs["copy"];
+    if (!copy.is_none() && !PyBool_Check(copy.ptr())) {
+      throw nb::type_error(("__dlpack__(): copy: True, False or None, not " + type_of(copy)).c_str());
+    }
+  }
+}
+
 // A load's progress callback, on the loading threads. What it raises stops
 // the load, and is raised from load() once the load returned.
 struct ProgressRelay {
@@ -399,8 +448,17 @@ class PyRuntime {
     }
     if (relay.error) throw std::move(*relay.error);
     std::shared_ptr<LoadedProgram> loaded = value_or_raise(std::move(program));
-    // What the load tolerated but the user should know (late releases).
-    for (const std::string& w : load_warnings(report)) {
+    // What the load tolerated but the user should know (late releases), and
+    // under [load] fallback = "warn" each buffer on a fallback, with why.
+    std::vector<std::string> warnings = load_warnings(report);
+    if (config_.load.fallback == FallbackPolicy::warn) {
+      for (const auto& buffer : loaded->buffers()) {
+        if (buffer->device().is_fallback) {
+          warnings.push_back("fallback: " + fallback_line(buffer->memory_id(), buffer->device()));
+        }
+      }
+    }
+    for (const std::string& w : warnings) {
       if (PyErr_WarnEx(PyExc_RuntimeWarning, w.c_str(), 1) != 0) throw nb::python_error();
     }
     return loaded;
@@ -435,8 +493,15 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
   options.default_device = default_device;
   options.alignment = alignment;
   options.methods = methods;
-  Plan plan = value_or_raise(build_plan(files, out, options));
+  PlanBuildReport built;
+  Plan plan = value_or_raise(build_plan(files, out, options, &built));
   if (Status s = write_plan(plan, out); !s.ok()) raise(s);
+  // As `devalloc plan` warns on stderr: a glob that placed nothing.
+  for (const std::string& line : built.unused_rules) {
+    if (PyErr_WarnEx(PyExc_UserWarning, ("place: " + line).c_str(), 2) != 0) {
+      throw nb::python_error();
+    }
+  }
 }
 
 }  // namespace
@@ -478,13 +543,19 @@ NB_MODULE(_native, m) {
                    "The index of its device among the plugin's devices.")
       .def_prop_ro("is_fallback", [](const Tensor& t) { return t.tensor.device().is_fallback; },
                    "True when its device is a fallback of the planned device tag.")
+      .def_prop_ro("fallback_reason",
+                   [](const Tensor& t) { return text(t.tensor.device().fallback_reason); },
+                   "Why each device tried before its fallback failed, as a load error "
+                   "would say it (\"cdua index 0: plugin cdua is unavailable: ...\"); "
+                   "\"\" when it is on its planned device.")
       .def("__dlpack_device__", [](const Tensor& t) {
         const DeviceInfo& d = t.tensor.device().info();
         return nb::make_tuple(d.dlpack_device_type, d.dlpack_device_id);
       }, "(DLPack device type, device id): CPU 1, CUDA 2, ROCm 10, oneAPI 14.")
       // stream, max_version, dl_device and copy are handled by nanobind's
       // ndarray, which makes the (versioned or legacy) capsule.
-      .def("__dlpack__", [](nb::handle self, nb::kwargs kwargs) {
+      .def("__dlpack__", [](nb::handle self, nb::args args, nb::kwargs kwargs) {
+        check_dlpack_arguments(args, kwargs);
         const Tensor& t = nb::cast<const Tensor&>(self);
         nb::object array = nb::cast(t.ndarray(self));
         return array.attr("__dlpack__")(**kwargs);
@@ -507,8 +578,9 @@ NB_MODULE(_native, m) {
       // A name is a str; anything else is in no program (as a key of the
       // wrong type is in no dict), never a TypeError.
       .def("__contains__", [](const LoadedProgram& p, nb::handle key) {
-        return nb::isinstance<nb::str>(key) &&
-               p.find(nb::cast<std::string>(key)).has_value();
+        if (!nb::isinstance<nb::str>(key)) return false;
+        const std::optional<std::string_view> name = utf8(key);
+        return name && p.find(*name).has_value();
       }, nb::sig("def __contains__(self, name: object, /) -> bool"), nb::arg("name").none())
       .def("__len__", [](const LoadedProgram& p) { return p.tensors().size(); })
       .def("__getitem__", [](std::shared_ptr<LoadedProgram> p, nb::handle key) {
@@ -517,10 +589,21 @@ NB_MODULE(_native, m) {
                                nb::cast<std::string>(nb::type_name(key.type())))
                                   .c_str());
         }
-        const std::string name = nb::cast<std::string>(key);
-        std::optional<LoadedTensor> t = p->find(name);
+        const std::optional<std::string_view> name = utf8(key);
+        if (!name) {
+          // Python's own repr escapes the surrogate; at most 200 characters of it.
+          const size_t length = nb::len(key);
+          const std::string shown = nb::cast<std::string>(
+              nb::repr(key.attr("__getitem__")(nb::slice(0, 200))));
+          throw nb::key_error(("no tensor " + shown +
+                               (length > 200 ? "... (" + std::to_string(length) + " characters)"
+                                             : std::string()) +
+                               ": a name with a lone surrogate is in no plan")
+                                  .c_str());
+        }
+        std::optional<LoadedTensor> t = p->find(*name);
         if (!t) {
-          throw nb::key_error(("no tensor " + quote(name) + " in the loaded methods").c_str());
+          throw nb::key_error(("no tensor " + quote(*name) + " in the loaded methods").c_str());
         }
         return Tensor{p, *t};
       }, nb::sig("def __getitem__(self, name: str, /) -> Tensor"), nb::arg("name").none());

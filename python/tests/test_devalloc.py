@@ -868,6 +868,25 @@ def test_load_names_the_argument_it_refuses(example):
         devalloc.Runtime(config=123)
 
 
+def test_dlpack_names_the_argument_it_refuses(mixed):
+    # A positional stream gave nanobind's "incompatible function arguments";
+    # a str stream and copy="y" were taken.
+    _, plan = mixed
+    tensor = devalloc.Runtime().load(plan)["w.f32"]
+    with pytest.raises(TypeError, match=r"^__dlpack__\(\): stream: None or an int .* not str$"):
+        tensor.__dlpack__(stream="x")
+    with pytest.raises(TypeError, match=r"^__dlpack__\(\): stream: None or an int .* not bool$"):
+        tensor.__dlpack__(True)
+    with pytest.raises(TypeError, match=r"^__dlpack__\(\): copy: True, False or None, not str$"):
+        tensor.__dlpack__(copy="y")
+    with pytest.raises(TypeError, match=r"at most one positional argument \(stream\), got 2"):
+        tensor.__dlpack__(None, None)
+    with pytest.raises(TypeError, match="stream both by position and by keyword"):
+        tensor.__dlpack__(None, stream=None)
+    assert np.array_equal(np.from_dlpack(tensor), tensor.numpy())
+    tensor.__dlpack__(None)  # a positional stream, as the array API allows
+
+
 def test_a_key_that_is_not_a_str_is_in_no_program(mixed):
     _, plan = mixed
     program = devalloc.Runtime().load(plan)
@@ -876,6 +895,69 @@ def test_a_key_that_is_not_a_str_is_in_no_program(mixed):
         assert key not in program
         with pytest.raises(KeyError, match="a tensor name is a str, not " + type(key).__name__):
             program[key]
+
+
+def test_a_name_no_utf8_spells_is_in_no_program(mixed):
+    # A lone surrogate raised RuntimeError: std::bad_cast.
+    _, plan = mixed
+    program = devalloc.Runtime().load(plan)
+    for key in ("\ud800", "w.f32\udcff", "\ud800" * 1000):
+        assert key not in program
+        with pytest.raises(KeyError, match="lone surrogate") as error:
+            program[key]
+        # str() of a KeyError is the repr of its message, which repeats the
+        # key as Python's repr writes it.
+        assert error.value.args[0].startswith("no tensor " + repr(key[:200])), error.value
+    with pytest.raises(KeyError) as error:
+        program["\ud800" * 1000]
+    assert len(error.value.args[0]) < 1500 and "(1000 characters)" in error.value.args[0]
+
+
+def test_an_empty_config_or_plan_path_names_the_argument(example):
+    # Runtime(config="") said "Error: : cannot open...".
+    with pytest.raises(ValueError, match="^config: an empty path names no file; pass None"):
+        devalloc.Runtime(config="")
+    with pytest.raises(ValueError, match="^plan: an empty path names no file"):
+        devalloc.Runtime().load("")
+
+
+def test_a_place_glob_that_places_nothing_is_warned_of(mixed, tmp_path):
+    folder, _ = mixed
+    with pytest.warns(UserWarning, match=r'^place: placement rule "layers\.\*=host" placed no '
+                                         r'tensor: it matches none of the 3 tensors$'):
+        devalloc.plan(folder / "mixed.safetensors", place={"layers.*": "host", "w.*": "host"},
+                      out=tmp_path / "p.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        devalloc.plan(folder / "mixed.safetensors", place={"w.*": "host"}, out=tmp_path / "p.json")
+
+
+def test_a_fallback_says_why_and_the_config_can_forbid_it(example, tmp_path):
+    # A typo in `use` loaded everything onto the host without a word of why.
+    config = tmp_path / "c.toml"
+    config.write_text('[devices."cuda:0"]\nuse = ["cdua", { index = 0 }]\nfallback = ["host"]\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = devalloc.Runtime(config=config).load(example / "plan.json")
+    said = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    # One per buffer planned for "cuda:0" (memory ids 0, 1, 2), each with why.
+    assert len(said) == 3, said
+    assert re.match(r'fallback: memory id 0: device "cuda:0" falls back to host device 0 '
+                    r'"host memory" \(via "host"\): cdua index 0: plugin cdua is unavailable',
+                    said[0]), said
+    tensor = program["model.norm.weight"]
+    assert tensor.is_fallback
+    assert tensor.fallback_reason.startswith("cdua index 0: plugin cdua is unavailable"), tensor
+    config.write_text(config.read_text() + '[load]\nfallback = "allow"\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        devalloc.Runtime(config=config).load(example / "plan.json")
+    config.write_text(config.read_text().replace('"allow"', '"error"'))
+    with pytest.raises(devalloc.Error, match=r'device "cuda:0" would fall back to host device 0 '
+                                             r'"host memory", which \[load\] fallback = "error" '
+                                             r'forbids: cdua index 0') as error:
+        devalloc.Runtime(config=config).load(example / "plan.json")
+    assert error.value.code == "no_such_device"
 
 
 def test_the_version_is_pyprojects():

@@ -29,6 +29,10 @@ int run_inspect(const InspectOptions& o) {
   auto plan = valid_plan_from(o.plan, cache, *config);
   if (!plan.ok()) return report_failure("inspect", plan.status());
 
+  for (const std::string& line : unused_device_entries(*config, *plan)) {
+    std::fprintf(stderr, "devalloc inspect: warning: %s\n", line.c_str());
+  }
+
   DeviceRegistry registry(*config);
   // Names come from the plan file and its sources: escaped, as in messages.
   std::printf("plan %s: %zu buffers, %zu tensors, %zu methods\n",
@@ -47,6 +51,11 @@ int run_inspect(const InspectOptions& o) {
     if (placed.ok()) {
       std::printf(" -> %s%s\n", placed->device.describe().c_str(),
                   placed->device.is_fallback ? " [fallback]" : "");
+      // Why, whatever [load] fallback says: inspect is where one looks.
+      if (placed->device.is_fallback) {
+        std::printf("      fallback: %s\n",
+                    fallback_line(b.memory_id, placed->device).c_str());
+      }
       placements.push_back(std::move(*placed));
     } else {
       std::printf(" -> unresolved\n      %s\n", placed.status().message().c_str());

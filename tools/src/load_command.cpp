@@ -4,6 +4,7 @@
 #include "inputs.hpp"
 #include "json_output.hpp"
 
+#include <devalloc/core/placement.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/input_text.hpp>
 
@@ -17,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 namespace devalloc::cli {
 
@@ -90,6 +92,27 @@ void print_load_warnings(const LoadReport& report) {
   }
 }
 
+// Each buffer placed on a fallback, one line each with why its primary
+// failed: on stderr as a warning ([load] fallback = "warn"), else on stdout
+// with the report ("allow"; "error" fails the load before this).
+std::vector<std::string> fallback_lines(const LoadedProgram& program) {
+  std::vector<std::string> lines;
+  for (const auto& b : program.buffers()) {
+    if (b->device().is_fallback) lines.push_back(fallback_line(b->memory_id(), b->device()));
+  }
+  return lines;
+}
+
+void print_fallbacks(const std::vector<std::string>& lines, FallbackPolicy policy, bool json) {
+  for (const std::string& line : lines) {
+    if (policy == FallbackPolicy::warn) {
+      std::fprintf(stderr, "devalloc load: warning: fallback: %s\n", line.c_str());
+    } else if (!json) {
+      std::printf("  fallback: %s\n", line.c_str());
+    }
+  }
+}
+
 int run_load(const LoadCommandOptions& o) {
   auto config = config_from(o.config, o.trust_paths);
   if (!config.ok()) return report_failure("load", config.status());
@@ -97,6 +120,9 @@ int run_load(const LoadCommandOptions& o) {
   SafetensorsCache cache;
   auto plan = valid_plan_from(o.plan, cache, *config);
   if (!plan.ok()) return report_failure("load", plan.status());
+  for (const std::string& line : unused_device_entries(*config, *plan)) {
+    std::fprintf(stderr, "devalloc load: warning: %s\n", line.c_str());
+  }
 
   auto runtime = Runtime::create(*config);
   ProgressBar bar;
@@ -110,6 +136,7 @@ int run_load(const LoadCommandOptions& o) {
   auto program = runtime->load(std::move(*plan), split_commas(o.methods), &report, &cache);
   bar.finish();
   if (!program.ok()) return report_failure("load", program.status());
+  const std::vector<std::string> fallbacks = fallback_lines(**program);
 
   // Per physical device: several tags may lead to one.
   auto buffers_on = [&](const ResolvedDevice& d) {
@@ -145,7 +172,9 @@ int run_load(const LoadCommandOptions& o) {
                             {"forced_synchronizes", report.pipeline.forced_synchronizes},
                             {"read", to_string(report.pipeline.read)},
                             {"read_measured", report.pipeline.read_measured},
-                            {"direct_io_fallback", report.pipeline.direct_io_fallback}}},
+                            {"direct_io_fallback", report.pipeline.direct_io_fallback},
+                            {"realigned_pieces", report.pipeline.realigned_pieces}}},
+                          {"fallbacks", fallbacks},
                           {"devices", nlohmann::json::array()}};
     for (const auto& d : report.devices) {
       out["devices"].push_back({{"plugin", d.device.plugin_name},
@@ -163,6 +192,7 @@ int run_load(const LoadCommandOptions& o) {
                                 {"late_release_seconds", d.late_release_seconds}});
     }
     print_load_warnings(report);
+    print_fallbacks(fallbacks, config->load.fallback, /*json=*/true);
     std::printf("%s\n", json_text(out).c_str());
     return kExitOk;
   }
@@ -187,6 +217,7 @@ int run_load(const LoadCommandOptions& o) {
                 static_cast<unsigned long long>(d.tensors), human_bytes(d.bytes).c_str(),
                 d.seconds, gb_per_s(d.bytes, d.seconds));
   }
+  print_fallbacks(fallbacks, config->load.fallback, /*json=*/false);
   print_load_warnings(report);
   return kExitOk;
 }

@@ -34,7 +34,8 @@ std::string place_check(const std::string& text) {
 std::string device_check(const std::string& text) {
   return parse_device_tag(text) ? std::string()
                                 : quote(text) + " is not a device tag (\"name\" or "
-                                                "\"name:index\", e.g. \"cuda:0\")";
+                                                "\"name:index\" of at most 256 bytes, "
+                                                "e.g. \"cuda:0\")";
 }
 
 // As text: "-1" would wrap to 2^64 - 1 and 2^64 saturate.
@@ -72,9 +73,15 @@ int run_plan(const PlanOptions& o) {
   options.alignment = o.alignment;
   if (!o.methods.empty()) options.methods = o.methods;
   std::vector<std::filesystem::path> files(o.files.begin(), o.files.end());
-  auto plan = build_plan(files, o.output, options);
+  PlanBuildReport built;
+  auto plan = build_plan(files, o.output, options, &built);
   if (!plan.ok()) return report_failure("plan", plan.status());
   if (Status s = write_plan(*plan, o.output); !s.ok()) return report_failure("plan", s);
+  // A rule that placed nothing is a warning, not a failure: the plan is
+  // still what the rules say, but its tensors went to the default device.
+  for (const std::string& line : built.unused_rules) {
+    std::fprintf(stderr, "devalloc plan: warning: --place: %s\n", line.c_str());
+  }
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_device;  // tensors, bytes
   for (const auto& t : plan->tensors) {

@@ -1,10 +1,18 @@
 // Status and Result<T>: how devalloc's C++ layers report failure without
 // exceptions at module boundaries.
+//
+// A caller that would rather have an exception than test ok() calls
+// Result<T>::value() (or -> or *) directly: on a Result that holds an error
+// it throws devalloc::Error, whose what() is the Status message, so that
+//   auto config = devalloc::read_config("devalloc.toml").value();
+// ends, uncaught, with "devalloc.toml: cannot open: No such file or
+// directory" rather than std::bad_variant_access.
 #pragma once
 
 #include <devalloc/plugin_abi.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
@@ -48,6 +56,18 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// What Result<T>::value() throws for a Result that holds an error: what()
+// is the Status message, status() the whole Status (code included).
+class Error : public std::runtime_error {
+ public:
+  explicit Error(Status status)
+      : std::runtime_error(status.message()), status_(std::move(status)) {}
+  const Status& status() const noexcept { return status_; }
+
+ private:
+  Status status_;
+};
+
 template <class T>
 class [[nodiscard]] Result {
  public:
@@ -55,9 +75,19 @@ class [[nodiscard]] Result {
   Result(Status status) : v_(std::move(status)) {}             // NOLINT
 
   bool ok() const { return v_.index() == 0; }
-  T& value() & { return std::get<0>(v_); }
-  const T& value() const& { return std::get<0>(v_); }
-  T&& value() && { return std::get<0>(std::move(v_)); }
+  // The value; throws devalloc::Error carrying the Status when !ok().
+  T& value() & {
+    throw_unless_ok();
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    throw_unless_ok();
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    throw_unless_ok();
+    return std::get<0>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -67,6 +97,10 @@ class [[nodiscard]] Result {
   Status status() const { return ok() ? Status() : std::get<1>(v_); }
 
  private:
+  void throw_unless_ok() const {
+    if (!ok()) throw Error(std::get<1>(v_));
+  }
+
   std::variant<T, Status> v_;
 };
 

@@ -373,5 +373,60 @@ TEST(ConfigSizes, GivenSpacesBetweenNumberAndUnit_WhenParsing_ThenAccepted) {
               HasSubstr("unknown unit"));
 }
 
+// --- Lengths of tags and plugin names ---------------------------------------
+
+// A 1 MB tag in [memory] was a valid tag: accepted here, it was repeated
+// whole by every message of the load that looked it up (4 to 8 MB).
+TEST(ConfigLengths, GivenMemoryTagOf1MB_WhenParsing_ThenRefusedWithItsStartAndLength) {
+  const std::string message =
+      error_of("[memory]\n7 = \"" + std::string(1000000, 'a') + "\"\n");
+  EXPECT_THAT(message, StartsWith("/cfg/devalloc.toml:2:5: memory id 7 in [memory] maps to "
+                                  "\"aaaa"));
+  EXPECT_THAT(message, HasSubstr("...\" (1000000 bytes), which is not a device tag: expected "
+                                 "\"name\" or \"name:index\" of at most 256 bytes"));
+  EXPECT_LT(message.size(), 600u);
+}
+
+TEST(ConfigLengths, GivenTagsOf256And257Bytes_WhenParsing_ThenOnlyThe257ByteOneIsRefused) {
+  const std::string at_limit(256, 'a');
+  const std::string past_limit(257, 'a');
+  EXPECT_EQ(parsed("[memory]\n7 = \"" + at_limit + "\"\n").memory_overrides.at(7), at_limit);
+  EXPECT_EQ(parsed("[devices.\"" + std::string(254, 'a') + ":1\"]\n").devices.size(), 1u);
+  EXPECT_THAT(error_of("[devices.\"" + past_limit + "\"]\n"),
+              HasSubstr("invalid device tag \"" + std::string(200, 'a') + "...\" (257 bytes)"));
+  EXPECT_THAT(error_of("[devices.x]\nfallback = [\"" + past_limit + "\"]\n"),
+              HasSubstr("(257 bytes), which is not a device tag"));
+}
+
+TEST(ConfigLengths, GivenPluginNameOver256Bytes_WhenParsing_ThenRefusedWhereverItIsGiven) {
+  const std::string name(300, 'p');
+  EXPECT_THAT(error_of("[plugins." + name + "]\n"),
+              HasSubstr("invalid plugin name \"" + std::string(200, 'p') +
+                        "...\" (300 bytes) in [plugins]: use at most 256 letters"));
+  EXPECT_THAT(error_of("[devices.x]\nuse = \"" + name + "\"\n"),
+              HasSubstr("(300 bytes): use at most 256 letters"));
+  EXPECT_THAT(error_of("[devices.x]\nuse = [\"" + name + "\", { index = 0 }]\n"),
+              HasSubstr("(300 bytes): use at most 256 letters"));
+  EXPECT_EQ(parsed("[plugins." + std::string(256, 'p') + "]\n").plugins.size(), 1u);
+}
+
+// --- [load] fallback ------------------------------------------------------
+
+TEST(ConfigFallbackPolicy, GivenEachPolicyOrNone_WhenParsing_ThenItIsTheLoadsPolicy) {
+  EXPECT_EQ(parsed("").load.fallback, FallbackPolicy::warn);
+  EXPECT_EQ(parsed("[load]\nfallback = \"allow\"\n").load.fallback, FallbackPolicy::allow);
+  EXPECT_EQ(parsed("[load]\nfallback = \"warn\"\n").load.fallback, FallbackPolicy::warn);
+  EXPECT_EQ(parsed("[load]\nfallback = \"error\"\n").load.fallback, FallbackPolicy::error);
+}
+
+TEST(ConfigFallbackPolicy, GivenUnknownPolicyOrType_WhenParsing_ThenRefusedWithTheKnownOnes) {
+  EXPECT_EQ(error_of("[load]\nfallback = \"deny\"\n"),
+            "/cfg/devalloc.toml:2:12: \"fallback\" in [load] is \"deny\"; known: allow, "
+            "warn, error");
+  EXPECT_EQ(error_of("[load]\nfallback = false\n"),
+            "/cfg/devalloc.toml:2:12: \"fallback\" in [load] must be \"allow\", \"warn\" or "
+            "\"error\", found a boolean");
+}
+
 }  // namespace
 }  // namespace devalloc

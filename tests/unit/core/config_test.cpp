@@ -194,8 +194,8 @@ TEST(ParseConfigErrors, GivenRedefinedQuotedKeyOrTable_WhenParsing_ThenNoGarbled
 TEST(ParseConfigErrors, GivenUnknownKeyInLoad_WhenParsing_ThenPositionAndKnownKeysAreNamed) {
   EXPECT_EQ(error_of("[load]\nthreads = 1\nstagin = \"64MiB\"\n"),
             "/cfg/devalloc.toml:3:1: unknown key \"stagin\" in [load] "
-            "(known: check_free_memory, direct, external_files, read, release_timeout, "
-            "staging, threads, verify)");
+            "(known: check_free_memory, direct, external_files, fallback, read, "
+            "release_timeout, staging, threads, verify)");
 }
 
 TEST(ParseConfigErrors, GivenUnknownTopLevelKey_WhenParsing_ThenItIsAnError) {
@@ -319,7 +319,7 @@ TEST(ParseConfigErrors, GivenLibraryEmptyOrNotString_WhenParsing_ThenError) {
 TEST(ParseConfigErrors, GivenInvalidPluginName_WhenParsing_ThenError) {
   EXPECT_EQ(error_of("[plugins.\"my.plugin\"]\n"),
             "/cfg/devalloc.toml:1:10: invalid plugin name \"my.plugin\" in "
-            "[plugins]: use letters, digits, \"_\" and \"-\"");
+            "[plugins]: use at most 256 letters, digits, \"_\" and \"-\"");
 }
 
 TEST(ParseConfigErrors, GivenBadSizes_WhenParsing_ThenTheReasonIsGiven) {
@@ -464,7 +464,7 @@ TEST(ParseConfigErrors, GivenUseArrayOfWrongLength_WhenParsing_ThenError) {
 TEST(ParseConfigErrors, GivenUseWithBadPluginName_WhenParsing_ThenError) {
   EXPECT_EQ(error_of("[devices.x]\nuse = [\"cu da\", { index = 0 }]\n"),
             "/cfg/devalloc.toml:2:8: \"use\" in [devices.x]: invalid plugin "
-            "name \"cu da\": use letters, digits, \"_\" and \"-\"");
+            "name \"cu da\": use at most 256 letters, digits, \"_\" and \"-\"");
   EXPECT_EQ(error_of("[devices.x]\nuse = 5\n"),
             "/cfg/devalloc.toml:2:7: \"use\" in [devices.x] must be a plugin "
             "name or [plugin, { index | uuid | pci_bus_id = ... }], found an "
@@ -502,8 +502,8 @@ stagin = 1
             "/cfg/devalloc.toml:5:11: \"threads\" in [load] must be between 0 "
             "and 1024 (0: automatic), found -1\n"
             "/cfg/devalloc.toml:6:1: unknown key \"stagin\" in [load] (known: "
-            "check_free_memory, direct, external_files, read, release_timeout, staging, threads, "
-            "verify)");
+            "check_free_memory, direct, external_files, fallback, read, release_timeout, staging, "
+            "threads, verify)");
 }
 
 class ReadConfigTest : public ::testing::Test {
@@ -546,6 +546,26 @@ TEST_F(ReadConfigTest, GivenMissingFile_WhenReading_ThenErrorNamesPathAndReason)
   EXPECT_EQ(config.status().message(),
             (dir_ / "absent.toml").string() +
                 ": cannot open: No such file or directory");
+}
+
+// The message began with the empty name: ": cannot open: ...".
+TEST_F(ReadConfigTest, GivenEmptyPath_WhenReading_ThenSaysItNamesNoFile) {
+  const auto config = read_config("");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(config.status().message(), "the config path is empty: it names no file");
+}
+
+// The C++ way without testing ok(): value() throws devalloc::Error whose
+// what() is the message, not std::bad_variant_access.
+TEST_F(ReadConfigTest, GivenMissingFile_WhenTakingTheValue_ThenErrorSaysWhy) {
+  try {
+    (void)read_config(dir_ / "absent.toml").value();
+    FAIL() << "value() returned";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()),
+              (dir_ / "absent.toml").string() + ": cannot open: No such file or directory");
+  }
 }
 
 TEST_F(ReadConfigTest, GivenDirectory_WhenReading_ThenError) {

@@ -1,4 +1,6 @@
 #include <devalloc/core/device_selection.hpp>
+#include <devalloc/core/placement.hpp>
+#include <devalloc/core/plan.hpp>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -272,6 +274,65 @@ fallback = [["cuda", { index = 1 }], "host"]
             "plugin cuda is unavailable: libcuda.so.1 not found; fallback host "
             "index 0 (device \"host\"): no device with index 0 (the plugin "
             "reports no devices)");
+}
+
+// Why a tag resolved only through a fallback is said as the error would
+// say it had the fallback failed too (ResolvedDevice::fallback_reason).
+TEST(AttemptsText, GivenFailedPrimary_WhenFormatting_ThenAsNoDeviceErrorListsIt) {
+  const RuntimeConfig config = parsed(R"([devices."cuda:0"]
+use = ["cdua", { index = 0 }]
+fallback = ["host"]
+)");
+  const auto candidates = candidate_bindings(config, "cuda:0").value();
+  ASSERT_EQ(candidates.size(), 2u);
+  const std::vector<SelectionAttempt> attempts{
+      {candidates[0], "plugin cdua is unavailable: not found"}};
+  EXPECT_EQ(attempts_text("cuda:0", attempts), "cdua index 0: plugin cdua is unavailable: not found");
+  EXPECT_EQ(no_device_error("cuda:0", 0u, attempts).message(),
+            "no device for \"cuda:0\" (memory id 0): " + attempts_text("cuda:0", attempts));
+  EXPECT_EQ(attempts_text("cuda:0", {}), "nothing was tried");
+}
+
+Plan plan_on(std::vector<std::string> tags) {
+  Plan plan;
+  plan.path = "/m/plan.json";
+  for (uint32_t id = 0; id < tags.size(); ++id) plan.buffers.push_back({id, tags[id], 16, 1});
+  return plan;
+}
+
+// A [devices."cuda0"] entry (a typo of "cuda:0") was accepted without a word
+// and the plan's "cuda:0" resolved by default.
+TEST(UnusedDeviceEntries, GivenEntryNoBufferReaches_ThenOneLineNamingItAndWhere) {
+  const RuntimeConfig config = parsed(R"([devices."cuda0"]
+use = ["cuda", { index = 1 }]
+
+[devices."cuda:1"]
+fallback = ["spare"]
+
+[devices.spare]
+use = "host"
+
+[devices."hip:0"]
+)");
+  EXPECT_THAT(unused_device_entries(config, plan_on({"cuda:0", "cuda:1", "cuda:0"})),
+              ElementsAre("/cfg/devalloc.toml:1:10: [devices.\"cuda0\"] is used by no buffer of "
+                          "/m/plan.json (its device tags: \"cuda:0\", \"cuda:1\")",
+                          "/cfg/devalloc.toml:10:10: [devices.\"hip:0\"] is used by no buffer "
+                          "of /m/plan.json (its device tags: \"cuda:0\", \"cuda:1\")"));
+}
+
+TEST(UnusedDeviceEntries, GivenEntriesReachedByTagMemoryOverrideOrFallback_ThenNone) {
+  const RuntimeConfig config = parsed(R"([devices."cuda:0"]
+fallback = ["b"]
+[devices.b]
+fallback = ["c"]
+[devices.c]
+[devices.moved]
+[memory]
+1 = "moved"
+)");
+  EXPECT_THAT(unused_device_entries(config, plan_on({"cuda:0", "host"})), ElementsAre());
+  EXPECT_THAT(unused_device_entries(default_config(), plan_on({"cuda:0"})), ElementsAre());
 }
 
 TEST(NoDeviceError, GivenNoMemoryId_WhenFormatting_ThenItIsLeftOut) {

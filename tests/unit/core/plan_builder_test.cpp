@@ -79,7 +79,7 @@ TEST(PlacementRule, GivenMalformedRule_ThenErrorQuotesIt) {
             "placement rule \"=cuda:0\": empty glob");
   EXPECT_EQ(parse_placement_rule("blk.*=cuda:x").status().message(),
             "placement rule \"blk.*=cuda:x\": \"cuda:x\" is not a device tag (\"name\" or "
-            "\"name:index\", e.g. \"cuda:0\")");
+            "\"name:index\" of at most 256 bytes, e.g. \"cuda:0\")");
 }
 
 TEST_F(PlanBuilder, GivenRules_ThenOneBufferPerDeviceWithAlignedPacking) {
@@ -133,6 +133,32 @@ TEST_F(PlanBuilder, GivenNoRules_ThenEverythingOnTheDefaultDevice) {
   for (const PlanTensor& tensor : plan->tensors) offsets.push_back(tensor.offset);
   EXPECT_THAT(offsets, ElementsAre(0, 64, 128, 192));
   EXPECT_EQ(plan->buffers[0].size, 200u);
+}
+
+// `--place 'layers.*=cuda:0'` on a file whose names start "model.layers."
+// placed nothing and said nothing: everything went to the default device.
+TEST_F(PlanBuilder, GivenRulesThatPlaceNothing_ThenTheReportSaysWhichAndWhy) {
+  PlanBuildOptions options;
+  options.rules = {{"layers.*", "cuda:0"}, {"blk.*", "cuda:1"}, {"blk.0.norm", "cuda:2"}};
+  PlanBuildReport report;
+  const std::vector<fs::path> files = {dir_ / "a.safetensors", dir_ / "b.safetensors"};
+  Result<Plan> plan = build_plan(files, dir_ / "plan.json", options, &report);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_THAT(report.unused_rules,
+              ElementsAre("placement rule \"layers.*=cuda:0\" placed no tensor: it matches "
+                          "none of the 4 tensors",
+                          "placement rule \"blk.0.norm=cuda:2\" placed no tensor: every tensor "
+                          "it matches was placed by an earlier rule"));
+}
+
+TEST_F(PlanBuilder, GivenRulesThatEachPlaceATensor_ThenTheReportIsEmpty) {
+  PlanBuildOptions options;
+  options.rules = {{"blk.*", "cuda:1"}, {"*", "cuda:0"}};
+  PlanBuildReport report;
+  report.unused_rules = {"stale"};
+  const std::vector<fs::path> files = {dir_ / "a.safetensors", dir_ / "b.safetensors"};
+  ASSERT_TRUE(build_plan(files, dir_ / "plan.json", options, &report).ok());
+  EXPECT_THAT(report.unused_rules, ElementsAre());
 }
 
 TEST_F(PlanBuilder, GivenBuiltPlan_WhenWrittenReadAndValidated_ThenValid) {

@@ -272,6 +272,94 @@ TEST_F(PlanTest, GivenUnknownKeyWithControlCharacters_ThenThePointerIsEscaped) {
 }
 
 // ---------------------------------------------------------------------------
+// Limits: names and paths past the format's limits are bad input, refused by
+// read_plan before anything resolves or looks them up, and repeated only in
+// part. A 10 MB device tag was a valid tag: its load failed with a 40 MB
+// message; a 10 MB source path took 517 MB to resolve.
+
+TEST_F(PlanTest, GivenDeviceTagOf1MiB_WhenRead_ThenRefusedWithAShortMessage) {
+  plan_["buffers"][0]["device"] = std::string(1 << 20, 'a');
+  const std::string error = read_error();
+  EXPECT_THAT(error, StartsWith("/buffers/0: device \"aaaa"));
+  EXPECT_THAT(error, HasSubstr("...\" (1048576 bytes) is longer than a device tag may be "
+                               "(256 bytes)"));
+  EXPECT_LT(error.size(), 400u);
+}
+
+TEST_F(PlanTest, GivenDeviceTagOf256Bytes_ThenValidAnd257Refused) {
+  plan_["buffers"][0]["device"] = std::string(256, 'a');
+  EXPECT_TRUE(validate().ok());
+  plan_["buffers"][0]["device"] = std::string(254, 'a') + ":1";
+  EXPECT_TRUE(validate().ok());
+  plan_["buffers"][0]["device"] = std::string(257, 'a');
+  EXPECT_THAT(read_error(), HasSubstr("(257 bytes) is longer than a device tag may be"));
+}
+
+TEST_F(PlanTest, GivenSourcePathPastPathMax_WhenRead_ThenRefusedNamingTheTensorNotThePath) {
+  std::string path;
+  while (path.size() < 4096) path += "./";
+  plan_["tensors"][0]["source"]["file"] = path + "model.safetensors";
+  const std::string error = read_error();
+  EXPECT_THAT(error, StartsWith("/tensors/0 \"tok.weight\": source file \"././"));
+  EXPECT_THAT(error, HasSubstr("...\" (4113 bytes) is longer than a path may be (4095 bytes)"));
+  EXPECT_LT(error.size(), 400u);
+}
+
+TEST_F(PlanTest, GivenSourcePathOf10MiB_WhenRead_ThenRefusedBeforeItIsResolved) {
+  std::string path;
+  path.reserve(10 << 20);
+  while (path.size() < (10u << 20)) path += "./";
+  plan_["tensors"][0]["source"]["file"] = path;
+  EXPECT_THAT(read_error(), HasSubstr("(10485760 bytes) is longer than a path may be"));
+}
+
+TEST_F(PlanTest, GivenNamesPastTheLimit_WhenRead_ThenEachIsRefusedWhereItIs) {
+  const std::string long_name(kMaxPlanNameBytes + 1, 'n');
+  {
+    json plan = plan_;
+    plan["tensors"][3]["name"] = long_name;
+    EXPECT_THAT(read_error(plan.dump()),
+                StartsWith("/tensors/3: name \"nnn"));
+  }
+  {
+    json plan = plan_;
+    plan["tensors"][0]["source"]["key"] = long_name;
+    EXPECT_THAT(read_error(plan.dump()),
+                StartsWith("/tensors/0 \"tok.weight\": source key \"nnn"));
+  }
+  {
+    json plan = plan_;
+    plan["methods"][1]["name"] = long_name;
+    EXPECT_THAT(read_error(plan.dump()), StartsWith("/methods/1: name \"nnn"));
+  }
+  {
+    json plan = plan_;
+    plan["methods"][1]["tensors"][1] = long_name;
+    EXPECT_THAT(read_error(plan.dump()),
+                StartsWith("/methods/1/tensors/1: tensor \"nnn"));
+  }
+  // At the limit, a name is only a name the plan does not have.
+  plan_["methods"][1]["tensors"][1] = std::string(kMaxPlanNameBytes, 'n');
+  EXPECT_THAT(validation_error(), HasSubstr("which is not in the plan"));
+}
+
+TEST(PlanLimits, GivenPlanBuiltInCodeWithLongTag_WhenValidated_ThenRefusedFirst) {
+  Plan plan;
+  plan.buffers = {{0, std::string(1 << 20, 'a'), 16, 1}};
+  plan.tensors = {{"w", DType::u8, {4}, 7, 0, std::nullopt}};  // memory id 7: no buffer
+  const Status status = validate_plan(plan);
+  EXPECT_EQ(status.message(),
+            "plan (no file): /buffers/0: device \"" + std::string(200, 'a') +
+                "...\" (1048576 bytes) is longer than a device tag may be (256 bytes)");
+}
+
+TEST_F(PlanTest, GivenEmptyPath_WhenRead_ThenSaysItNamesNoFile) {
+  const Result<Plan> plan = read_plan("");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(), "the plan path is empty: it names no file");
+}
+
+// ---------------------------------------------------------------------------
 // Validation: buffers.
 
 TEST_F(PlanTest, GivenValidPlan_WhenValidated_ThenOk) {

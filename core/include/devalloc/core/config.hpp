@@ -37,9 +37,16 @@ struct SourceLocation {
   bool operator==(const SourceLocation&) const = default;
 };
 
+// Longest device tag a plan or config may hold, in bytes ("cuda:0" has 6),
+// and so the longest plugin name a config may give: a longer one is a typo
+// or an attack, refused as bad input before anything is looked up by it
+// (and before a message repeats it).
+inline constexpr size_t kMaxDeviceTagBytes = 256;
+
 // A device tag as plans and configs spell it: "name" or "name:index"
 // ("cuda:0", "host"). name follows is_valid_plugin_name; index is decimal
-// without leading zeros, so that one device has one spelling.
+// without leading zeros, so that one device has one spelling; the whole is
+// at most kMaxDeviceTagBytes bytes.
 struct DeviceTag {
   std::string name;
   std::optional<uint32_t> index;
@@ -133,6 +140,17 @@ struct DeviceTagConfig {
   SourceLocation where;
 };
 
+// What a load does with a buffer whose device tag resolves only through a
+// fallback ([load] fallback). Whatever the policy, the device is never a
+// silent guess: the reason each earlier candidate failed travels with it
+// (ResolvedDevice::fallback_reason).
+enum class FallbackPolicy {
+  allow,  // take the fallback; `devalloc load`/`inspect` report why on stdout
+  warn,   // take it and warn on stderr, naming why the primary failed (default)
+  error,  // refuse the load, naming the device tag and why the primary failed
+};
+const char* to_string(FallbackPolicy policy);  // "allow", "warn", "error"
+
 // How the load pipeline reads constants out of their files ([load] read).
 enum class ReadMode {
   automatic,  // mmap into staging slots and host-addressable memory (measured
@@ -160,6 +178,7 @@ struct LoadOptions {
   // Honour a plan's "allow_external_files". False: every source file must
   // lie in its plan's folder whatever the plan says (plans not trusted).
   bool external_files = true;
+  FallbackPolicy fallback = FallbackPolicy::warn;
 };
 
 // "500ms", "5s", "2min" (an integer and a unit; spaces, not tabs, may stand

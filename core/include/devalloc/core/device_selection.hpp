@@ -81,6 +81,13 @@ struct SelectionAttempt {
   std::string reason;
 };
 
+// The attempts in words, joined by "; ", as no_device_error writes them:
+//   cuda index 0: plugin cuda is unavailable: ...; fallback host index 0
+//   (device "host"): ...
+// Also why a tag resolved only through a fallback
+// (ResolvedDevice::fallback_reason).
+std::string attempts_text(std::string_view tag, const std::vector<SelectionAttempt>& attempts);
+
 // The no_such_device error for a tag none of whose candidates worked:
 //   no device for "cuda:0" (memory id 3): cuda index 0: plugin cuda is
 //   unavailable: ...; fallback host index 0 (device "host"): ...

@@ -55,6 +55,9 @@ struct MethodNeeds {
   std::vector<PlannedBuffer> buffers;        // by memory id
   std::vector<NeededTensor> tensors;         // in plan order
   std::vector<std::filesystem::path> files;  // absolute, each once
+  // The plan's folder when its files must lie in it: open them beneath it
+  // (SafetensorsCache::open), never by path alone. Empty otherwise.
+  std::filesystem::path files_beneath;
 };
 // external_files false: the plan's "allow_external_files" is not honoured
 // ([load] external_files).
@@ -74,8 +77,24 @@ struct BufferPlacement {
   std::string tag;  // after the [memory] override
   ResolvedDevice device;
 };
+// Fails (no_such_device) when no candidate yields a device, and when only a
+// fallback does and the config's [load] fallback is "error": the message
+// names the memory id, the tag, the fallback refused and why each earlier
+// candidate failed.
 Result<BufferPlacement> place_buffer(const PlannedBuffer& buffer,
                                      DeviceRegistry& registry);
+
+// One line on why a buffer's device is a fallback, for `devalloc load` and
+// `inspect`: 'memory id 0: device "cuda:0" falls back to host device 0
+// "host memory" (via "host"): cdua index 0: plugin cdua is unavailable: ...'.
+std::string fallback_line(uint32_t memory_id, const ResolvedDevice& device);
+
+// One line per [devices] entry of the config that no buffer of the plan
+// reaches (as its tag after [memory], or through that tag's fallbacks),
+// in the config's order: 'devalloc.toml:3:1: [devices."cuda0"] is used by
+// no buffer of plan.json (its device tags: "cuda:0", "host")'. Such an
+// entry is mostly a typo of a tag the plan uses.
+std::vector<std::string> unused_device_entries(const RuntimeConfig& config, const Plan& plan);
 
 // What a set of placed buffers asks of one physical device, and what its
 // plugin says is free there (get_memory_info, ABI 1.1).

@@ -35,6 +35,15 @@ inline constexpr size_t kMaxPlanDepth = 4;
 // well over a million tensors.
 inline constexpr uint64_t kMaxPlanBytes = 256ull << 20;
 
+// Longest names and paths a plan may hold, in bytes: read_plan and
+// validate_plan refuse a longer one as bad input before anything is done
+// with it. Names (a tensor's, a method's, a source key) of 4 KiB: real
+// names are a few hundred bytes at most. A source file of 4095 bytes: the
+// longest path the system takes (PATH_MAX, 4096, counts the closing NUL).
+// A buffer's device tag: kMaxDeviceTagBytes (config.hpp).
+inline constexpr size_t kMaxPlanNameBytes = 4096;
+inline constexpr size_t kMaxPlanPathBytes = 4095;
+
 // One device allocation, shared by every method that uses its memory id.
 struct PlanBuffer {
   uint32_t memory_id = 0;
@@ -174,6 +183,15 @@ struct PlanBuildOptions {
   SafetensorsCache* cache = nullptr;
 };
 
+// What build_plan says besides the plan: what a caller should warn about.
+struct PlanBuildReport {
+  // One line per rule that placed no tensor, in the order given, with why:
+  //   placement rule "layers.*=cuda:0" placed no tensor: it matches none of
+  //   the 12 tensors
+  // or "...: every tensor it matches was placed by an earlier rule".
+  std::vector<std::string> unused_rules;
+};
+
 // A plan for every tensor of `files`: one buffer per device tag (memory ids
 // 0, 1, ... in the order the devices first receive a tensor), tensors packed
 // in file order at offsets aligned to options.alignment, every tensor a
@@ -182,8 +200,10 @@ struct PlanBuildOptions {
 // ".." and the plan gets allow_external_files. Fails (invalid_argument) for
 // a tensor name found in two files (naming both), an unreadable file, a bad
 // rule or device, an alignment that is not a power of two, or no methods.
+// `report`, when given, is filled on success.
 Result<Plan> build_plan(std::span<const std::filesystem::path> files,
                         const std::filesystem::path& plan_path,
-                        const PlanBuildOptions& options = {});
+                        const PlanBuildOptions& options = {},
+                        PlanBuildReport* report = nullptr);
 
 }  // namespace devalloc

@@ -55,7 +55,7 @@ struct LoadReport {
   std::vector<DeviceLoadStats> devices;
   uint64_t allocations = 0;  // buffers allocated by this call
   uint64_t copies = 0;       // copy calls issued (staged pieces)
-  uint64_t direct_reads = 0; // pieces read straight into host-addressable memory
+  uint64_t direct_reads = 0; // pieces read straight into device memory (host-addressable or mapped)
   uint64_t constants = 0;    // constant tensors copied
   uint64_t bytes = 0;        // constant bytes copied
   double seconds = 0;        // placement to the last synchronize (and verify)
@@ -145,7 +145,8 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   const std::shared_ptr<const Plan> plan_;  // never null
   // Serializes load_methods and unload_method; held through the copies.
   std::mutex load_mutex_;
-  // The plan's constants were found not to overlap (load_mutex_ held).
+  // The plan's names and paths were found within the format's limits and
+  // its constants not to overlap (load_mutex_ held).
   bool constants_checked_ = false;
   // Guards the members below; never held while a plugin is called.
   mutable std::mutex mutex_;
