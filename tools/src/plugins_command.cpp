@@ -44,7 +44,8 @@ nlohmann::json device_json(const DeviceInfo& d) {
           {"uuid", d.has_uuid() ? d.uuid_string() : ""},
           {"pci_bus_id", d.pci_bus_id},
           {"dlpack_device_type", d.dlpack_device_type},
-          {"dlpack_device_id", d.dlpack_device_id}};
+          {"dlpack_device_id", d.dlpack_device_id},
+          {"memory_kind", d.memory_kind}};
 }
 
 // Every plugin the config names that discovery did not create as the
@@ -189,6 +190,7 @@ int run_plugins(const PluginsOptions& options) {
                   human_bytes(d.total_memory_bytes).c_str());
       if (d.has_uuid()) std::printf(", uuid %s", d.uuid_string().c_str());
       if (!d.pci_bus_id.empty()) std::printf(", pci %s", escaped(d.pci_bus_id).c_str());
+      if (!d.memory_kind.empty()) std::printf(", memory %s", escaped(d.memory_kind).c_str());
       std::printf("\n");
     }
   }

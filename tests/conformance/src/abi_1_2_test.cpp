@@ -1,11 +1,9 @@
-// ABI 1.2: host mapping (PLUGIN-22), DMA constraints (PLUGIN-23) and the
-// memories of one card (PLUGIN-24).
+// ABI 1.2: host mapping (PLUGIN-22) and DMA constraints (PLUGIN-23). The
+// memories of one card (PLUGIN-24) are checked with the devices
+// (devices_test.cpp).
 #include "suite.hpp"
 
 #include <cstring>
-#include <map>
-#include <set>
-#include <string>
 #include <vector>
 
 namespace devalloc::conformance {
@@ -135,25 +133,6 @@ TEST_F(CopyConstraints, ACopyThatBreaksThem_IsStillAcceptedAndLands) {
   EXPECT_TRUE(BytesEqual(bytes, *read))
       << "a copy from an unaligned source larger than copy_max_bytes landed wrong (PLUGIN-23)";
   EXPECT_OK(synchronize_and_deallocate(kDevice, *base));
-}
-
-class CardMemories : public PluginTest {};
-DEVALLOC_CONFORMANCE_RULES(CardMemories, "PLUGIN-24");
-
-TEST_F(CardMemories, DevicesSharingAUuid_HaveDistinctMemoryKinds) {
-  if (!negotiated_1_2(plugin())) {
-    GTEST_SKIP() << "plugin negotiated ABI 1." << plugin().abi_minor()
-                 << ", which has no memory_kind (added in 1.2)";
-  }
-  std::map<std::string, std::set<std::string>> kinds_of_card;
-  for (const DeviceInfo& d : plugin().devices()) {
-    if (!d.has_uuid()) continue;
-    const bool fresh = kinds_of_card[d.uuid_string()].insert(d.memory_kind).second;
-    EXPECT_TRUE(fresh) << "device " << d.index << " shares uuid " << d.uuid_string()
-                       << " and memory_kind \"" << d.memory_kind
-                       << "\" with another device: two memories of one card need distinct "
-                          "memory_kind values (PLUGIN-24)";
-  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace devalloc::conformance {
@@ -72,13 +73,17 @@ TEST_F(Devices, EveryDevice_HasSaneProperties) {
   }
 }
 
-TEST_F(Devices, DevicesWithAUuid_HaveDistinctUuids) {
-  std::set<std::array<uint8_t, 16>> seen;
+// The memories of one card share its uuid and differ in memory_kind (ABI
+// 1.2, PLUGIN-24); below 1.2 every memory_kind is "".
+TEST_F(Devices, DevicesWithAUuid_HaveDistinctUuidsOrMemoryKinds) {
+  std::set<std::pair<std::array<uint8_t, 16>, std::string>> seen;
   for (const DeviceInfo& device : plugin().devices()) {
     if (device.has_uuid()) {
-      EXPECT_TRUE(seen.insert(device.uuid).second)
-          << "device " << device.index << " repeats UUID "
-          << device.uuid_string();
+      EXPECT_TRUE(seen.insert({device.uuid, device.memory_kind}).second)
+          << "device " << device.index << " repeats UUID " << device.uuid_string()
+          << " with the same memory_kind \"" << device.memory_kind
+          << "\": two devices of one uuid are two memories of one card, told apart by "
+             "memory_kind (PLUGIN-10, PLUGIN-24)";
     }
   }
 }
