@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -92,13 +93,31 @@ void print_load_warnings(const LoadReport& report) {
   }
 }
 
-// Each buffer placed on a fallback, one line each with why its primary
-// failed: on stderr as a warning ([load] fallback = "warn"), else on stdout
-// with the report ("allow"; "error" fails the load before this).
+// The buffers placed on a fallback, one line per fallback with why its
+// primary failed (buffers that fell back the same way share a line: "memory
+// ids 0, 1, 2: ..."): on stderr as a warning ([load] fallback = "warn"),
+// else on stdout with the report ("allow"; "error" fails the load before
+// this).
 std::vector<std::string> fallback_lines(const LoadedProgram& program) {
-  std::vector<std::string> lines;
+  std::vector<std::pair<std::vector<uint32_t>, std::string>> groups;  // ids, the rest
   for (const auto& b : program.buffers()) {
-    if (b->device().is_fallback) lines.push_back(fallback_line(b->memory_id(), b->device()));
+    if (!b->device().is_fallback) continue;
+    const std::string prefix = "memory id " + std::to_string(b->memory_id()) + ": ";
+    std::string rest = fallback_line(b->memory_id(), b->device());
+    if (rest.rfind(prefix, 0) == 0) rest.erase(0, prefix.size());
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return g.second == rest; });
+    if (same == groups.end()) {
+      groups.push_back({{b->memory_id()}, std::move(rest)});
+    } else {
+      same->first.push_back(b->memory_id());
+    }
+  }
+  std::vector<std::string> lines;
+  for (const auto& [ids, rest] : groups) {
+    std::string line = ids.size() == 1 ? "memory id " : "memory ids ";
+    for (size_t i = 0; i < ids.size(); ++i) line += (i > 0 ? ", " : "") + std::to_string(ids[i]);
+    lines.push_back(line + ": " + rest);
   }
   return lines;
 }
