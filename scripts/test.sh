@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README "Testing"). By default only the default stage,
+# The test command (README "Quick start"). By default only the default stage,
 # which answers in minutes; scripts/gate.sh (what .ci/run runs) runs every
 # stage. Stages, in order:
 #   default  build/ (RelWithDebInfo, extra arguments go to its configure):
