@@ -66,9 +66,13 @@ class VulkanContext {
     VkInstanceCreateInfo info = {};
     info.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
     info.pApplicationInfo = &app;
+    const std::vector<std::string> before = plugin::loaded_objects();
     check(loader_.vkCreateInstance(&info, nullptr, &instance_), CallKind::work,
           "vkCreateInstance(apiVersion = %u.%u)", VK_API_VERSION_MAJOR(app.apiVersion),
           VK_API_VERSION_MINOR(app.apiVersion));
+    // The drivers the loader opened stay loaded when this instance goes:
+    // lavapipe keeps memory per device that only its globals reach.
+    plugin::keep_loaded_since(before);
     try {
       vki_.emplace(loader_, instance_);
     } catch (...) {

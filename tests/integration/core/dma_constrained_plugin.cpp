@@ -75,6 +75,11 @@ class DmaInstance final : public devalloc::plugin::Instance {
   }
 
   uint64_t allocate(uint32_t device, uint64_t nbytes, uint64_t alignment) override {
+    if (nbytes > describe(device).total_memory_bytes) {
+      throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+                    "more than the memory's " + std::to_string(describe(device).total_memory_bytes) +
+                        " bytes"};
+    }
     const uint64_t size = devalloc::plugin::over_allocation(nbytes, alignment, 16);
     void* base = std::malloc(size);
     if (base == nullptr) {

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,12 +24,6 @@ namespace {
 
 const std::string kPlugin = DEVALLOC_VULKAN_PLUGIN;
 constexpr uint32_t kDevice = 0;
-
-// lavapipe stays loaded for the whole process: memory it keeps reachable
-// from its globals would otherwise read as leaked once the Vulkan loader
-// unloads it (tests/integration/vulkan/CMakeLists.txt).
-[[maybe_unused]] const void* const kDriverResident =
-    ::dlopen(DEVALLOC_LAVAPIPE_LIBRARY, RTLD_NOW | RTLD_NODELETE);
 
 std::vector<uint8_t> pattern(size_t nbytes, int seed) {
   std::vector<uint8_t> bytes(nbytes);

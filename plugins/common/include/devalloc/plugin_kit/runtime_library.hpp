@@ -39,6 +39,18 @@ class RuntimeLibrary {
   void* handle_ = nullptr;
 };
 
+// The shared objects of the process now, by path (dl_iterate_phdr).
+std::vector<std::string> loaded_objects();
+
+// Keeps every shared object loaded since `before` (loaded_objects() taken
+// earlier) loaded for the rest of the process: for the drivers a vendor
+// loader opens on its own (a Vulkan ICD at vkCreateInstance) and closes
+// again when its instance goes. A driver that keeps memory or threads of
+// its own after that (Mesa's lavapipe keeps a little per device, reachable
+// from its globals) must not be unmapped under them. Allocates; never
+// throws (a failure leaves the objects as they were).
+void keep_loaded_since(const std::vector<std::string>& before) noexcept;
+
 }  // namespace devalloc::plugin
 
 // For a table of entry points written as an X-macro list X(name):
