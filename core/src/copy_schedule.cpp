@@ -39,10 +39,15 @@ constexpr uint64_t kDirectIoAlign = 4096;
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
+// The most source alignment honoured (PLUGIN-23 makes it a preference): a
+// plugin's 1 GiB would put a gigabyte of slack into every slot.
+constexpr uint64_t kMaxSourceAlignment = uint64_t{64} << 10;
+
 // The alignment copy sources of a plugin need (ABI 1.2, PLUGIN-23): 1 when
-// it states none.
+// it states none, or more than kMaxSourceAlignment.
 uint64_t source_alignment(const Capabilities& caps) {
-  return std::max<uint64_t>(1, caps.copy_src_alignment);
+  const uint64_t a = caps.copy_src_alignment;
+  return a == 0 || a > kMaxSourceAlignment ? 1 : a;
 }
 
 std::string tensors_text(const CopyStep& s) {
@@ -478,7 +483,12 @@ class Pipeline {
         for (Ring& r : ledger_->rings) r.free_slots();
       }
     }
-    (void)unmap_buffers();
+    try {
+      (void)unmap_buffers();
+    } catch (...) {
+      // Out of memory for a message: the mapping it was ending was taken
+      // out first, so none is ended twice.
+    }
     for (int fd : direct_fds_) ::close(fd);
   }
 
@@ -680,7 +690,12 @@ Status Pipeline::make_ring(Ring& ring, uint64_t budget) {
   // source alignment, so that every piece of a step starts aligned.
   const Capabilities& caps = ring.plugin->capabilities();
   const uint64_t alignment = source_alignment(caps);
-  if (caps.copy_max_bytes != 0) payload = std::min(payload, caps.copy_max_bytes);
+  // A largest transfer below one slot's minimum is not honoured: the plugin
+  // splits larger copies itself, and smaller pieces would make the
+  // bookkeeping outgrow the model.
+  if (caps.copy_max_bytes != 0) {
+    payload = std::min(payload, std::max(caps.copy_max_bytes, kMinSlotBytes));
+  }
   if (caps.copy_preferred_bytes != 0 && payload >= caps.copy_preferred_bytes) {
     payload -= payload % caps.copy_preferred_bytes;
   }
@@ -841,8 +856,14 @@ Status Pipeline::map_buffers() {
 }
 
 Status Pipeline::unmap_buffers() {
+  mapping_of_.clear();
   Status first;
-  for (const Mapping& m : mappings_) {
+  // Each mapping is taken out before it is ended: if a message cannot be
+  // made (bad_alloc), no mapping is ended twice, and those left are ended
+  // by the destructor's call.
+  while (!mappings_.empty()) {
+    const Mapping m = mappings_.back();
+    mappings_.pop_back();
     Status s = m.device->plugin->unmap_from_host(m.device->device, m.host);
     if (!s.ok() && first.ok()) {
       first = s.with_context("unmapping bytes " + std::to_string(m.offset) + ".." +
@@ -851,8 +872,6 @@ Status Pipeline::unmap_buffers() {
                              m.device->describe() + " (its bytes may not be on the device)");
     }
   }
-  mappings_.clear();
-  mapping_of_.clear();
   return first;
 }
 

@@ -910,6 +910,12 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   }
   call.status = layer.real_.synchronize(layer.real_instance_, device, &call.mine);
   layer.finish(call);
+  if (call.status != DEVALLOC_STATUS_OK && !checks_before.empty()) {
+    // A failed copy's destination holds whatever it holds: not a breach of
+    // PLUGIN-14 to report at the next read-back.
+    std::lock_guard lock(layer.mutex_);
+    layer.forget_source_checks(checks_before);
+  }
   // Those copies have landed: their destinations hold what they read.
   if (!checks_before.empty() && call.status == DEVALLOC_STATUS_OK) {
     std::vector<std::string> texts = layer.read_back_sources(checks_before);
@@ -1070,9 +1076,23 @@ devalloc_status PluginLayer::map_to_host(devalloc_instance* instance, devalloc_m
     valid = args->nbytes != 0 && layer.device_exists(args->device) &&
             layer.inside_allocation(args->device, args->address, args->nbytes);
   }
-  call.status = layer.real_.map_to_host(layer.real_instance_, args, &call.mine);
+  const devalloc_status mapped = layer.real_.map_to_host(layer.real_instance_, args, &call.mine);
+  call.status = mapped;
   layer.finish(call);
-  if (call.status != DEVALLOC_STATUS_OK) return call.status;
+  if (call.status != DEVALLOC_STATUS_OK) {
+    // The plugin mapped and the layer failed the call (a message written
+    // on success, say): the caller will not unmap what it never got.
+    if (mapped == DEVALLOC_STATUS_OK && args != nullptr && args->host != nullptr) {
+      devalloc_error ignored{};
+      ignored.struct_size = sizeof ignored;
+      detail::guarded_call("unmap_from_host", &ignored, [&] {
+        return layer.real_.unmap_from_host(layer.real_instance_, args->device, args->host,
+                                           &ignored);
+      });
+      args->host = nullptr;
+    }
+    return call.status;
+  }
   if (args == nullptr) return layer.fail_breach(call, "PLUGIN-22", "accepted NULL arguments");
   if (args->host == nullptr) {
     return layer.fail_breach(call, "PLUGIN-22", "answered OK without a host pointer");
@@ -1179,10 +1199,18 @@ std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64
         source_checks_.erase(it);
         continue;
       }
+      check = it->second;  // may throw: nothing is marked yet
       it->second.reading = true;
-      check = it->second;
     }
-    chunk.resize(std::min(check.nbytes, kReadBackBytes));
+    try {
+      chunk.resize(std::min(check.nbytes, kReadBackBytes));
+    } catch (...) {
+      // Not read: dropped, so that no deallocate waits for it for ever.
+      std::lock_guard lock(mutex_);
+      source_checks_.erase(id);
+      read_back_ended_.notify_all();
+      throw;
+    }
     uint64_t hash = kHashStart;
     bool read = true;
     for (uint64_t done = 0; done < check.nbytes && read;) {
@@ -1228,6 +1256,14 @@ std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64
   return breaches;
 }
 
+void PluginLayer::forget_source_checks(const std::vector<uint64_t>& ids) noexcept {
+  for (uint64_t id : ids) {
+    const auto it = source_checks_.find(id);
+    // One being read back now is its reader's to drop.
+    if (it != source_checks_.end() && !it->second.reading) source_checks_.erase(it);
+  }
+}
+
 void PluginLayer::make_room_for_source_check() {
   uint32_t device = 0;
   std::vector<uint64_t> ids;
@@ -1258,7 +1294,11 @@ void PluginLayer::make_room_for_source_check() {
   }
   auto& owed = owed_[device];
   owed.insert(owed.end(), texts.begin(), texts.end());
-  // Unreleased, or of a device that failed: forgotten unchecked.
+  // A device whose synchronize failed may hold wrong bytes for copies that
+  // failed, not for copies released early: its checks are forgotten, or
+  // the next read-back would blame PLUGIN-14 for the device's error.
+  if (status != DEVALLOC_STATUS_OK) forget_source_checks(ids);
+  // Then the oldest others until there is room, unchecked.
   for (auto it = source_checks_.begin();
        it != source_checks_.end() && source_checks_.size() >= kLayerSourceChecksKept;) {
     it = it->second.reading ? std::next(it) : source_checks_.erase(it);  // readers drop theirs

@@ -127,6 +127,9 @@ class PluginLayer {
   // remembered, synchronizes the device of the oldest and reads its checks
   // back (breaches owed to that device); if still full, forgets the oldest.
   void make_room_for_source_check();
+  // Forgets the checks `ids` (of a device whose synchronize failed: a
+  // failed copy is no early release) but those being read back; mutex_.
+  void forget_source_checks(const std::vector<uint64_t>& ids) noexcept;
 
   devalloc_plugin_api_v1 table_{};
   const devalloc_plugin_api_v1& real_;

@@ -8,7 +8,9 @@ using plugin::Failure;
 
 ProcessAddresses* ProcessAddresses::acquire() {
   std::lock_guard lock(users_mutex_);
-  if (users_++ == 0) current_ = new ProcessAddresses;
+  // Counted only once it exists: a failed new leaves the count as it was.
+  if (users_ == 0) current_ = new ProcessAddresses;
+  ++users_;
   return current_;
 }
 

@@ -209,6 +209,10 @@ void VulkanDevice::choose_memory_types(const VkPhysicalDeviceMemoryProperties& m
   }
   device_memory_type_ = static_cast<uint32_t>(best);
   device_memory_flags_ = memory.memoryTypes[best].propertyFlags;
+  // No single allocation can exceed its heap: larger requests are refused
+  // before Vulkan sees them (a size past the heap is invalid usage, which
+  // a driver need not answer with an error).
+  device_heap_bytes_ = largest;
 
   // Staging and bounce memory: host-visible and coherent.
   int host = -1;
@@ -387,6 +391,12 @@ uint64_t VulkanDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   // address is aligned to what the driver chose; a window to 64 KiB.
   request.size =
       plugin::over_allocation(nbytes, alignment, device_addresses_ ? 1 : kWindowAlignment);
+  if (request.size > device_heap_bytes_) {
+    throw Failure{DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+                  plugin::format("%" PRIu64 " bytes exceed the %" PRIu64
+                                 "-byte memory heap of device %u",
+                                 request.size, device_heap_bytes_, index_)};
+  }
   Buffer buffer = create_buffer(*vk_, device_, request);
   uint64_t base = 0;
   uint64_t address = 0;
@@ -440,8 +450,10 @@ void VulkanDevice::deallocate(uint64_t address) {
   } catch (...) {
     // Lost: nothing runs any more.
   }
-  destroy_buffer(*vk_, device_, allocation.buffer);
+  // The claim goes first: once the memory is freed the driver may hand the
+  // same address to another thread's allocate at once.
   addresses_->release(description_.uuid, address);
+  destroy_buffer(*vk_, device_, allocation.buffer);
   used_bytes_ -= allocation.nbytes;
 }
 
@@ -457,12 +469,15 @@ void* VulkanDevice::map_to_host(uint64_t address, uint64_t nbytes) {
   const auto it = find(address, nbytes, "the range", "PLUGIN-22");
   const uint64_t offset = address - it->second.base;
   if ((device_memory_flags_ & kHostCoherent) == 0) {
-    // The device's writes become visible to the host's reads.
+    // The device's writes become visible to the host's reads: the range
+    // alone, widened to whole atoms, so that another live mapping's
+    // unflushed writes elsewhere in the allocation are not invalidated.
     VkMappedMemoryRange range = {};
     range.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
     range.memory = it->second.buffer.memory;
-    range.offset = 0;
-    range.size = VK_WHOLE_SIZE;
+    range.offset = offset / non_coherent_atom_ * non_coherent_atom_;
+    const uint64_t end = plugin::align_up(offset + nbytes, non_coherent_atom_);
+    range.size = end >= it->second.buffer.size ? VK_WHOLE_SIZE : end - range.offset;
     check(vk_->vkInvalidateMappedMemoryRanges(device_, 1, &range), kWork,
           "vkInvalidateMappedMemoryRanges(device %u, allocation 0x%" PRIx64 ")", index_, address);
   }

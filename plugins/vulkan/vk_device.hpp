@@ -154,6 +154,7 @@ class VulkanDevice {
   plugin::DeviceDescription description_;
   bool has_memory_budget_ = false;
   uint64_t non_coherent_atom_ = 1;
+  uint64_t device_heap_bytes_ = 0;  // of device_memory_type_'s heap
   bool device_addresses_ = false;  // the buffer_device_address model
   uint32_t device_memory_type_ = 0;
   VkMemoryPropertyFlags device_memory_flags_ = 0;

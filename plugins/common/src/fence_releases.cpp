@@ -64,6 +64,19 @@ std::optional<std::string> FenceReleases::take_error(uint32_t device) {
   return std::to_string(f.count) + " copies failed; the first: " + f.first;
 }
 
+namespace {
+// failure = text; an empty text (still a failure) when the copy cannot be
+// made: run() is noexcept, and a bad_alloc out of a handler would end the
+// process.
+void keep_failure(std::optional<std::string>& failure, const char* text) noexcept {
+  try {
+    failure = text;
+  } catch (const std::bad_alloc&) {
+    failure.emplace();  // std::string() allocates nothing
+  }
+}
+}  // namespace
+
 void FenceReleases::run() noexcept {
   std::vector<Entry> batch;
   std::unique_lock lock(mutex_);
@@ -78,11 +91,11 @@ void FenceReleases::run() noexcept {
     try {
       wait_(value);
     } catch (const Failure& f) {
-      failure = f.message;
+      keep_failure(failure, f.message.c_str());
     } catch (const std::exception& e) {
-      failure = e.what();
+      keep_failure(failure, e.what());
     } catch (...) {
-      failure = "unknown exception";
+      keep_failure(failure, "unknown exception");
     }
     lock.lock();
     // Every entry up to the value is over (or never will be), also those
