@@ -162,6 +162,17 @@ uint64_t ClDevice::allocate(uint64_t nbytes, uint64_t alignment) {
                                        0, nullptr, &migrated);
     if (r == CL_SUCCESS) {
       r = cl_.clWaitForEvents(1, &migrated);
+      // A failed command says why in its execution status only: a lazily
+      // allocating driver's CL_MEM_OBJECT_ALLOCATION_FAILURE is out of
+      // memory (PLUGIN-11), not a device error.
+      if (r == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) {
+        cl_int status = CL_SUCCESS;
+        if (cl_.clGetEventInfo(migrated, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                               &status, nullptr) == CL_SUCCESS &&
+            status < 0) {
+          r = status;
+        }
+      }
       give_back([&] { return cl_.clReleaseEvent(migrated); });
     }
     cl_.check(r, CallKind::device_allocation,
@@ -404,19 +415,33 @@ void ClDevice::unmap_and_wait(cl_mem buffer, void* host, const char* what, bool*
 }
 
 void ClDevice::unmap_all_of(uint64_t allocation) {
-  std::vector<std::pair<void*, cl_mem>> ended;
+  std::vector<std::pair<void*, Mapping>> ended;
   {
     std::lock_guard lock(mappings_mutex_);
     for (auto it = mappings_.begin(); it != mappings_.end();) {
       if (it->second.allocation == allocation) {
-        ended.emplace_back(it->first, it->second.buffer);
+        ended.emplace_back(it->first, it->second);
         it = mappings_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (const auto& [host, buffer] : ended) unmap_and_wait(buffer, host, "deallocate");
+  for (size_t i = 0; i < ended.size(); ++i) {
+    bool enqueued = false;
+    try {
+      unmap_and_wait(ended[i].second.buffer, ended[i].first, "deallocate", &enqueued);
+    } catch (...) {
+      // The mappings not yet ended stay recorded (as unmap does), so that
+      // the allocation, kept live by the failed free, is never released
+      // while one of them is mapped.
+      std::lock_guard lock(mappings_mutex_);
+      for (size_t j = enqueued ? i + 1 : i; j < ended.size(); ++j) {
+        mappings_.insert(ended[j]);
+      }
+      throw;
+    }
+  }
 }
 
 ClDevice::HostBuffer ClDevice::create_host_buffer(uint64_t nbytes) {
@@ -447,8 +472,15 @@ ClDevice::HostBuffer ClDevice::create_host_buffer(uint64_t nbytes) {
   return staging;
 }
 
-void ClDevice::destroy_host_buffer(const HostBuffer& staging) {
-  unmap_and_wait(staging.buffer, staging.host, "free_host");
+void ClDevice::destroy_host_buffer(const HostBuffer& staging, bool* ended) {
+  *ended = false;
+  try {
+    unmap_and_wait(staging.buffer, staging.host, "free_host", ended);
+  } catch (...) {
+    // Enqueued: the mapping ends whatever its wait said; the buffer goes.
+    if (*ended) give_back([&] { return cl_.clReleaseMemObject(staging.buffer); });
+    throw;
+  }
   cl_.check(cl_.clReleaseMemObject(staging.buffer), kWork, "clReleaseMemObject(staging buffer %p)",
             staging.host);
 }

@@ -66,9 +66,11 @@ class ClDevice {
     void* host = nullptr;
   };
   HostBuffer create_host_buffer(uint64_t nbytes);
-  // Unmaps and releases; throws Failure when the unmap fails (the buffer is
-  // then still mapped and held). `give_back`: never throws, for destroy.
-  void destroy_host_buffer(const HostBuffer& buffer);
+  // Unmaps and releases; throws Failure when either fails. *ended says
+  // whether the unmap was enqueued: then the buffer is no longer mapped
+  // (and released, or given up on), whatever was thrown; else it is still
+  // mapped and held, and may be freed again.
+  void destroy_host_buffer(const HostBuffer& buffer, bool* ended);
   void give_back_host_buffer(const HostBuffer& buffer) noexcept;
 
  private:

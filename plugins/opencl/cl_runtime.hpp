@@ -33,6 +33,7 @@ namespace devalloc::opencl {
   X(clEnqueueUnmapMemObject)        \
   X(clSetEventCallback)             \
   X(clWaitForEvents)                \
+  X(clGetEventInfo)                 \
   X(clReleaseEvent)                 \
   X(clFlush)                        \
   X(clFinish)

@@ -209,11 +209,15 @@ class OpenClInstance final : private Runtimes, public plugin::DeviceInstance<ClD
       buffer = it->second;
       staging_.erase(it);
     }
+    bool ended = false;
     try {
-      devices_.front()->destroy_host_buffer(ClDevice::HostBuffer{buffer, host});
+      devices_.front()->destroy_host_buffer(ClDevice::HostBuffer{buffer, host}, &ended);
     } catch (...) {
-      std::lock_guard lock(staging_mutex_);
-      staging_.emplace(host, buffer);
+      // Still mapped and held only when its unmap was never enqueued.
+      if (!ended) {
+        std::lock_guard lock(staging_mutex_);
+        staging_.emplace(host, buffer);
+      }
       throw;
     }
   }
