@@ -112,13 +112,7 @@ TEST_F(OpenClConcurrency, DestroyWithCopiesInFlight_FiresEveryReleaseOnce) {
   ASSERT_TRUE(base.ok());
   const std::vector<uint8_t> source = pattern(kCopies * kChunk, 9);
   ReleaseCounter counter;
-  for (int i = 0; i < kCopies; ++i) {
-    ASSERT_TRUE(plugin()
-                    .copy_to_device_until_released(kDevice, *base + i * kChunk,
-                                                   source.data() + i * kChunk, kChunk,
-                                                   ReleaseCounter::on_release, &counter)
-                    .ok());
-  }
+  ASSERT_TRUE(copy_chunks_until_released(*base, source, kCopies, kChunk, counter));
   // No synchronize, no deallocate: destroy waits, releases and frees
   // (PLUGIN-9).
   destroy_plugin();

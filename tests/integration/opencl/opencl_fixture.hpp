@@ -50,6 +50,21 @@ class OpenClPluginTest : public ::testing::Test {
   Plugin& plugin() { return *plugin_; }
   void destroy_plugin() { plugin_.reset(); }
 
+  // `count` until-released copies to device 0, chunk i of `source` to
+  // base + i * chunk, each released to `counter`; false when a call fails.
+  bool copy_chunks_until_released(uint64_t base, const std::vector<uint8_t>& source,
+                                  int count, uint64_t chunk, ReleaseCounter& counter) {
+    for (int i = 0; i < count; ++i) {
+      if (!plugin_
+               ->copy_to_device_until_released(0, base + i * chunk, source.data() + i * chunk,
+                                               chunk, ReleaseCounter::on_release, &counter)
+               .ok()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // The bytes of [address, +nbytes) of device 0, read through the plugin.
   std::vector<uint8_t> read(uint64_t address, size_t nbytes) {
     std::vector<uint8_t> bytes(nbytes);

@@ -137,13 +137,7 @@ TEST_F(OpenClCopies, UntilReleased_ReleasedByTheDriversCallbacks_WithoutSynchron
   ASSERT_TRUE(base.ok());
   const std::vector<uint8_t> source = pattern(kCopies * kChunk, 3);
   ReleaseCounter counter;
-  for (int i = 0; i < kCopies; ++i) {
-    ASSERT_TRUE(plugin()
-                    .copy_to_device_until_released(kDevice, *base + i * kChunk,
-                                                   source.data() + i * kChunk, kChunk,
-                                                   ReleaseCounter::on_release, &counter)
-                    .ok());
-  }
+  ASSERT_TRUE(copy_chunks_until_released(*base, source, kCopies, kChunk, counter));
   // No synchronize, no other call: the event callbacks release (PLUGIN-20's
   // "should").
   ASSERT_TRUE(wait_for_releases(counter, kCopies))
