@@ -599,7 +599,7 @@ uint64_t destination_bytes(const Model& m) {
 }
 
 // The loading threads of a load on one device with [load] threads = 0:
-// max(devices, min(cores, 4)) (copy_schedule.cpp).
+// max(devices, min(cores, 4)) (core/src/load/pipeline.cpp).
 uint32_t default_load_threads() {
   return std::max(1u, std::min(std::thread::hardware_concurrency(), 4u));
 }

@@ -1,11 +1,12 @@
 #include <devalloc/core/runtime.hpp>
 
 #include <devalloc/core/safetensors.hpp>
-#include <devalloc/core/verify.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
 #include "address_text.hpp"
+#include "load/copy_schedule.hpp"
+#include "load/verify.hpp"
 #include "plan_checks.hpp"
 #include "plan_errors.hpp"
 

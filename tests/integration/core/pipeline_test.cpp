@@ -8,7 +8,9 @@
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/core/safetensors.hpp>
-#include <devalloc/core/verify.hpp>
+
+#include "copy_schedule.hpp"
+#include "verify.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -15,9 +15,9 @@
 #pragma once
 
 #include <devalloc/core/config.hpp>
-#include <devalloc/core/copy_schedule.hpp>
 #include <devalloc/core/device_buffer.hpp>
 #include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/load_report.hpp>
 #include <devalloc/core/name_index.hpp>
 #include <devalloc/core/placement.hpp>
 #include <devalloc/core/plan.hpp>
@@ -47,28 +47,6 @@ struct LoadedTensor {
   uint64_t nbytes() const { return planned.nbytes; }
   const ResolvedDevice& device() const { return buffer->device(); }
 };
-
-// What one load_methods call did.
-struct LoadReport {
-  // One per device this call copied to or allocated on (a device with
-  // only scratch buffers: nothing copied), in the order the copies ran.
-  std::vector<DeviceLoadStats> devices;
-  uint64_t allocations = 0;  // buffers allocated by this call
-  uint64_t copies = 0;       // copy calls issued (staged pieces)
-  uint64_t direct_reads = 0; // pieces read straight into device memory (host-addressable or mapped)
-  uint64_t constants = 0;    // constant tensors copied
-  uint64_t bytes = 0;        // constant bytes copied
-  double seconds = 0;        // placement to the last synchronize (and verify)
-  bool verified = false;
-  PipelineStats pipeline;    // how the copy schedule ran (copy_schedule.hpp)
-};
-
-// What a caller should tell its user about a load that succeeded, one line
-// each, without a prefix: for now, a plugin that released copies after the
-// synchronize covering them returned (PLUGIN-20, tolerated up to [load]
-// release_timeout), which makes a load slow with no error to say why.
-// `devalloc load` prints them on stderr; Python raises RuntimeWarning.
-std::vector<std::string> load_warnings(const LoadReport& report);
 
 class Runtime;
 

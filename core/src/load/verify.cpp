@@ -1,8 +1,9 @@
-#include <devalloc/core/verify.hpp>
+#include "verify.hpp"
+
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
-#include "mapping_guard.hpp"
+#include "../mapping_guard.hpp"
 
 // xxHash compiled into the core (inline), so that neither the core's
 // consumers nor the Python extension need libxxhash.so at run time.

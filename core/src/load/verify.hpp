@@ -2,7 +2,7 @@
 // and its XXH3 hash compared with the hash of the source bytes.
 #pragma once
 
-#include <devalloc/core/copy_schedule.hpp>
+#include "copy_schedule.hpp"
 #include <devalloc/status.hpp>
 
 #include <vector>
