@@ -5,8 +5,7 @@
 #include <devalloc/no_exceptions.hpp>
 
 #include "address_text.hpp"
-#include "load/copy_schedule.hpp"
-#include "load/verify.hpp"
+#include "load/load_transaction.hpp"
 #include "plan_checks.hpp"
 #include "plan_errors.hpp"
 
@@ -17,68 +16,6 @@
 #include <utility>
 
 namespace devalloc {
-
-namespace {
-
-std::string where(const PlanTensor& t) {
-  return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
-         ", offset " + std::to_string(t.offset) + ")";
-}
-
-// PLUGIN-11/12, checked on every load (cheaply: a sort): the buffers this
-// load allocated overlap neither each other nor the program's live buffers
-// on their device. Overlapping allocations take each other's constants,
-// silently. Buffers of other programs are the validation layer's to check.
-Status check_no_overlap(const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& fresh,
-                        const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& live,
-                        uint32_t* blamed_id) {
-  struct Extent {
-    const Plugin* plugin;
-    uint32_t device;
-    uint64_t begin;
-    uint64_t nbytes;
-    const DeviceBuffer* buffer;
-    bool fresh;
-  };
-  std::vector<Extent> extents;
-  for (const auto* buffers : {&fresh, &live}) {
-    for (const auto& [id, b] : *buffers) {
-      if (b->nbytes() == 0) continue;
-      extents.push_back(Extent{b->device().plugin.get(), b->device().device, b->address(),
-                               b->nbytes(), b.get(), buffers == &fresh});
-    }
-  }
-  if (extents.empty()) return Status();
-  const auto key = [](const Extent& e) {
-    return std::tie(e.plugin, e.device, e.begin, e.buffer);
-  };
-  std::sort(extents.begin(), extents.end(),
-            [&](const Extent& a, const Extent& b) { return key(a) < key(b); });
-  // Sorted by start: if any two overlap, two neighbours do.
-  for (size_t k = 1; k < extents.size(); ++k) {
-    const Extent& prior = extents[k - 1];
-    const Extent& next = extents[k];
-    if (prior.plugin != next.plugin || prior.device != next.device) continue;
-    if (!prior.fresh && !next.fresh) continue;  // both checked when allocated
-    if (next.begin - prior.begin >= prior.nbytes) continue;
-    // Blame a buffer of this load: the later one when both are.
-    const Extent& blamed = next.fresh ? next : prior;
-    const Extent& other = next.fresh ? prior : next;
-    const ResolvedDevice& d = blamed.buffer->device();
-    *blamed_id = blamed.buffer->memory_id();
-    return Status(StatusCode::device_error,
-                  "allocating buffer " + std::to_string(blamed.buffer->memory_id()) + " (" +
-                      std::to_string(blamed.nbytes) + " bytes) on " + d.describe() +
-                      ": plugin " + d.plugin_name + " broke PLUGIN-11: allocate returned " +
-                      detail::address_range(blamed.begin, blamed.begin + blamed.nbytes) +
-                      ", which overlaps buffer " + std::to_string(other.buffer->memory_id()) +
-                      " at " + detail::address_range(other.begin, other.begin + other.nbytes) +
-                      " on the same device");
-  }
-  return Status();
-}
-
-}  // namespace
 
 std::vector<std::string> load_warnings(const LoadReport& report) {
   std::vector<std::string> out;
@@ -197,177 +134,23 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
     if (Status s = detail::check_constant_overlaps(*plan_); !s.ok()) return s;
     constants_checked_ = true;
   }
-  auto needs = needs_of(*plan_, methods, options.external_files);
-  if (!needs.ok()) return needs.status();
-  // validate_plan checks these too; a caller that skipped it must still get
-  // an error before anything is allocated, never an exception, never an
-  // address past its buffer.
-  std::map<uint32_t, const PlannedBuffer*> buffer_by_id;  // not T x B lookups
-  for (const PlannedBuffer& pb : needs->buffers) buffer_by_id.emplace(pb.memory_id, &pb);
-  for (const NeededTensor& n : needs->tensors) {
-    const PlanTensor& t = plan_->tensors[n.index];
-    const auto found = buffer_by_id.find(t.memory_id);
-    const PlannedBuffer* b = found == buffer_by_id.end() ? nullptr : found->second;
-    if (b == nullptr) {
-      // A safety check, not validate_plan's: the ids of all the methods of
-      // this call are allowed, which keeps every address in its buffer.
-      // At most kShownIds of them: a plan may have thousands of buffers.
-      using detail::kShownIds;
-      std::string ids;
-      for (size_t k = 0; k < needs->buffers.size() && k < kShownIds; ++k) {
-        ids += (k == 0 ? "" : ", ") + std::to_string(needs->buffers[k].memory_id);
-      }
-      if (needs->buffers.size() > kShownIds) {
-        ids += ", ... (" + std::to_string(needs->buffers.size()) + " in all)";
-      }
-      return Status(StatusCode::invalid_argument,
-                    where(t) + ": memory id " + std::to_string(t.memory_id) +
-                        " is not among the memory ids of the methods this call loads (" +
-                        (ids.empty() ? "none" : ids) + ")");
-    }
-    if (t.offset > b->nbytes || n.nbytes > b->nbytes - t.offset) {
-      return Status(StatusCode::invalid_argument,
-                    where(t) + ": " + std::to_string(n.nbytes) +
-                        " bytes do not fit in buffer " +
-                        std::to_string(b->memory_id) + " of " +
-                        std::to_string(b->nbytes) + " bytes");
-    }
-  }
-
-  // Placement of the buffers not yet live, then the fit check: a load that
-  // cannot fit fails here, before anything is allocated.
-  std::vector<BufferPlacement> placements;
-  for (const PlannedBuffer& b : needs->buffers) {
-    if (buffers_.count(b.memory_id) != 0) continue;
-    auto placed = place_buffer(b, runtime_->registry());
-    if (!placed.ok()) return placed.status().with_context(buffer_place(*plan_, b));
-    placements.push_back(std::move(*placed));
-  }
-  if (options.check_free_memory) {
-    if (Status s = check_fit(device_demands(placements)); !s.ok()) {
-      return s.with_context(detail::plan_name(*plan_));
-    }
-  }
-
-  // Allocation. Until the commit below the buffers are owned here only, so
-  // any failure frees them on return.
-  std::map<uint32_t, std::shared_ptr<DeviceBuffer>> fresh;
-  for (const BufferPlacement& p : placements) {
-    const PlannedBuffer& b = p.buffer;
-    auto buffer = DeviceBuffer::allocate(p.device, b.memory_id, b.nbytes, b.alignment);
-    if (!buffer.ok()) return buffer.status().with_context(buffer_place(*plan_, b));
-    fresh.emplace(b.memory_id, std::move(*buffer));
-  }
-  uint32_t blamed_id = 0;
-  if (Status s = check_no_overlap(fresh, buffers_, &blamed_id); !s.ok()) {
-    for (const BufferPlacement& p : placements) {
-      if (p.buffer.memory_id == blamed_id) return s.with_context(buffer_place(*plan_, p.buffer));
-    }
-    return s;
-  }
-  // Consecutive tensors mostly share a buffer: look it up once per run.
-  uint32_t last_id = 0;
-  const std::shared_ptr<DeviceBuffer>* last_buffer = nullptr;
-  auto buffer_of = [&](uint32_t id) -> const std::shared_ptr<DeviceBuffer>& {
-    if (last_buffer == nullptr || last_id != id) {
-      auto it = fresh.find(id);
-      last_buffer = it != fresh.end() ? &it->second : &buffers_.find(id)->second;
-      last_id = id;
-    }
-    return *last_buffer;
-  };
-
-  // Copy requests: constants not yet on their device; request_tensor[k] is
-  // the plan index of requests[k].
+  load::LoadTransaction load(*plan_, options, runtime_->registry(), buffers_,
+                             [this](size_t i) { return tensors_[i].filled; });
   SafetensorsCache own_files;
-  SafetensorsCache& sources = files != nullptr ? *files : own_files;
-  std::vector<CopyRequest> requests;
-  std::vector<size_t> request_tensor;
-  requests.reserve(needs->tensors.size());
-  request_tensor.reserve(needs->tensors.size());
-  // Each file is opened once by this load, whatever order the plan lists
-  // its tensors in: every tensor of a file is checked against the one
-  // header the copies take their offsets from (a cache may open a file
-  // modified in place again, into a new entry, at each open).
-  std::vector<std::shared_ptr<const SafetensorsFile>> opened_files(needs->files.size());
-  // Consecutive tensors mostly share a file: look it up once per run of
-  // them, not once per tensor.
-  size_t last_file_id = NeededTensor::kNoFile;
-  const SafetensorsFile* last_file = nullptr;
-  size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
-  for (const NeededTensor& n : needs->tensors) {
-    if (n.file == NeededTensor::kNoFile || tensors_[n.index].filled) continue;
-    const PlanTensor& t = plan_->tensors[n.index];
-    const std::filesystem::path& path = needs->files[n.file];
-    if (n.file != last_file_id) {
-      std::shared_ptr<const SafetensorsFile>& file = opened_files[n.file];
-      if (file == nullptr) {
-        auto opened = sources.open(path, needs->files_beneath);
-        if (!opened.ok()) return opened.status().with_context(where(t));
-        file = std::move(*opened);
-      }
-      last_file = file.get();
-      last_file_id = n.file;
-      next_in_file = 0;
-    }
-    const std::string& key = t.source->key;
-    const SafetensorsTensor* source = last_file->find(key, next_in_file);
-    if (source == nullptr) {
-      return Status(StatusCode::invalid_argument,
-                    where(t) + ": " + path_for_message(path.string()) + " has no tensor " +
-                        quote(key));
-    }
-    next_in_file = static_cast<size_t>(source - last_file->tensors().data()) + 1;
-    if (source->nbytes != n.nbytes) {
-      return Status(StatusCode::invalid_argument,
-                    where(t) + ": the plan says " + std::to_string(n.nbytes) +
-                        " bytes, " + path_for_message(path.string()) + " has " +
-                        std::to_string(source->nbytes) + " for " + quote(key));
-    }
-    // What validate_plan checked, checked again against the header this
-    // load copies by: the file the plan was validated with may have been
-    // modified in place since, and opened again (SafetensorsCache).
-    if (source->dtype != t.dtype || source->shape != t.shape) {
-      return Status(StatusCode::invalid_argument,
-                    where(t) + ": the plan says " + std::string(to_string(t.dtype)) + " " +
-                        shape_to_string(t.shape) + ", " + path_for_message(path.string()) +
-                        " has " + std::string(to_string(source->dtype)) + " " +
-                        shape_to_string(source->shape) + " for " + quote(key));
-    }
-    requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset, last_file->mapping(),
-                                   source->offset, source->nbytes, t.name});
-    request_tensor.push_back(n.index);
-  }
-
-  const CopySchedule schedule = CopySchedule::build(std::move(requests));
-  std::vector<DeviceLoadStats> stats;
-  PipelineStats pipeline;
+  if (Status s = load.resolve(methods); !s.ok()) return s;
+  if (Status s = load.place(); !s.ok()) return s;
+  if (Status s = load.allocate(); !s.ok()) return s;
+  if (Status s = load.gather(files != nullptr ? *files : own_files); !s.ok()) return s;
   // The runtime-wide callback as set now: set_progress may replace it
   // while this load runs.
   const LoadProgress runtime_wide = progress ? LoadProgress() : runtime_->progress();
-  if (Status s = schedule.execute(PipelineOptions::from(options), &stats, &pipeline,
-                                  progress ? progress : runtime_wide);
+  if (Status s = load.execute(progress ? progress : runtime_wide, verify.value_or(options.verify));
       !s.ok()) {
     return s;
   }
-  const bool verifying = verify.value_or(options.verify);
-  if (verifying) {
-    if (Status s = verify_copies(schedule.requests(), std::min<uint64_t>(
-                                               options.staging_bytes, 8 << 20));
-        !s.ok()) {
-      return s;
-    }
-  }
-  // A device that got buffers of this load but no constant (scratch only)
-  // has a row too, with nothing copied: the report covers every device the
-  // load allocated on. Before the commit, which must not allocate.
-  for (const auto& [id, buffer] : fresh) {
-    const ResolvedDevice& device = buffer->device();
-    const bool listed = std::any_of(stats.begin(), stats.end(), [&](const DeviceLoadStats& d) {
-      return d.device.same_device(device);
-    });
-    if (!listed) stats.push_back(DeviceLoadStats{device});
-  }
+  MethodNeeds& needs = load.needs();
+  std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& fresh = load.fresh();
+  LoadReport summary = report != nullptr ? load.report() : LoadReport{};
 
   // Commit, all at once for the lookups: nothing below can fail (every
   // tensor's buffer was checked above). What it needs to allocate is made
@@ -375,12 +158,12 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   // leaves the program as it was.
   const uint64_t allocated = fresh.size();
   std::set<std::string, std::less<>> new_methods(methods.begin(), methods.end());
-  // needs->files[k] is new_files[file_id[k]]; files_ changes only under
+  // needs.files[k] is new_files[file_id[k]]; files_ changes only under
   // load_mutex_, held.
   std::vector<std::filesystem::path> new_files = files_;
   std::vector<size_t> file_id;
-  file_id.reserve(needs->files.size());
-  for (std::filesystem::path& path : needs->files) {
+  file_id.reserve(needs.files.size());
+  for (std::filesystem::path& path : needs.files) {
     auto known = std::find(new_files.begin(), new_files.end(), path);
     if (known == new_files.end()) known = new_files.insert(new_files.end(), std::move(path));
     file_id.push_back(static_cast<size_t>(known - new_files.begin()));
@@ -390,8 +173,8 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
     buffers_.merge(fresh);        // ids not in buffers_: moves every node
     methods_.merge(new_methods);  // a method loaded already stays behind
     files_.swap(new_files);
-    for (size_t i : request_tensor) tensors_[i].filled = true;
-    for (const NeededTensor& n : needs->tensors) {
+    for (size_t i : load.copied_tensors()) tensors_[i].filled = true;
+    for (const NeededTensor& n : needs.tensors) {
       TensorState& state = tensors_[n.index];
       state.loaded = true;
       state.nbytes = n.nbytes;
@@ -400,23 +183,10 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   }
 
   if (report != nullptr) {
-    *report = LoadReport{};
+    *report = std::move(summary);
     report->allocations = allocated;
-    for (const DeviceLoadStats& d : stats) {
-      report->copies += d.copies;
-      report->direct_reads += d.direct_reads;
-    }
-    report->pipeline = pipeline;
-    report->devices = std::move(stats);
-    for (const CopyRequest& r : schedule.requests()) {
-      // An empty tensor is in place without a copy.
-      if (r.nbytes > 0) ++report->constants;
-      report->bytes += r.nbytes;
-    }
-    report->verified = verifying;
-    report->seconds = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+    report->seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return Status();
 }

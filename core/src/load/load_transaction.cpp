@@ -1,0 +1,280 @@
+#include "load_transaction.hpp"
+
+#include "verify.hpp"
+
+#include <devalloc/input_text.hpp>
+
+#include "../address_text.hpp"
+#include "../plan_errors.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <tuple>
+#include <utility>
+
+namespace devalloc::load {
+
+namespace {
+
+std::string where(const PlanTensor& t) {
+  return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
+         ", offset " + std::to_string(t.offset) + ")";
+}
+
+// PLUGIN-11/12, checked on every load (cheaply: a sort): the buffers this
+// load allocated overlap neither each other nor the program's live buffers
+// on their device. Overlapping allocations take each other's constants,
+// silently. Buffers of other programs are the validation layer's to check.
+Status check_no_overlap(const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& fresh,
+                        const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& live,
+                        uint32_t* blamed_id) {
+  struct Extent {
+    const Plugin* plugin;
+    uint32_t device;
+    uint64_t begin;
+    uint64_t nbytes;
+    const DeviceBuffer* buffer;
+    bool fresh;
+  };
+  std::vector<Extent> extents;
+  for (const auto* buffers : {&fresh, &live}) {
+    for (const auto& [id, b] : *buffers) {
+      if (b->nbytes() == 0) continue;
+      extents.push_back(Extent{b->device().plugin.get(), b->device().device, b->address(),
+                               b->nbytes(), b.get(), buffers == &fresh});
+    }
+  }
+  if (extents.empty()) return Status();
+  const auto key = [](const Extent& e) {
+    return std::tie(e.plugin, e.device, e.begin, e.buffer);
+  };
+  std::sort(extents.begin(), extents.end(),
+            [&](const Extent& a, const Extent& b) { return key(a) < key(b); });
+  // Sorted by start: if any two overlap, two neighbours do.
+  for (size_t k = 1; k < extents.size(); ++k) {
+    const Extent& prior = extents[k - 1];
+    const Extent& next = extents[k];
+    if (prior.plugin != next.plugin || prior.device != next.device) continue;
+    if (!prior.fresh && !next.fresh) continue;  // both checked when allocated
+    if (next.begin - prior.begin >= prior.nbytes) continue;
+    // Blame a buffer of this load: the later one when both are.
+    const Extent& blamed = next.fresh ? next : prior;
+    const Extent& other = next.fresh ? prior : next;
+    const ResolvedDevice& d = blamed.buffer->device();
+    *blamed_id = blamed.buffer->memory_id();
+    return Status(StatusCode::device_error,
+                  "allocating buffer " + std::to_string(blamed.buffer->memory_id()) + " (" +
+                      std::to_string(blamed.nbytes) + " bytes) on " + d.describe() +
+                      ": plugin " + d.plugin_name + " broke PLUGIN-11: allocate returned " +
+                      detail::address_range(blamed.begin, blamed.begin + blamed.nbytes) +
+                      ", which overlaps buffer " + std::to_string(other.buffer->memory_id()) +
+                      " at " + detail::address_range(other.begin, other.begin + other.nbytes) +
+                      " on the same device");
+  }
+  return Status();
+}
+
+}  // namespace
+
+LoadTransaction::LoadTransaction(const Plan& plan, const LoadOptions& options,
+                                 DeviceRegistry& registry, const BufferMap& live,
+                                 std::function<bool(size_t)> filled)
+    : plan_(plan), options_(options), registry_(registry), live_(live),
+      filled_(std::move(filled)) {}
+
+Status LoadTransaction::resolve(const std::vector<std::string>& methods) {
+  auto needs = needs_of(plan_, methods, options_.external_files);
+  if (!needs.ok()) return needs.status();
+  needs_ = std::move(*needs);
+  // validate_plan checks these too; a caller that skipped it must still get
+  // an error before anything is allocated, never an exception, never an
+  // address past its buffer.
+  std::map<uint32_t, const PlannedBuffer*> buffer_by_id;  // not T x B lookups
+  for (const PlannedBuffer& pb : needs_->buffers) buffer_by_id.emplace(pb.memory_id, &pb);
+  for (const NeededTensor& n : needs_->tensors) {
+    const PlanTensor& t = plan_.tensors[n.index];
+    const auto found = buffer_by_id.find(t.memory_id);
+    const PlannedBuffer* b = found == buffer_by_id.end() ? nullptr : found->second;
+    if (b == nullptr) {
+      // A safety check, not validate_plan's: the ids of all the methods of
+      // this call are allowed, which keeps every address in its buffer.
+      // At most kShownIds of them: a plan may have thousands of buffers.
+      using detail::kShownIds;
+      std::string ids;
+      for (size_t k = 0; k < needs_->buffers.size() && k < kShownIds; ++k) {
+        ids += (k == 0 ? "" : ", ") + std::to_string(needs_->buffers[k].memory_id);
+      }
+      if (needs_->buffers.size() > kShownIds) {
+        ids += ", ... (" + std::to_string(needs_->buffers.size()) + " in all)";
+      }
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": memory id " + std::to_string(t.memory_id) +
+                        " is not among the memory ids of the methods this call loads (" +
+                        (ids.empty() ? "none" : ids) + ")");
+    }
+    if (t.offset > b->nbytes || n.nbytes > b->nbytes - t.offset) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": " + std::to_string(n.nbytes) +
+                        " bytes do not fit in buffer " +
+                        std::to_string(b->memory_id) + " of " +
+                        std::to_string(b->nbytes) + " bytes");
+    }
+  }
+  return Status();
+}
+
+// A load that cannot fit fails here, before anything is allocated.
+Status LoadTransaction::place() {
+    for (const PlannedBuffer& b : needs_->buffers) {
+    if (live_.count(b.memory_id) != 0) continue;
+    auto placed = place_buffer(b, registry_);
+    if (!placed.ok()) return placed.status().with_context(buffer_place(plan_, b));
+    placements_.push_back(std::move(*placed));
+  }
+  if (options_.check_free_memory) {
+    if (Status s = check_fit(device_demands(placements_)); !s.ok()) {
+      return s.with_context(detail::plan_name(plan_));
+    }
+  }
+  return Status();
+}
+
+// Until the commit the buffers are owned here only, so any failure frees
+// them with the transaction.
+Status LoadTransaction::allocate() {
+  for (const BufferPlacement& p : placements_) {
+    const PlannedBuffer& b = p.buffer;
+    auto buffer = DeviceBuffer::allocate(p.device, b.memory_id, b.nbytes, b.alignment);
+    if (!buffer.ok()) return buffer.status().with_context(buffer_place(plan_, b));
+    fresh_.emplace(b.memory_id, std::move(*buffer));
+  }
+  uint32_t blamed_id = 0;
+  if (Status s = check_no_overlap(fresh_, live_, &blamed_id); !s.ok()) {
+    for (const BufferPlacement& p : placements_) {
+      if (p.buffer.memory_id == blamed_id) return s.with_context(buffer_place(plan_, p.buffer));
+    }
+    return s;
+  }
+  return Status();
+}
+
+Status LoadTransaction::gather(SafetensorsCache& sources) {
+  // Consecutive tensors mostly share a buffer: look it up once per run.
+  uint32_t last_id = 0;
+  const std::shared_ptr<DeviceBuffer>* last_buffer = nullptr;
+  auto buffer_of = [&](uint32_t id) -> const std::shared_ptr<DeviceBuffer>& {
+    if (last_buffer == nullptr || last_id != id) {
+      auto it = fresh_.find(id);
+      last_buffer = it != fresh_.end() ? &it->second : &live_.find(id)->second;
+      last_id = id;
+    }
+    return *last_buffer;
+  };
+
+  // Copy requests: constants not yet on their device; request_tensor[k] is
+  // the plan index of requests[k].
+  std::vector<CopyRequest> requests;
+  requests.reserve(needs_->tensors.size());
+  request_tensor_.reserve(needs_->tensors.size());
+  // Each file is opened once by this load, whatever order the plan lists
+  // its tensors in: every tensor of a file is checked against the one
+  // header the copies take their offsets from (a cache may open a file
+  // modified in place again, into a new entry, at each open).
+  std::vector<std::shared_ptr<const SafetensorsFile>> opened_files(needs_->files.size());
+  // Consecutive tensors mostly share a file: look it up once per run of
+  // them, not once per tensor.
+  size_t last_file_id = NeededTensor::kNoFile;
+  const SafetensorsFile* last_file = nullptr;
+  size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
+  for (const NeededTensor& n : needs_->tensors) {
+    if (n.file == NeededTensor::kNoFile || filled_(n.index)) continue;
+    const PlanTensor& t = plan_.tensors[n.index];
+    const std::filesystem::path& path = needs_->files[n.file];
+    if (n.file != last_file_id) {
+      std::shared_ptr<const SafetensorsFile>& file = opened_files[n.file];
+      if (file == nullptr) {
+        auto opened = sources.open(path, needs_->files_beneath);
+        if (!opened.ok()) return opened.status().with_context(where(t));
+        file = std::move(*opened);
+      }
+      last_file = file.get();
+      last_file_id = n.file;
+      next_in_file = 0;
+    }
+    const std::string& key = t.source->key;
+    const SafetensorsTensor* source = last_file->find(key, next_in_file);
+    if (source == nullptr) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": " + path_for_message(path.string()) + " has no tensor " +
+                        quote(key));
+    }
+    next_in_file = static_cast<size_t>(source - last_file->tensors().data()) + 1;
+    if (source->nbytes != n.nbytes) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": the plan says " + std::to_string(n.nbytes) +
+                        " bytes, " + path_for_message(path.string()) + " has " +
+                        std::to_string(source->nbytes) + " for " + quote(key));
+    }
+    // What validate_plan checked, checked again against the header this
+    // load copies by: the file the plan was validated with may have been
+    // modified in place since, and opened again (SafetensorsCache).
+    if (source->dtype != t.dtype || source->shape != t.shape) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": the plan says " + std::string(to_string(t.dtype)) + " " +
+                        shape_to_string(t.shape) + ", " + path_for_message(path.string()) +
+                        " has " + std::string(to_string(source->dtype)) + " " +
+                        shape_to_string(source->shape) + " for " + quote(key));
+    }
+    requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset, last_file->mapping(),
+                                   source->offset, source->nbytes, t.name});
+    request_tensor_.push_back(n.index);
+  }
+  schedule_ = CopySchedule::build(std::move(requests));
+  return Status();
+}
+
+Status LoadTransaction::execute(const LoadProgress& progress, bool verify) {
+  if (Status s = schedule_->execute(PipelineOptions::from(options_), &stats_, &pipeline_,
+                                    progress);
+      !s.ok()) {
+    return s;
+  }
+  if (verify) {
+    if (Status s = verify_copies(schedule_->requests(),
+                                 std::min<uint64_t>(options_.staging_bytes, 8 << 20));
+        !s.ok()) {
+      return s;
+    }
+  }
+  verified_ = verify;
+  // A device that got buffers of this load but no constant (scratch only)
+  // has a row too, with nothing copied: the report covers every device the
+  // load allocated on. Before the commit, which must not allocate.
+  for (const auto& [id, buffer] : fresh_) {
+    const ResolvedDevice& device = buffer->device();
+    const bool listed = std::any_of(stats_.begin(), stats_.end(), [&](const DeviceLoadStats& d) {
+      return d.device.same_device(device);
+    });
+    if (!listed) stats_.push_back(DeviceLoadStats{device});
+  }
+  return Status();
+}
+
+LoadReport LoadTransaction::report() const {
+  LoadReport report;
+  for (const DeviceLoadStats& d : stats_) {
+    report.copies += d.copies;
+    report.direct_reads += d.direct_reads;
+  }
+  report.pipeline = pipeline_;
+  report.devices = stats_;
+  for (const CopyRequest& r : schedule_->requests()) {
+    // An empty tensor is in place without a copy.
+    if (r.nbytes > 0) ++report.constants;
+    report.bytes += r.nbytes;
+  }
+  report.verified = verified_;
+  return report;
+}
+
+}  // namespace devalloc::load
