@@ -187,9 +187,9 @@ std::shared_ptr<const Plan> plan_on(const Model& m, const std::string& tag) {
   PlanMethod method{"main", {}, {}};
   for (size_t i = 0; i < m.tensors(); ++i) {
     const auto id = static_cast<uint32_t>(i);
-    plan.buffers.push_back({id, tag, m.tensor_bytes(i), 256});
+    plan.buffers.push_back({id, tag, m.tensor_bytes(i), 256, std::nullopt});
     plan.tensors.push_back(PlanTensor{Model::name(i), DType::u8, {m.tensor_bytes(i)}, id, 0,
-                                      PlanSource{m.file.filename().string(), Model::name(i)}});
+                                      PlanSource{m.file.filename().string(), Model::name(i), std::nullopt}});
     method.memory_ids.push_back(id);
     method.tensors.push_back(Model::name(i));
   }

@@ -283,13 +283,13 @@ void write_model(Model& m, uint64_t tensors_per_buffer) {
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     if (i % tensors_per_buffer == 0) {
       if (i != 0) m.plan.buffers.back().size = offset;
-      m.plan.buffers.push_back({static_cast<uint32_t>(m.plan.buffers.size()), g_device, 0, 256});
+      m.plan.buffers.push_back({static_cast<uint32_t>(m.plan.buffers.size()), g_device, 0, 256, std::nullopt});
       method.memory_ids.push_back(m.plan.buffers.back().memory_id);
       offset = 0;
     }
     m.plan.tensors.push_back(PlanTensor{m.tensors[i].name, DType::u8, {m.tensors[i].nbytes},
                                         m.plan.buffers.back().memory_id, offset,
-                                        PlanSource{m.file.filename().string(), m.tensors[i].name}});
+                                        PlanSource{m.file.filename().string(), m.tensors[i].name, std::nullopt}});
     method.tensors.push_back(m.tensors[i].name);
     offset += (m.tensors[i].nbytes + 255) / 256 * 256;
   }

@@ -13,8 +13,12 @@ packages=(
   libze-dev libze1
   mesa-vulkan-drivers libvulkan1 libvulkan-dev
   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers
+  openmpi-bin libopenmpi-dev python3-mpi4py
   ccache
 )
+# openmpi-bin: the launcher of the sharded-load test (mpirun -n 4);
+# libopenmpi-dev builds mpi4py for the venv's Python (Debian's
+# python3-mpi4py serves Debian's python3).
 # libamdhip64-dev: the HIP plugin's headers, and the real runtime whose
 # no-device answer a test checks (the plugin opens it at run time).
 # clang-14 and its runtime (libFuzzer, ASan, UBSan) are for scripts/fuzz.sh.
@@ -47,10 +51,11 @@ fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] ||
-   ! "$venv/bin/python" -I -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core, build
+   ! "$venv/bin/python" -I -c 'import safetensors, numpy, nanobind, pytest, scikit_build_core, build, mpi4py
 assert int(scikit_build_core.__version__.split(".")[0]) >= 1' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q safetensors numpy "nanobind>=3.1" pytest "scikit-build-core>=1.0" build
+  "$venv/bin/pip" install -q safetensors numpy "nanobind>=3.1" pytest "scikit-build-core>=1.0" build \
+    mpi4py
 fi
 
 # The C++ runtime of the ExecuTorch wheel, for the ExecuTorch integration and

@@ -6,6 +6,10 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
 #include <map>
 #include <set>
 #include <system_error>
@@ -23,8 +27,16 @@ std::string rule_text(const PlacementRule& rule) {
   return "placement rule " + quote(rule.pattern + "=" + rule.device);
 }
 
-Status check_device(std::string_view device, const std::string& context) {
+// A plan for several ranks may name a rank's local device: "cuda:local".
+Status check_device(std::string_view device, const std::string& context,
+                    bool local_allowed = false) {
   if (parse_device_tag(device)) return Status();
+  constexpr std::string_view kLocal = ":local";
+  if (local_allowed && device.size() > kLocal.size() &&
+      device.substr(device.size() - kLocal.size()) == kLocal &&
+      parse_device_tag(device.substr(0, device.size() - kLocal.size()))) {
+    return Status();
+  }
   return invalid(context + ": " + quote(device) +
                  " is not a device tag (\"name\" or \"name:index\" of at most " +
                  std::to_string(kMaxDeviceTagBytes) + " bytes, e.g. \"cuda:0\")");
@@ -35,13 +47,25 @@ Status check_options(const PlanBuildOptions& options) {
     return invalid("alignment " + std::to_string(options.alignment) +
                    " is not a power of two");
   }
-  if (Status status = check_device(options.default_device, "default device"); !status.ok()) {
+  const bool local = options.world_size != 0;
+  if (Status status = check_device(options.default_device, "default device", local);
+      !status.ok()) {
     return status;
   }
   for (const PlacementRule& rule : options.rules) {
     const std::string context = rule_text(rule);
     if (rule.pattern.empty()) return invalid(context + ": empty glob");
-    if (Status status = check_device(rule.device, context); !status.ok()) return status;
+    if (Status status = check_device(rule.device, context, local); !status.ok()) return status;
+  }
+  if ((!options.shards.empty() || !options.experts.empty()) && options.world_size == 0) {
+    return invalid("shard and expert rules need a world size (--world-size)");
+  }
+  for (const ShardRule& rule : options.shards) {
+    if (!rule.sizes.empty() && rule.sizes.size() != options.world_size) {
+      return invalid("shard rule " + quote(rule.pattern) + " states " +
+                     std::to_string(rule.sizes.size()) + " sizes for " +
+                     std::to_string(options.world_size) + " ranks");
+    }
   }
   if (options.methods.empty()) return invalid("a plan needs at least one method");
   std::set<std::string_view> methods;
@@ -103,7 +127,118 @@ Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
   return out;
 }
 
+// How a tensor is split among ranks: none (every rank places it whole),
+// whole to one rank (an expert), or a slice per rank.
+struct Split {
+  std::optional<uint32_t> owner;           // an expert's rank
+  const ShardRule* shard = nullptr;         // a shard rule
+};
+
+Split split_for(const std::string& name, const PlanBuildOptions& options) {
+  Split split;
+  for (const ShardRule& rule : options.shards) {
+    if (::fnmatch(rule.pattern.c_str(), name.c_str(), 0) == 0) {
+      split.shard = &rule;
+      return split;
+    }
+  }
+  for (const std::string& glob : options.experts) {
+    if (::fnmatch(glob.c_str(), name.c_str(), 0) != 0) continue;
+    // The first number after the glob's fixed prefix: "experts.*" takes 5
+    // from "experts.5.w1".
+    const size_t prefix = std::min(glob.find_first_of("*?["), name.size());
+    const size_t digits = name.find_first_of("0123456789", prefix);
+    uint64_t number = 0;
+    for (size_t i = digits; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+      number = (number * 10 + static_cast<uint64_t>(name[i] - '0')) % options.world_size;
+    }
+    split.owner = static_cast<uint32_t>(number % options.world_size);
+    return split;
+  }
+  return split;
+}
+
+// The element ranges of each rank along the rule's dimension, or why the
+// tensor cannot be split so.
+Result<std::vector<PlanSlice>> slices_for(const SafetensorsTensor& tensor, const ShardRule& rule,
+                                          uint32_t world_size, const std::string& file) {
+  const auto refuse = [&](const std::string& why) -> Result<std::vector<PlanSlice>> {
+    return invalid("tensor " + quote(tensor.name) + " in " + path_for_message(file) + " (shape " +
+                   shape_to_string(tensor.shape) + "): shard rule " +
+                   quote(rule.pattern + "=dim:" + std::to_string(rule.dim)) + ": " + why);
+  };
+  if (rule.dim >= tensor.shape.size()) {
+    return refuse("the tensor has " + std::to_string(tensor.shape.size()) + " dimensions");
+  }
+  const uint64_t extent = tensor.shape[rule.dim];
+  std::vector<PlanSlice> slices;
+  uint64_t start = 0;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    uint64_t length = 0;
+    if (rule.sizes.empty()) {
+      if (extent % world_size != 0) {
+        return refuse("dimension " + std::to_string(rule.dim) + " has " + std::to_string(extent) +
+                      " elements, not a multiple of " + std::to_string(world_size) +
+                      " ranks; state the split (GLOB=dim:D:S0,S1,...)");
+      }
+      length = extent / world_size;
+    } else {
+      length = rule.sizes[r];
+    }
+    if (length > extent - start) {
+      return refuse("the stated sizes exceed the dimension's " + std::to_string(extent) +
+                    " elements");
+    }
+    slices.push_back(PlanSlice{rule.dim, start, length});
+    start += length;
+  }
+  if (start != extent) {
+    return refuse("the stated sizes sum to " + std::to_string(start) + ", the dimension has " +
+                  std::to_string(extent));
+  }
+  for (const PlanSlice& s : slices) {
+    Result<SliceLayout> layout = slice_layout(s, tensor.dtype, tensor.shape);
+    if (!layout.ok()) return refuse(layout.status().message());
+  }
+  return slices;
+}
+
 }  // namespace
+
+Result<ShardRule> parse_shard_rule(std::string_view text) {
+  const std::string context = "shard rule " + quote(text);
+  const size_t equals = text.rfind('=');
+  if (equals == std::string_view::npos || text.substr(equals + 1, 4) != "dim:") {
+    return invalid(context + ": expected GLOB=dim:D or GLOB=dim:D:S0,S1,..., e.g. "
+                             "'*.q_proj.weight=dim:0'");
+  }
+  ShardRule rule;
+  rule.pattern = std::string(text.substr(0, equals));
+  if (rule.pattern.empty()) return invalid(context + ": empty glob");
+  std::string_view rest = text.substr(equals + 5);
+  const size_t colon = rest.find(':');
+  const std::string_view dim = rest.substr(0, colon);
+  const auto [dim_end, dim_error] = std::from_chars(dim.data(), dim.data() + dim.size(), rule.dim);
+  if (dim.empty() || dim_error != std::errc() || dim_end != dim.data() + dim.size()) {
+    return invalid(context + ": the dimension " + quote(dim) + " is not a number");
+  }
+  if (colon != std::string_view::npos) {
+    std::string_view sizes = rest.substr(colon + 1);
+    for (;;) {
+      const size_t comma = sizes.find(',');
+      const std::string_view one = sizes.substr(0, comma);
+      uint64_t n = 0;
+      const auto [end, error] = std::from_chars(one.data(), one.data() + one.size(), n);
+      if (one.empty() || error != std::errc() || end != one.data() + one.size()) {
+        return invalid(context + ": size " + quote(one) + " is not a number");
+      }
+      rule.sizes.push_back(n);
+      if (comma == std::string_view::npos) break;
+      sizes = sizes.substr(comma + 1);
+    }
+  }
+  return rule;
+}
 
 Result<PlacementRule> parse_placement_rule(std::string_view text) {
   const size_t equals = text.rfind('=');
@@ -113,7 +248,7 @@ Result<PlacementRule> parse_placement_rule(std::string_view text) {
   }
   PlacementRule rule{std::string(text.substr(0, equals)), std::string(text.substr(equals + 1))};
   if (rule.pattern.empty()) return invalid(context + ": empty glob");
-  if (Status status = check_device(rule.device, context); !status.ok()) return status;
+  if (Status status = check_device(rule.device, context, true); !status.ok()) return status;
   return rule;
 }
 
@@ -134,7 +269,10 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
   std::vector<std::shared_ptr<const SafetensorsFile>> opened;
   NameIndex owner;
   const bool several_files = files.size() > 1;
-  std::map<std::string, size_t, std::less<>> buffer_of;   // device -> buffers index
+  // "device" or "device#rank" -> buffers index
+  std::map<std::string, size_t, std::less<>> buffer_of;
+  plan.world_size = options.world_size;
+  uint64_t sharded = 0;  // tensors a shard rule cut
   std::vector<size_t> placed(options.rules.size());      // tensors per rule
   for (size_t f = 0; f < files.size(); ++f) {
     Result<std::filesystem::path> absolute = resolved(files[f]);
@@ -166,26 +304,54 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
       if (rule < placed.size()) ++placed[rule];
       const std::string& device =
           rule < placed.size() ? options.rules[rule].device : options.default_device;
-      auto [slot, added] = buffer_of.try_emplace(device, plan.buffers.size());
-      if (added) {
-        plan.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan.buffers.size()), device,
-                                          0, options.alignment});
+      // Appends a tensor of `nbytes` to the buffer of (device, rank).
+      const auto append = [&](std::optional<uint32_t> rank, std::vector<uint64_t> shape,
+                              uint64_t nbytes, std::optional<PlanSlice> slice) -> Status {
+        const std::string key = device + (rank ? "#" + std::to_string(*rank) : std::string());
+        auto [slot, added] = buffer_of.try_emplace(key, plan.buffers.size());
+        if (added) {
+          plan.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan.buffers.size()), device,
+                                            0, options.alignment, rank});
+        }
+        PlanBuffer& buffer = plan.buffers[slot->second];
+        // Round up to the alignment, then append; both can overflow only
+        // for sizes no machine has, but the plan must not wrap silently.
+        uint64_t offset = 0;
+        uint64_t end = 0;
+        if (__builtin_add_overflow(buffer.size, options.alignment - 1, &offset) ||
+            __builtin_add_overflow(offset & ~(options.alignment - 1), nbytes, &end)) {
+          return invalid("buffer for " + quote(device) + " would exceed 2^64 bytes at tensor " +
+                         quote(tensor.name));
+        }
+        offset &= ~(options.alignment - 1);
+        buffer.size = end;
+        plan.tensors.push_back(PlanTensor{tensor.name, tensor.dtype, std::move(shape),
+                                          buffer.memory_id, offset,
+                                          PlanSource{source_file, tensor.name, slice}});
+        return Status();
+      };
+      const Split split =
+          options.world_size == 0 ? Split{} : split_for(tensor.name, options);
+      if (split.shard != nullptr) {
+        Result<std::vector<PlanSlice>> slices =
+            slices_for(tensor, *split.shard, options.world_size, files[f].string());
+        if (!slices.ok()) return slices.status();
+        for (uint32_t r = 0; r < options.world_size; ++r) {
+          std::vector<uint64_t> shape;
+          Result<SliceLayout> layout =
+              slice_layout((*slices)[r], tensor.dtype, tensor.shape, &shape);
+          if (!layout.ok()) return layout.status();
+          if (Status s = append(r, std::move(shape), layout->rows * layout->run_bytes,
+                                (*slices)[r]);
+              !s.ok()) {
+            return s;
+          }
+        }
+        ++sharded;
+      } else if (Status s = append(split.owner, tensor.shape, tensor.nbytes, std::nullopt);
+                 !s.ok()) {
+        return s;
       }
-      PlanBuffer& buffer = plan.buffers[slot->second];
-      // Round up to the alignment, then append; both can overflow only for
-      // sizes no machine has, but the plan must not wrap around silently.
-      uint64_t offset = 0;
-      uint64_t end = 0;
-      if (__builtin_add_overflow(buffer.size, options.alignment - 1, &offset) ||
-          __builtin_add_overflow(offset & ~(options.alignment - 1), tensor.nbytes, &end)) {
-        return invalid("buffer for " + quote(device) + " would exceed 2^64 bytes at tensor " +
-                       quote(tensor.name));
-      }
-      offset &= ~(options.alignment - 1);
-      buffer.size = end;
-      plan.tensors.push_back(PlanTensor{tensor.name, tensor.dtype, tensor.shape,
-                                        buffer.memory_id, offset,
-                                        PlanSource{source_file, tensor.name}});
     }
   }
 
@@ -194,10 +360,21 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
     method.name = name;
     for (const PlanBuffer& buffer : plan.buffers) method.memory_ids.push_back(buffer.memory_id);
     method.tensors.reserve(plan.tensors.size());
-    for (const PlanTensor& tensor : plan.tensors) method.tensors.push_back(tensor.name);
+    // A sharded tensor is in the plan once per rank, and in a method once.
+    std::set<std::string_view> listed;
+    for (const PlanTensor& tensor : plan.tensors) {
+      if (tensor.source && tensor.source->slice && !listed.insert(tensor.name).second) continue;
+      method.tensors.push_back(tensor.name);
+    }
     plan.methods.push_back(std::move(method));
   }
-  if (report != nullptr) report->unused_rules = unused_rules(plan, options, placed);
+  if (report != nullptr) {
+    report->unused_rules = unused_rules(plan, options, placed);
+    if (!options.shards.empty() && sharded == 0) {
+      report->unused_shard_rules.push_back("shard rules cut no tensor: they match none of the " +
+                                     std::to_string(plan.tensors.size()) + " tensors");
+    }
+  }
   return plan;
 }
 

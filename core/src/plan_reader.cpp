@@ -102,7 +102,7 @@ const json& read_array(const json& value, const At& at) {
 
 PlanBuffer read_buffer(const json& value, const std::string& pointer) {
   require_object(value, pointer);
-  check_keys(value, {pointer, ""}, {"memory_id", "device", "size", "alignment"},
+  check_keys(value, {pointer, ""}, {"memory_id", "device", "size", "alignment", "rank"},
              {"memory_id", "device", "size"});
   PlanBuffer buffer;
   buffer.memory_id = read_u32(value["memory_id"], {pointer, "/memory_id"});
@@ -111,6 +111,7 @@ PlanBuffer read_buffer(const json& value, const std::string& pointer) {
   if (value.contains("alignment")) {
     buffer.alignment = read_u64(value["alignment"], {pointer, "/alignment"});
   }
+  if (value.contains("rank")) buffer.rank = read_u32(value["rank"], {pointer, "/rank"});
   return buffer;
 }
 
@@ -139,9 +140,25 @@ PlanTensor read_tensor(const json& value, const std::string& pointer) {
       fail(pointer + "/source",
            "expected {\"file\": ..., \"key\": ...} or null, got " + describe(source));
     }
-    check_keys(source, {pointer, "/source"}, {"file", "key"}, {"file", "key"});
+    check_keys(source, {pointer, "/source"}, {"file", "key", "dim", "start", "length"},
+               {"file", "key"});
     tensor.source = PlanSource{read_string(source["file"], {pointer, "/source/file"}),
-                               read_string(source["key"], {pointer, "/source/key"})};
+                               read_string(source["key"], {pointer, "/source/key"}),
+                               std::nullopt};
+    // A slice is the three of dim, start and length, or none of them.
+    const int given = static_cast<int>(source.contains("dim")) +
+                      static_cast<int>(source.contains("start")) +
+                      static_cast<int>(source.contains("length"));
+    if (given != 0 && given != 3) {
+      fail(pointer + "/source",
+           "a slice needs \"dim\", \"start\" and \"length\" together, got " +
+               std::to_string(given) + " of them");
+    }
+    if (given == 3) {
+      tensor.source->slice = PlanSlice{read_u32(source["dim"], {pointer, "/source/dim"}),
+                                       read_u64(source["start"], {pointer, "/source/start"}),
+                                       read_u64(source["length"], {pointer, "/source/length"})};
+    }
   }
   return tensor;
 }
@@ -183,8 +200,13 @@ void read_root(const json& root, Plan& plan) {
                          std::to_string(kPlanVersion) + ")");
   }
   check_keys(root, {kRoot, ""},
-             {"format", "version", "allow_external_files", "buffers", "tensors", "methods"},
+             {"format", "version", "allow_external_files", "world_size", "buffers", "tensors",
+              "methods"},
              {"buffers", "tensors", "methods"});
+  if (root.contains("world_size")) {
+    plan.world_size = read_u32(root["world_size"], {kRoot, "/world_size"});
+    if (plan.world_size == 0) fail("/world_size", "a job has at least 1 rank");
+  }
   if (root.contains("allow_external_files")) {
     const json& allow = root["allow_external_files"];
     if (!allow.is_boolean()) {
@@ -220,7 +242,7 @@ class PlainPlanReader {
   explicit PlainPlanReader(std::string_view text) : json_(text) {}
 
   bool read(Plan& plan) {
-    bool format = false, version = false, allow = false;
+    bool format = false, version = false, allow = false, world = false;
     bool buffers = false, tensors = false, methods = false;
     json_.space();
     const bool read = json_.members([&](std::string_view key) {
@@ -238,6 +260,10 @@ class PlainPlanReader {
         allow = true;
         plan.allow_external_files = json_.word("true");
         return plan.allow_external_files || json_.word("false");
+      }
+      if (key == "world_size" && !world) {
+        world = true;
+        return u32(plan.world_size) && plan.world_size != 0;
       }
       if (key == "buffers" && !buffers) {
         buffers = true;
@@ -272,8 +298,12 @@ class PlainPlanReader {
   }
 
   bool read_buffer(PlanBuffer& buffer) {
-    bool id = false, device = false, size = false, alignment = false;
+    bool id = false, device = false, size = false, alignment = false, rank = false;
     return json_.members([&](std::string_view key) {
+             if (key == "rank" && !rank) {
+               rank = true;
+               return u32(buffer.rank.emplace());
+             }
              if (key == "memory_id" && !id) {
                id = true;
                return u32(buffer.memory_id);
@@ -337,8 +367,21 @@ class PlainPlanReader {
   }
 
   bool read_source(PlanSource& source) {
-    bool file = false, key = false;
+    bool file = false, key = false, dim = false, start = false, length = false;
+    PlanSlice slice;
     return json_.members([&](std::string_view k) {
+             if (k == "dim" && !dim) {
+               dim = true;
+               return u32(slice.dim);
+             }
+             if (k == "start" && !start) {
+               start = true;
+               return json_.plain_unsigned(slice.start);
+             }
+             if (k == "length" && !length) {
+               length = true;
+               return json_.plain_unsigned(slice.length);
+             }
              if (k == "file" && !file) {
                file = true;
                return string(source.file);
@@ -349,7 +392,8 @@ class PlainPlanReader {
              }
              return false;
            }) &&
-           file && key;
+           file && key && (dim == start && start == length) &&
+           (!dim || (source.slice = slice, true));
   }
 
   bool read_method(PlanMethod& method) {

@@ -1,5 +1,6 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/name_index.hpp>
+#include <devalloc/core/job_rank.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
@@ -208,7 +209,18 @@ class Validator {
                                           " differs from " +
                                           std::string(to_string(source->dtype)) + of_source());
       }
-      if (source->shape != tensor.shape) {
+      if (const std::optional<PlanSlice>& slice = tensor.source->slice) {
+        std::vector<uint64_t> sliced;
+        const Result<SliceLayout> layout =
+            slice_layout(*slice, source->dtype, source->shape, &sliced);
+        if (!layout.ok()) return error(tensor_place(i), layout.status().message() + of_source());
+        if (sliced != tensor.shape) {
+          return error(tensor_place(i), "shape " + shape_to_string(tensor.shape) +
+                                            " differs from " + shape_to_string(sliced) +
+                                            ", the shape of its slice (" +
+                                            slice_to_string(*slice) + ")" + of_source());
+        }
+      } else if (source->shape != tensor.shape) {
         return error(tensor_place(i), "shape " + shape_to_string(tensor.shape) +
                                           " differs from " + shape_to_string(source->shape) +
                                           of_source());
@@ -321,8 +333,51 @@ Status detail::check_plan_limits(const Plan& plan) {
   return Status();
 }
 
+namespace {
+
+// A plan for several ranks is valid when each rank's view is: the view of
+// a rank that owns no buffer is the replicated part alone, checked once,
+// so a plan for 2^32 - 1 ranks costs its buffers, not its ranks.
+Status validate_ranks(const Plan& plan, const PlanValidationOptions& options) {
+  std::set<uint32_t> owners;
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const PlanBuffer& b = plan.buffers[i];
+    if (!b.rank) continue;
+    if (plan.world_size == 0) {
+      return detail::plan_error(plan, at_index("buffers", i),
+                                "buffer " + std::to_string(b.memory_id) + " names rank " +
+                                    std::to_string(*b.rank) +
+                                    ", but the plan has no \"world_size\"");
+    }
+    if (*b.rank >= plan.world_size) {
+      return detail::plan_error(plan, at_index("buffers", i),
+                                "buffer " + std::to_string(b.memory_id) + " names rank " +
+                                    std::to_string(*b.rank) + ", not below the plan's " +
+                                    "world_size " + std::to_string(plan.world_size));
+    }
+    owners.insert(*b.rank);
+  }
+  if (plan.world_size == 0) return Validator(plan, options).run();
+  std::vector<uint32_t> ranks(owners.begin(), owners.end());
+  // A rank that owns nothing: the first one not among the owners.
+  uint32_t idle = 0;
+  while (idle < plan.world_size && owners.count(idle) != 0) ++idle;
+  if (idle < plan.world_size) ranks.push_back(idle);
+  for (uint32_t r : ranks) {
+    JobRank rank{r, plan.world_size, r, "rank " + std::to_string(r)};
+    Result<Plan> view = plan_for_rank(plan, rank);
+    if (!view.ok()) return view.status();
+    if (Status s = Validator(*view, options).run(); !s.ok()) {
+      return Status(s.code(), s.message() + " (in the view of rank " + std::to_string(r) + ")");
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status validate_plan(const Plan& plan, const PlanValidationOptions& options) {
-  return detail::catch_as_status([&] { return Validator(plan, options).run(); },
+  return detail::catch_as_status([&] { return validate_ranks(plan, options); },
                                  detail::file_failure(plan.path, "validating the plan"));
 }
 

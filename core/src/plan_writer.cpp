@@ -23,6 +23,10 @@ void append(PlanText& out, const PlanBuffer& buffer) {
   out.number(buffer.size);
   out.raw(",\"alignment\":");
   out.number(buffer.alignment);
+  if (buffer.rank) {
+    out.raw(",\"rank\":");
+    out.number(*buffer.rank);
+  }
   out.raw("}");
 }
 
@@ -49,6 +53,14 @@ void append(PlanText& out, const PlanTensor& tensor) {
   out.string(tensor.source->file, [&] { return who("source file"); });
   out.raw(",\"key\":");
   out.string(tensor.source->key, [&] { return who("source key"); });
+  if (const std::optional<PlanSlice>& slice = tensor.source->slice) {
+    out.raw(",\"dim\":");
+    out.number(slice->dim);
+    out.raw(",\"start\":");
+    out.number(slice->start);
+    out.raw(",\"length\":");
+    out.number(slice->length);
+  }
   out.raw("}}");
 }
 
@@ -91,6 +103,11 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
   out.number(kPlanVersion);
   out.raw(",\n  \"allow_external_files\": ");
   out.raw(plan.allow_external_files ? "true,\n" : "false,\n");
+  if (plan.world_size != 0) {
+    out.raw("  \"world_size\": ");
+    out.number(plan.world_size);
+    out.raw(",\n");
+  }
   append_array(out, "buffers", plan.buffers, false);
   append_array(out, "tensors", plan.tensors, false);
   append_array(out, "methods", plan.methods, true);

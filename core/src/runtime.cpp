@@ -1,5 +1,6 @@
 #include <devalloc/core/runtime.hpp>
 
+#include <devalloc/core/job_rank.hpp>
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
@@ -86,6 +87,24 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
   const Plan& planned = *plan;
   return detail::catch_as_status(
       [&]() -> Result<std::shared_ptr<LoadedProgram>> {
+        // A plan for several ranks loads this rank's view, the rank as the
+        // launcher set it (a caller with its own rank loads
+        // plan_for_rank's view instead).
+        if (plan->world_size != 0) {
+          Result<std::optional<JobRank>> rank = rank_from_environment();
+          if (!rank.ok()) return rank.status().with_context(detail::plan_name(*plan));
+          if (!rank->has_value()) {
+            return Status(StatusCode::invalid_argument,
+                          detail::plan_name(*plan) + ": the plan is for a job of " +
+                              std::to_string(plan->world_size) +
+                              " ranks, and no launcher set this process's rank (RANK and "
+                              "WORLD_SIZE, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID); "
+                              "give the rank explicitly (--rank, rank=, plan_for_rank)");
+          }
+          Result<Plan> view = plan_for_rank(*plan, **rank);
+          if (!view.ok()) return view.status();
+          plan = std::make_shared<const Plan>(std::move(*view));
+        }
         // Shared, not moved: `planned` must outlive a constructor that throws.
         std::shared_ptr<LoadedProgram> program(new LoadedProgram(shared_from_this(), plan));
         std::vector<std::string> names = methods;

@@ -198,7 +198,7 @@ class Runtime:
         (DEVALLOC_PLUGIN_PATH is searched between the two)."""
         return self._native.plugin_path
 
-    def load(self, plan, methods=None, verify=None, progress=None):
+    def load(self, plan, methods=None, verify=None, progress=None, rank=None, world_size=None):
         """Loads the methods of the plan file and returns the Program.
 
         methods   one method name, an iterable of names, or None for all (an
@@ -207,6 +207,9 @@ class Runtime:
                   file; None does as the config's [load] verify says
         progress  progress(done, total), called with the bytes this load
                   issued so far, from its loading threads, one call at a time
+        rank, world_size  for a plan made for several ranks: this process's
+                  rank (world_size defaults to the plan's); None takes them
+                  from the launcher (torchrun, mpirun, srun)
         All or nothing: a failure raises devalloc.Error and keeps nothing.
         Loads of one Runtime may run at once, each with its own progress.
         """
@@ -227,7 +230,17 @@ class Runtime:
             # Said now, not from a loading thread at the first call.
             raise TypeError("progress: a callable progress(done, total) or None, not %r"
                             % type(progress).__name__)
-        return self._native.load(plan, methods, verify, progress)
+        for value, name in ((rank, "rank"), (world_size, "world_size")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise TypeError("%s: a whole number or None, not %r" % (name, value))
+        return self._native.load(plan, methods, verify, progress, rank, world_size)
+
+    def last_load_report(self):
+        """What this thread's last successful load did: {"files": {path:
+        bytes read, header included}, "bytes": constant bytes copied,
+        "constants": n, "seconds": s}."""
+        return self._native.last_load_report()
 
 
 _DLPACK_CPU = 1

@@ -2,6 +2,7 @@
 // the public face; this file binds plans, runtimes, loaded programs and
 // their tensors, whose DLPack export goes through nanobind's ndarray.
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/job_rank.hpp>
 #include <devalloc/core/placement.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
@@ -385,6 +386,10 @@ struct ProgressRelay {
   }
 };
 
+// The report of the calling thread's last successful load
+// (Runtime.last_load_report).
+thread_local LoadReport t_last_report;
+
 class PyRuntime {
  public:
   PyRuntime(std::optional<fs::path> config_path, const std::vector<fs::path>& trust_paths,
@@ -401,7 +406,9 @@ class PyRuntime {
 
   std::shared_ptr<LoadedProgram> load(const fs::path& plan_path,
                                       const std::vector<std::string>& methods,
-                                      std::optional<bool> verify, nb::object progress) {
+                                      std::optional<bool> verify, nb::object progress,
+                                      std::optional<uint32_t> rank,
+                                      std::optional<uint32_t> world_size) {
     ++g_loads_running;
     struct Running {
       ~Running() { --g_loads_running; }
@@ -412,6 +419,17 @@ class PyRuntime {
     checks.cache = &files;
     checks.external_files = config_.load.external_files;
     if (Status s = validate_plan(plan, checks); !s.ok()) raise(s);
+    // A plan for several ranks: the rank given, else the launcher's (the
+    // core's Runtime::load reads it from the environment).
+    if (rank || world_size) {
+      if (!rank) raise(Status(StatusCode::invalid_argument, "world_size needs rank"));
+      JobRank job;
+      job.rank = *rank;
+      job.world_size = world_size.value_or(plan.world_size == 0 ? 1 : plan.world_size);
+      job.local_rank = job.rank;
+      job.source = "rank=" + std::to_string(job.rank);
+      plan = value_or_raise(plan_for_rank(plan, job));
+    }
 
     // The callback is this load's own, not the core runtime's: loads of one
     // Runtime run side by side, each calling back only its own callback,
@@ -448,6 +466,7 @@ class PyRuntime {
     }
     if (relay.error) throw std::move(*relay.error);
     std::shared_ptr<LoadedProgram> loaded = value_or_raise(std::move(program));
+    t_last_report = report;
     // What the load tolerated but the user should know (late releases), and
     // under [load] fallback = "warn" each buffer on a fallback, with why.
     std::vector<std::string> warnings = load_warnings(report);
@@ -465,6 +484,18 @@ class PyRuntime {
   }
 
   const RuntimeConfig& config() const { return config_; }
+
+  // What the calling thread's last successful load did.
+  nb::dict last_load_report() const {
+    nb::dict out;
+    nb::dict files;
+    for (const FileReadStats& f : t_last_report.files) files[nb::str(f.path.c_str())] = f.bytes;
+    out["files"] = files;
+    out["bytes"] = t_last_report.bytes;
+    out["constants"] = t_last_report.constants;
+    out["seconds"] = t_last_report.seconds;
+    return out;
+  }
 
  private:
   // The core runtime, created by the first load; called without the GIL.
@@ -613,7 +644,9 @@ NB_MODULE(_native, m) {
                     const std::vector<fs::path>&>(),
            nb::arg("config").none(), nb::arg("trust_paths"), nb::arg("package_dirs"))
       .def("load", &PyRuntime::load, nb::arg("plan"), nb::arg("methods"),
-           nb::arg("verify").none(), nb::arg("progress").none())
+           nb::arg("verify").none(), nb::arg("progress").none(), nb::arg("rank").none(),
+           nb::arg("world_size").none())
+      .def("last_load_report", &PyRuntime::last_load_report)
       .def_prop_ro("plugin_path", [](const PyRuntime& r) {
         nb::list out;
         for (const auto& p : r.config().plugin_path) out.append(path_text(p));

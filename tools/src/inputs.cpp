@@ -1,5 +1,7 @@
 #include "inputs.hpp"
 
+#include <devalloc/input_text.hpp>
+
 #include "commands.hpp"
 
 #include <cstdio>
@@ -48,6 +50,36 @@ void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths
                   "checks; ignored when running with elevated privileges "
                   "(repeatable; docs/security.md)")
       ->check(non_empty("names nothing to trust; write . for the current folder"));
+}
+
+void add_rank_options(CLI::App* cmd, RankOptions* o) {
+  cmd->add_option("--rank", o->rank,
+                  "This process's rank in a job of a plan made with --world-size (default: "
+                  "the launcher's, from RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID)");
+  cmd->add_option("--world-size", o->world_size,
+                  "The job's rank count (default: the launcher's, else the plan's)")
+      ->check(CLI::Range(1u, 1u << 20));
+}
+
+Result<std::optional<JobRank>> rank_for(const Plan& plan, const RankOptions& o) {
+  if (o.rank || o.world_size) {
+    if (!o.rank) {
+      return Status(StatusCode::invalid_argument, "--world-size needs --rank");
+    }
+    JobRank rank;
+    rank.rank = *o.rank;
+    rank.world_size = o.world_size.value_or(plan.world_size == 0 ? 1 : plan.world_size);
+    rank.local_rank = rank.rank;
+    rank.source = "--rank " + std::to_string(rank.rank);
+    if (Status s = check_rank(rank); !s.ok()) return s;
+    return std::optional<JobRank>(rank);
+  }
+  Result<std::optional<JobRank>> launched = rank_from_environment();
+  if (!launched.ok() || launched->has_value() || plan.world_size == 0) return launched;
+  return Status(StatusCode::invalid_argument,
+                path_for_message(plan.path.string()) + ": the plan is for a job of " +
+                    std::to_string(plan.world_size) +
+                    " ranks: give --rank R, or launch under torchrun, mpirun or srun");
 }
 
 Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache,

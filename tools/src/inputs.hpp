@@ -3,12 +3,14 @@
 #pragma once
 
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/job_rank.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/status.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,20 @@ void add_trust_plugin_path_option(CLI::App* cmd, std::vector<std::string>* paths
 // Reads and validates the plan; source files are opened through cache, and
 // a plan's "allow_external_files" is honoured as config's [load]
 // external_files says.
+// --rank and --world-size of a command that loads or inspects a plan.
+struct RankOptions {
+  std::optional<uint32_t> rank;
+  std::optional<uint32_t> world_size;
+};
+void add_rank_options(CLI::App* cmd, RankOptions* o);
+
+// The rank this command acts as: --rank (with --world-size, else the
+// plan's), else the launcher's environment (torchrun, Open MPI, PMI,
+// Slurm); nullopt for a plan without ranks when neither says one. A plan
+// for several ranks and no rank from anywhere is an error that says how
+// to give one.
+Result<std::optional<JobRank>> rank_for(const Plan& plan, const RankOptions& o);
+
 Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache,
                              const RuntimeConfig& config);
 

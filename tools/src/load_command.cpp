@@ -32,6 +32,7 @@ struct LoadCommandOptions {
   std::string methods;  // comma-separated
   bool verify = false;
   bool json = false;
+  RankOptions ranks;
 };
 
 // The names of --methods; checked by methods_check, so none is empty.
@@ -137,7 +138,12 @@ int run_load(const LoadCommandOptions& o) {
   if (!config.ok()) return report_failure("load", config.status());
   if (o.verify) config->load.verify = true;
   SafetensorsCache cache;
-  auto plan = valid_plan_from(o.plan, cache, *config);
+  auto full = valid_plan_from(o.plan, cache, *config);
+  if (!full.ok()) return report_failure("load", full.status());
+  // A plan for several ranks: this rank's share of it.
+  auto rank = rank_for(*full, o.ranks);
+  if (!rank.ok()) return report_failure("load", rank.status());
+  auto plan = rank->has_value() ? plan_for_rank(*full, **rank) : std::move(full);
   if (!plan.ok()) return report_failure("load", plan.status());
   for (const std::string& line : unused_device_entries(*config, *plan)) {
     std::fprintf(stderr, "devalloc load: warning: %s\n", line.c_str());
@@ -194,7 +200,15 @@ int run_load(const LoadCommandOptions& o) {
                             {"direct_io_fallback", report.pipeline.direct_io_fallback},
                             {"realigned_pieces", report.pipeline.realigned_pieces}}},
                           {"fallbacks", fallbacks},
+                          {"files", nlohmann::json::array()},
                           {"devices", nlohmann::json::array()}};
+    if (rank->has_value()) {
+      out["rank"] = (*rank)->rank;
+      out["world_size"] = (*rank)->world_size;
+    }
+    for (const FileReadStats& f : report.files) {
+      out["files"].push_back({{"path", f.path.string()}, {"bytes_read", f.bytes}});
+    }
     for (const auto& d : report.devices) {
       out["devices"].push_back({{"plugin", d.device.plugin_name},
                                 {"device", d.device.device},
@@ -255,6 +269,7 @@ void add_load_command(CLI::App& app, Action* run) {
   cmd->add_flag("--verify", o->verify,
                 "Read every constant back and compare hashes with the file");
   cmd->add_flag("--json", o->json, "Machine-readable summary");
+  add_rank_options(cmd, &o->ranks);
   cmd->callback([run, o] { *run = [o] { return run_load(*o); }; });
 }
 

@@ -22,7 +22,15 @@ struct PlanOptions {
   std::string default_device = "host";
   uint64_t alignment = 256;
   std::vector<std::string> methods;
+  std::vector<std::string> shards;
+  std::vector<std::string> experts;
+  uint32_t world_size = 0;
 };
+
+std::string shard_check(const std::string& text) {
+  auto rule = parse_shard_rule(text);
+  return rule.ok() ? std::string() : rule.status().message();
+}
 
 // The checks of the command line's values (a bad one exits 2, as every
 // usage error does); each returns "" or what is wrong.
@@ -69,6 +77,13 @@ int run_plan(const PlanOptions& o) {
     if (!rule.ok()) return report_failure("plan", rule.status().with_context("--place"));
     options.rules.push_back(*rule);
   }
+  for (const auto& text : o.shards) {
+    auto rule = parse_shard_rule(text);  // checked by shard_check already
+    if (!rule.ok()) return report_failure("plan", rule.status().with_context("--shard"));
+    options.shards.push_back(*rule);
+  }
+  options.experts = o.experts;
+  options.world_size = o.world_size;
   options.default_device = o.default_device;
   options.alignment = o.alignment;
   if (!o.methods.empty()) options.methods = o.methods;
@@ -82,6 +97,9 @@ int run_plan(const PlanOptions& o) {
   for (const std::string& line : built.unused_rules) {
     std::fprintf(stderr, "devalloc plan: warning: --place: %s\n", line.c_str());
   }
+  for (const std::string& line : built.unused_shard_rules) {
+    std::fprintf(stderr, "devalloc plan: warning: --shard: %s\n", line.c_str());
+  }
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_device;  // tensors, bytes
   for (const auto& t : plan->tensors) {
@@ -90,9 +108,13 @@ int run_plan(const PlanOptions& o) {
     }
   }
   for (const auto& b : plan->buffers) per_device[b.device].second += b.size;
-  std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods\n",
+  std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods",
               path_for_message(o.output).c_str(),
               plan->tensors.size(), plan->buffers.size(), plan->methods.size());
+  if (plan->world_size != 0) {
+    std::printf(", for %u ranks (devalloc inspect --rank R shows one)", plan->world_size);
+  }
+  std::printf("\n");
   for (const auto& [device, counts] : per_device) {
     std::printf("  %-14s %6llu tensors  %s\n", escaped(device).c_str(),
                 static_cast<unsigned long long>(counts.first), human_bytes(counts.second).c_str());
@@ -123,6 +145,16 @@ void add_plan_command(CLI::App& app, Action* run) {
   cmd->add_option("--method", o->methods,
                   "A method using every tensor (repeatable; default: main)")
       ->check(method_check);
+  cmd->add_option("--world-size", o->world_size,
+                  "A plan for a job of this many ranks (each rank loads its share)")
+      ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--shard", o->shards,
+                  "GLOB=dim:D[:S0,S1,...]: cut matching tensors along dimension D, one part "
+                  "per rank (even, or the sizes given; repeatable; needs --world-size)")
+      ->check(shard_check);
+  cmd->add_option("--expert", o->experts,
+                  "GLOB: matching tensors go whole to one rank, the first number after the "
+                  "glob's fixed prefix modulo the world size (repeatable)");
   cmd->callback([run, o] { *run = [o] { return run_plan(*o); }; });
 }
 

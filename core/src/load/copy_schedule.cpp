@@ -51,9 +51,9 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
       const CopyRequest& r = *request;
       ++queue.tensors;
       queue.bytes += r.nbytes;
-      if (!queue.steps.empty()) {
+      if (!queue.steps.empty() && r.run_bytes == 0) {
         CopyStep& m = queue.steps.back();
-        if (m.file == r.file.get() && m.buffer == r.buffer.get() &&
+        if (m.run_bytes == 0 && m.file == r.file.get() && m.buffer == r.buffer.get() &&
             m.file_offset + m.nbytes == r.file_offset &&
             m.buffer_offset + m.nbytes == r.buffer_offset) {
           m.nbytes += r.nbytes;
@@ -62,7 +62,8 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
         }
       }
       queue.steps.push_back(CopyStep{r.buffer.get(), r.buffer_offset, r.file.get(),
-                                     r.file_offset, r.nbytes, r.tensor, r.tensor});
+                                     r.file_offset, r.nbytes, r.tensor, r.tensor, r.run_bytes,
+                                     r.file_stride});
     }
     schedule.queues_.push_back(std::move(queue));
   }

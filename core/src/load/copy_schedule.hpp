@@ -39,6 +39,7 @@
 #include <devalloc/core/mapped_file.hpp>
 #include <devalloc/status.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -48,7 +49,10 @@
 namespace devalloc {
 
 // One constant to place: nbytes of file at file_offset go to
-// buffer->address() + buffer_offset.
+// buffer->address() + buffer_offset. A slice along a later dimension of its
+// source (PlanSlice) is strided: its nbytes are runs of run_bytes, each
+// file_stride bytes after the one before in the file, gathered contiguous
+// on the device (run_bytes 0: one contiguous range).
 struct CopyRequest {
   std::shared_ptr<DeviceBuffer> buffer;
   uint64_t buffer_offset = 0;
@@ -58,10 +62,12 @@ struct CopyRequest {
   // Named in errors. Points into the caller's plan, which outlives the
   // schedule built from the request.
   std::string_view tensor;
+  uint64_t run_bytes = 0;
+  uint64_t file_stride = 0;
 };
 
 // One coalesced range (or a piece of it); points into the schedule's own
-// requests.
+// requests. A strided request is a step of its own, never coalesced.
 struct CopyStep {
   DeviceBuffer* buffer = nullptr;
   uint64_t buffer_offset = 0;
@@ -70,7 +76,27 @@ struct CopyStep {
   uint64_t nbytes = 0;
   std::string_view first_tensor;  // the tensors it covers, for errors
   std::string_view last_tensor;
+  uint64_t run_bytes = 0;  // as CopyRequest's
+  uint64_t file_stride = 0;
 };
+
+// Calls fn(file_position, at, length) for the file ranges that hold bytes
+// [from, from + n) of a request or step `r` (at: from `from`), in order.
+template <class Ranged, class Fn>
+void for_each_run(const Ranged& r, uint64_t from, uint64_t n, Fn&& fn) {
+  if (r.run_bytes == 0) {
+    fn(r.file_offset + from, uint64_t{0}, n);
+    return;
+  }
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t at = from + done;
+    const uint64_t row = at / r.run_bytes;
+    const uint64_t column = at % r.run_bytes;
+    const uint64_t length = std::min(r.run_bytes - column, n - done);
+    fn(r.file_offset + row * r.file_stride + column, done, length);
+    done += length;
+  }
+}
 
 struct DeviceCopyQueue {
   ResolvedDevice device;

@@ -21,8 +21,10 @@ CopyStep piece_of(const CopyStep& s, uint64_t offset, uint64_t nbytes,
                   const std::vector<CopyRequest>& requests) {
   CopyStep piece = s;
   piece.buffer_offset += offset;
-  piece.file_offset += offset;
   piece.nbytes = nbytes;
+  // A strided step is one request: its tensor already.
+  if (s.run_bytes != 0) return piece;
+  piece.file_offset += offset;
   const uint64_t begin = piece.file_offset;
   const uint64_t end = begin + std::max<uint64_t>(nbytes, 1);
   const CopyRequest* first = nullptr;

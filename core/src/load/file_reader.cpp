@@ -95,6 +95,15 @@ Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst,
   return read;
 }
 
+Status read_step(ReadChooser& chooser, const CopyStep& s, uint64_t offset, uint64_t nbytes,
+                 std::byte* dst) {
+  Status read;
+  for_each_run(s, offset, nbytes, [&](uint64_t position, uint64_t at, uint64_t length) {
+    if (read.ok()) read = read_piece(chooser, *s.file, dst + at, position, length);
+  });
+  return read;
+}
+
 DirectIoFiles::~DirectIoFiles() {
   for (int fd : fds_) ::close(fd);
 }

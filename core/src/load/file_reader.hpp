@@ -3,6 +3,8 @@
 // auto) by measuring the load's own first pieces.
 #pragma once
 
+#include "copy_schedule.hpp"
+
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/mapped_file.hpp>
 #include <devalloc/status.hpp>
@@ -70,6 +72,12 @@ class ReadChooser {
 // timing it for the chooser when it asks.
 Status read_piece(ReadChooser& chooser, const MappedFile& file, std::byte* dst, uint64_t offset,
                   uint64_t nbytes);
+
+// Reads bytes [offset, offset + nbytes) of step s into dst: one read, or
+// for a strided step (a slice along a later dimension) one per run, so
+// that dst gets them contiguous.
+Status read_step(ReadChooser& chooser, const CopyStep& s, uint64_t offset, uint64_t nbytes,
+                 std::byte* dst);
 
 // The O_DIRECT descriptors of a load's files, each the inode that was
 // mapped; closed with this object.

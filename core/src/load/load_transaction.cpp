@@ -180,7 +180,8 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   // its tensors in: every tensor of a file is checked against the one
   // header the copies take their offsets from (a cache may open a file
   // modified in place again, into a new entry, at each open).
-  std::vector<std::shared_ptr<const SafetensorsFile>> opened_files(needs_->files.size());
+  std::vector<std::shared_ptr<const SafetensorsFile>>& opened_files = opened_;
+  opened_files.assign(needs_->files.size(), nullptr);
   // Consecutive tensors mostly share a file: look it up once per run of
   // them, not once per tensor.
   size_t last_file_id = NeededTensor::kNoFile;
@@ -209,24 +210,43 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
                         quote(key));
     }
     next_in_file = static_cast<size_t>(source - last_file->tensors().data()) + 1;
-    if (source->nbytes != n.nbytes) {
-      return Status(StatusCode::invalid_argument,
-                    where(t) + ": the plan says " + std::to_string(n.nbytes) +
-                        " bytes, " + path_for_message(path.string()) + " has " +
-                        std::to_string(source->nbytes) + " for " + quote(key));
-    }
     // What validate_plan checked, checked again against the header this
     // load copies by: the file the plan was validated with may have been
     // modified in place since, and opened again (SafetensorsCache).
-    if (source->dtype != t.dtype || source->shape != t.shape) {
+    SliceLayout layout{1, source->nbytes, source->nbytes, 0};
+    std::vector<uint64_t> sliced;
+    const std::vector<uint64_t>* shape = &source->shape;
+    if (const std::optional<PlanSlice>& slice = t.source->slice) {
+      Result<SliceLayout> cut = slice_layout(*slice, source->dtype, source->shape, &sliced);
+      if (!cut.ok()) {
+        return Status(StatusCode::invalid_argument,
+                      where(t) + ": " + cut.status().message() + " (" + quote(key) + " in " +
+                          path_for_message(path.string()) + ")");
+      }
+      layout = *cut;
+      shape = &sliced;
+    }
+    const uint64_t nbytes = layout.rows * layout.run_bytes;
+    if (nbytes != n.nbytes) {
+      return Status(StatusCode::invalid_argument,
+                    where(t) + ": the plan says " + std::to_string(n.nbytes) +
+                        " bytes, " + path_for_message(path.string()) + " has " +
+                        std::to_string(nbytes) + " for " + quote(key) +
+                        (t.source->slice ? " (" + slice_to_string(*t.source->slice) + ")" : ""));
+    }
+    if (source->dtype != t.dtype || *shape != t.shape) {
       return Status(StatusCode::invalid_argument,
                     where(t) + ": the plan says " + std::string(to_string(t.dtype)) + " " +
                         shape_to_string(t.shape) + ", " + path_for_message(path.string()) +
                         " has " + std::string(to_string(source->dtype)) + " " +
-                        shape_to_string(source->shape) + " for " + quote(key));
+                        shape_to_string(*shape) + " for " + quote(key) +
+                        (t.source->slice ? " (" + slice_to_string(*t.source->slice) + ")" : ""));
     }
+    const bool strided = layout.rows > 1;
     requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset, last_file->mapping(),
-                                   source->offset, source->nbytes, t.name});
+                                   source->offset + layout.first_byte, nbytes, t.name,
+                                   strided ? layout.run_bytes : 0,
+                                   strided ? layout.stride_bytes : 0});
     request_tensor_.push_back(n.index);
   }
   schedule_ = CopySchedule::build(std::move(requests));
@@ -274,6 +294,15 @@ LoadReport LoadTransaction::report() const {
     report.bytes += r.nbytes;
   }
   report.verified = verified_;
+  // Each file this call opened: its header, and the data its pieces read.
+  for (const std::shared_ptr<const SafetensorsFile>& file : opened_) {
+    if (file == nullptr) continue;
+    uint64_t data = 0;
+    for (const FileReadStats& f : pipeline_.files) {
+      if (f.path == file->path()) data += f.bytes;
+    }
+    report.files.push_back(FileReadStats{file->path(), file->data_offset() + data});
+  }
   return report;
 }
 

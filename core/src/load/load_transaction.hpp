@@ -65,6 +65,7 @@ class LoadTransaction {
   std::optional<MethodNeeds> needs_;
   std::vector<BufferPlacement> placements_;
   BufferMap fresh_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> opened_;  // by needs_->files index
   std::optional<CopySchedule> schedule_;
   std::vector<size_t> request_tensor_;
   std::vector<DeviceLoadStats> stats_;

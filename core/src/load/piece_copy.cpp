@@ -24,7 +24,7 @@ Status Pipeline::direct_piece(const Piece& p) {
   }
   // O_DIRECT wants aligned destinations the device memory need not have:
   // direct_io reads direct pieces with pread.
-  return read_piece(chooser_, *s.file, dst, s.file_offset + p.offset, p.nbytes);
+  return read_step(chooser_, s, p.offset, p.nbytes, dst);
 }
 
 Status Pipeline::staged_piece(const Piece& p) {
@@ -38,8 +38,9 @@ Status Pipeline::staged_piece(const Piece& p) {
 
   const std::byte* payload = slot.memory;
   Status read;
-  if (read_ != ReadMode::direct_io || direct_io_.fd(s.file) < 0) {
-    read = read_piece(chooser_, *s.file, slot.memory, offset, p.nbytes);
+  // O_DIRECT reads whole blocks: a strided step's runs are read apart.
+  if (read_ != ReadMode::direct_io || direct_io_.fd(s.file) < 0 || s.run_bytes != 0) {
+    read = read_step(chooser_, s, p.offset, p.nbytes, slot.memory);
   } else {
     const uint64_t start = offset / kDirectIoAlign * kDirectIoAlign;
     const uint64_t length = round_up(offset + p.nbytes, kDirectIoAlign) - start;

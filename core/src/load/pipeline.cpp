@@ -8,6 +8,7 @@
 #include "../mapping_guard.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -186,12 +187,18 @@ void Pipeline::work_claims() {
   const detail::SigbusUnblocked sigbus;
   // Pieces issued by this thread, per queue; added to the totals once.
   std::vector<uint64_t> issued(queues_.size(), 0);
+  // Bytes this thread read from each file; pieces of one file mostly follow
+  // each other: one lookup per change of file.
+  std::map<const MappedFile*, uint64_t> read;
+  const MappedFile* last_file = nullptr;
+  uint64_t* last_count = nullptr;
   const auto add_counts = [&] {
     std::lock_guard lock(stats_mutex_);
     for (size_t qi = 0; qi < queues_.size(); ++qi) {
       (contexts_[qi].direct ? per_device_[qi].direct_reads : per_device_[qi].copies) +=
           issued[qi];
     }
+    for (const auto& [file, n] : read) file_bytes_[file] += n;
   };
   for (size_t c = next_claim_++; c < pieces_.claim_count() && !stop_; c = next_claim_++) {
     // Progress is counted once per claim: a shared counter touched for
@@ -204,6 +211,11 @@ void Pipeline::work_claims() {
       Status s = contexts_[p.queue].direct ? direct_piece(p) : staged_piece(p);
       ++issued[p.queue];
       if (s.ok()) {
+        if (p.step->file != last_file) {
+          last_file = p.step->file;
+          last_count = &read[last_file];
+        }
+        *last_count += p.nbytes;
         claim_bytes += p.nbytes;
         continue;
       }
@@ -423,6 +435,12 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     pipeline->read_measured = chooser_.measured();
     pipeline->direct_io_fallback = direct_io_fallback_;
     pipeline->realigned_pieces = realigned_pieces_;
+    std::lock_guard stats_lock(stats_mutex_);
+    for (const MappedFile* file : files_) {
+      const auto n = file_bytes_.find(file);
+      pipeline->files.push_back(
+          FileReadStats{file->path(), n == file_bytes_.end() ? 0 : n->second});
+    }
   }
   if (stats != nullptr) {
     {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -92,6 +93,7 @@ class Pipeline {
   bool progress_threw_ = false;  // under progress_mutex_: never called again
   uint64_t total_ = 0;
   std::mutex stats_mutex_;
+  std::map<const MappedFile*, uint64_t> file_bytes_;  // under stats_mutex_
   std::mutex exception_mutex_;
   std::exception_ptr exception_;  // the first, under exception_mutex_
 };

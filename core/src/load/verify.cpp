@@ -38,7 +38,10 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
   chunk_bytes = std::max<uint64_t>(chunk_bytes, 4096);
   std::vector<std::byte> chunk;
   std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
-  if (!state) return Status(StatusCode::out_of_host_memory, "verify: no memory for a hash state");
+  std::unique_ptr<XXH3_state_t, StateDeleter> file_state(XXH3_createState());
+  if (!state || !file_state) {
+    return Status(StatusCode::out_of_host_memory, "verify: no memory for a hash state");
+  }
   const detail::SigbusUnblocked sigbus;  // for the guarded reads, once for all
 
   for (const CopyRequest& r : requests) {
@@ -46,7 +49,8 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
     chunk.resize(std::min(chunk_bytes, r.nbytes));
     const ResolvedDevice& d = r.buffer->device();
     // Guarded: the file may have been truncated since the load mapped it.
-    const std::byte* from = r.file->data() + r.file_offset;
+    // A slice's bytes lie in runs (for_each_run).
+    const std::byte* base = r.file->data();
     uint64_t fault = 0;
     XXH3_64bits_reset(state.get());
     for (uint64_t done = 0; done < r.nbytes;) {
@@ -54,11 +58,20 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
       // The chunk first holds the complement of the bytes expected, so a
       // read-back that writes less than asked (or nothing) cannot match on
       // bytes left from an earlier chunk or tensor.
-      auto poison = [&]() noexcept {
-        for (uint64_t i = 0; i < n; ++i) chunk[i] = ~from[done + i];
-      };
-      if (!detail::guarded_read(from + done, n, poison, &fault)) {
-        return detail::lost_to_truncation(*r.file, r.file_offset + done + fault)
+      bool read = true;
+      uint64_t lost_at = 0;
+      for_each_run(r, done, n, [&](uint64_t position, uint64_t at, uint64_t length) {
+        if (!read) return;
+        auto poison = [&]() noexcept {
+          for (uint64_t i = 0; i < length; ++i) chunk[at + i] = ~base[position + i];
+        };
+        if (!detail::guarded_read(base + position, length, poison, &fault)) {
+          read = false;
+          lost_at = position + fault;
+        }
+      });
+      if (!read) {
+        return detail::lost_to_truncation(*r.file, lost_at)
             .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");
       }
       Status s = d.plugin->copy_to_host(d.device, chunk.data(),
@@ -73,12 +86,22 @@ static Status verify_copies_or_throw(const std::vector<CopyRequest>& requests,
       done += n;
     }
     const XXH64_hash_t on_device = XXH3_64bits_digest(state.get());
-    XXH64_hash_t in_file = 0;
-    auto hash = [&]() noexcept { in_file = XXH3_64bits(from, r.nbytes); };
-    if (!detail::guarded_read(from, r.nbytes, hash, &fault)) {
-      return detail::lost_to_truncation(*r.file, r.file_offset + fault)
+    XXH3_64bits_reset(file_state.get());
+    bool read = true;
+    uint64_t lost_at = 0;
+    for_each_run(r, 0, r.nbytes, [&](uint64_t position, uint64_t, uint64_t length) {
+      if (!read) return;
+      auto hash = [&]() noexcept { XXH3_64bits_update(file_state.get(), base + position, length); };
+      if (!detail::guarded_read(base + position, length, hash, &fault)) {
+        read = false;
+        lost_at = position + fault;
+      }
+    });
+    if (!read) {
+      return detail::lost_to_truncation(*r.file, lost_at)
           .with_context("verify: reading tensor " + quote(r.tensor) + " from its file");
     }
+    const XXH64_hash_t in_file = XXH3_64bits_digest(file_state.get());
     if (on_device != in_file) {
       // The hash is of the file as it is now, the offsets are of the file
       // as opened: if it changed, that is the news, not the device.

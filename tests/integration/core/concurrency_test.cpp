@@ -357,7 +357,7 @@ TEST_P(ConcurrentProgram, GivenManyPiecesAndProgramsOfTwoRuntimes_WhenLoadedUnlo
   std::vector<SafetensorsWriteTensor> out;
   Plan big;
   big.path = dir() / "big.json";
-  big.buffers = {{0, "host", kCount * kBytes, 4096}, {1, "host", kCount * kBytes, 4096}};
+  big.buffers = {{0, "host", kCount * kBytes, 4096, std::nullopt}, {1, "host", kCount * kBytes, 4096, std::nullopt}};
   PlanMethod a{"a", {0}, {}}, b{"b", {0, 1}, {}};
   for (uint64_t i = 0; i < kCount; ++i) {
     data[i].resize(kBytes);
@@ -366,7 +366,7 @@ TEST_P(ConcurrentProgram, GivenManyPiecesAndProgramsOfTwoRuntimes_WhenLoadedUnlo
     out.push_back({n, DType::u8, {kBytes}, data[i]});
     const bool in_b = i % 2 == 1;
     big.tensors.push_back(PlanTensor{n, DType::u8, {kBytes}, in_b ? 1u : 0u, i * kBytes,
-                                     PlanSource{"big.safetensors", n}});
+                                     PlanSource{"big.safetensors", n, std::nullopt}});
     (in_b ? b : a).tensors.push_back(n);
     if (!in_b && i % 4 == 0) b.tensors.push_back(n);
   }

@@ -39,7 +39,7 @@ class LoadFixture : public ::testing::Test {
     ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", out).ok());
 
     plan_.path = dir_ / "plan.json";
-    plan_.buffers = {{0, "host", 768, 256}, {1, "host", 256, 256}, {2, "host", 1024, 256}};
+    plan_.buffers = {{0, "host", 768, 256, std::nullopt}, {1, "host", 256, 256, std::nullopt}, {2, "host", 1024, 256, std::nullopt}};
     plan_.tensors = {
         constant("w.a", 0, 0), constant("w.b", 0, 256), constant("head", 1, 0),
         constant("empty", 0, 768),
@@ -84,7 +84,7 @@ class LoadFixture : public ::testing::Test {
 
   PlanTensor constant(const std::string& name, uint32_t memory_id, uint64_t offset) {
     return PlanTensor{name, dtypes_[name], shapes_[name], memory_id, offset,
-                      PlanSource{"model.safetensors", name}};
+                      PlanSource{"model.safetensors", name, std::nullopt}};
   }
 
   test::ScratchDir scratch_{"load"};

@@ -637,11 +637,11 @@ TEST_F(FaultyLoad, GivenAReadBackThatWritesNothing_WhenVerifying_ThenStaleBytesO
   ASSERT_TRUE(write_safetensors(dir() / "twins.safetensors", written).ok());
   Plan twins;
   twins.path = dir() / "twins.json";
-  twins.buffers = {{0, "host", 4096, 256}, {1, "host", 4096, 256}};
+  twins.buffers = {{0, "host", 4096, 256, std::nullopt}, {1, "host", 4096, 256, std::nullopt}};
   twins.tensors = {PlanTensor{"twin.a", DType::u8, {4096}, 0, 0,
-                              PlanSource{"twins.safetensors", "twin.a"}},
+                              PlanSource{"twins.safetensors", "twin.a", std::nullopt}},
                    PlanTensor{"twin.b", DType::u8, {4096}, 1, 0,
-                              PlanSource{"twins.safetensors", "twin.b"}}};
+                              PlanSource{"twins.safetensors", "twin.b", std::nullopt}}};
   twins.methods = {{"forward", {0, 1}, {"twin.a", "twin.b"}}};
   ASSERT_TRUE(validate_plan(twins).ok());
   const uint64_t before = DeviceBuffer::live_count();

@@ -77,13 +77,13 @@ class PipelineLoad : public ::testing::Test {
     }
     ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", out).ok());
     plan_.path = dir_ / "plan.json";
-    plan_.buffers = {{0, "host", kModelBytes, 4096}, {1, "host", kTensorBytes, 4096}};
+    plan_.buffers = {{0, "host", kModelBytes, 4096, std::nullopt}, {1, "host", kTensorBytes, 4096, std::nullopt}};
     PlanMethod method{"main", {0, 1}, {}};
     for (uint64_t i = 0; i <= kTensors; ++i) {
       const bool lone = i == kTensors;
       plan_.tensors.push_back(PlanTensor{name(i), DType::u8, {kTensorBytes},
                                          lone ? 1u : 0u, lone ? 0 : i * kTensorBytes,
-                                         PlanSource{"model.safetensors", name(i)}});
+                                         PlanSource{"model.safetensors", name(i), std::nullopt}});
       method.tensors.push_back(name(i));
     }
     plan_.methods = {method};
@@ -290,14 +290,14 @@ TEST_F(PipelineLoad, GivenReadAuto_WhenTheLoadHasEnoughLargePieces_ThenBothModes
   std::vector<std::vector<std::byte>> data(6, std::vector<std::byte>(kMiB));
   Plan plan;
   plan.path = dir_ / "big-plan.json";
-  plan.buffers = {{0, "host", 6 * kMiB, 4096}};
+  plan.buffers = {{0, "host", 6 * kMiB, 4096, std::nullopt}};
   PlanMethod method{"main", {0}, {}};
   for (uint64_t i = 0; i < 6; ++i) {
     for (uint64_t b = 0; b < kMiB; ++b) data[i][b] = static_cast<std::byte>((b * 31 + i) >> 3);
     const std::string n = "big" + std::to_string(i);
     out.push_back({n, DType::u8, {kMiB}, data[i]});
     plan.tensors.push_back(
-        PlanTensor{n, DType::u8, {kMiB}, 0, i * kMiB, PlanSource{"big.safetensors", n}});
+        PlanTensor{n, DType::u8, {kMiB}, 0, i * kMiB, PlanSource{"big.safetensors", n, std::nullopt}});
     method.tensors.push_back(n);
   }
   plan.methods = {method};
@@ -903,14 +903,14 @@ TEST_F(PipelineLoad, GivenThousandsOfTinyTensors_WhenLoadedByFourThreads_ThenEve
   std::vector<SafetensorsWriteTensor> out;
   Plan plan;
   plan.path = dir_ / "tiny.json";
-  plan.buffers = {{0, "host", kTiny * 256, 256}};
+  plan.buffers = {{0, "host", kTiny * 256, 256, std::nullopt}};
   PlanMethod method{"main", {0}, {}};
   for (uint64_t i = 0; i < kTiny; ++i) {
     tiny[i].resize(48);
     for (uint64_t b = 0; b < 48; ++b) tiny[i][b] = static_cast<std::byte>((i * 31 + b) & 0xff);
     out.push_back({"x" + std::to_string(i), DType::u8, {48}, tiny[i]});
     plan.tensors.push_back(PlanTensor{"x" + std::to_string(i), DType::u8, {48}, 0, i * 256,
-                                      PlanSource{"tiny.safetensors", "x" + std::to_string(i)}});
+                                      PlanSource{"tiny.safetensors", "x" + std::to_string(i), std::nullopt}});
     method.tensors.push_back("x" + std::to_string(i));
   }
   plan.methods = {method};
@@ -957,8 +957,8 @@ TEST_F(PipelineLoad, GivenARangeAboveTheDirectPieceSize_WhenReadDirectly_ThenEac
   ASSERT_TRUE(write_safetensors(dir_ / "big.safetensors", out).ok());
   Plan plan;
   plan.path = dir_ / "big-plan.json";
-  plan.buffers = {{0, "host", kBig, 4096}};
-  plan.tensors = {PlanTensor{"big", DType::u8, {kBig}, 0, 0, PlanSource{"big.safetensors", "big"}}};
+  plan.buffers = {{0, "host", kBig, 4096, std::nullopt}};
+  plan.tensors = {PlanTensor{"big", DType::u8, {kBig}, 0, 0, PlanSource{"big.safetensors", "big", std::nullopt}}};
   plan.methods = {PlanMethod{"main", {0}, {"big"}}};
   ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
   LoadReport report;
@@ -982,11 +982,11 @@ TEST_F(PipelineLoad, GivenFileNeighboursInTwoBuffersAtContinuingOffsets_WhenStag
   plan.path = dir_ / "split.json";
   // t1000 at bytes [0, 4096) of buffer 0; t1001, next in the file, at
   // [4096, 8192) of buffer 1: merged, it would land in buffer 0.
-  plan.buffers = {{0, "host", 2 * kTensorBytes, 4096}, {1, "host", 2 * kTensorBytes, 4096}};
+  plan.buffers = {{0, "host", 2 * kTensorBytes, 4096, std::nullopt}, {1, "host", 2 * kTensorBytes, 4096, std::nullopt}};
   plan.tensors = {
-      PlanTensor{name(0), DType::u8, {kTensorBytes}, 0, 0, PlanSource{"model.safetensors", name(0)}},
+      PlanTensor{name(0), DType::u8, {kTensorBytes}, 0, 0, PlanSource{"model.safetensors", name(0), std::nullopt}},
       PlanTensor{name(1), DType::u8, {kTensorBytes}, 1, kTensorBytes,
-                 PlanSource{"model.safetensors", name(1)}}};
+                 PlanSource{"model.safetensors", name(1), std::nullopt}}};
   plan.methods = {PlanMethod{"main", {0, 1}, {name(0), name(1)}}};
   ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
   for (const bool direct : {false, true}) {
@@ -1110,8 +1110,8 @@ TEST_F(PipelineLoad, GivenATensorOfSeveralVerifyChunks_WhenVerified_ThenEachChun
   ASSERT_TRUE(write_safetensors(dir_ / "wide.safetensors", out).ok());
   Plan plan;
   plan.path = dir_ / "wide.json";
-  plan.buffers = {{0, "host", kWide, 4096}};
-  plan.tensors = {PlanTensor{"wide", DType::u8, {kWide}, 0, 0, PlanSource{"wide.safetensors", "wide"}}};
+  plan.buffers = {{0, "host", kWide, 4096, std::nullopt}};
+  plan.tensors = {PlanTensor{"wide", DType::u8, {kWide}, 0, 0, PlanSource{"wide.safetensors", "wide", std::nullopt}}};
   plan.methods = {PlanMethod{"main", {0}, {"wide"}}};
   ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
   const auto load = [&](const std::string& options, LoadReport* report) {

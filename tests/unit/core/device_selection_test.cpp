@@ -296,7 +296,7 @@ fallback = ["host"]
 Plan plan_on(std::vector<std::string> tags) {
   Plan plan;
   plan.path = "/m/plan.json";
-  for (uint32_t id = 0; id < tags.size(); ++id) plan.buffers.push_back({id, tags[id], 16, 1});
+  for (uint32_t id = 0; id < tags.size(); ++id) plan.buffers.push_back({id, tags[id], 16, 1, std::nullopt});
   return plan;
 }
 

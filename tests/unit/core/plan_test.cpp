@@ -268,7 +268,7 @@ TEST_F(PlanTest, GivenUnknownKeyWithControlCharacters_ThenThePointerIsEscaped) {
   EXPECT_EQ(read_error(R"({"format": "devalloc-plan", "version": 1, "buffers": [],)"
                        R"( "tensors": [], "methods": [], "x\u001b[31m": 1})"),
             "/x\\x1b[31m: unknown key (expected one of: format, version, "
-            "allow_external_files, buffers, tensors, methods)");
+            "allow_external_files, world_size, buffers, tensors, methods)");
 }
 
 // ---------------------------------------------------------------------------
@@ -345,7 +345,7 @@ TEST_F(PlanTest, GivenNamesPastTheLimit_WhenRead_ThenEachIsRefusedWhereItIs) {
 
 TEST(PlanLimits, GivenPlanBuiltInCodeWithLongTag_WhenValidated_ThenRefusedFirst) {
   Plan plan;
-  plan.buffers = {{0, std::string(1 << 20, 'a'), 16, 1}};
+  plan.buffers = {{0, std::string(1 << 20, 'a'), 16, 1, std::nullopt}};
   plan.tensors = {{"w", DType::u8, {4}, 7, 0, std::nullopt}};  // memory id 7: no buffer
   const Status status = validate_plan(plan);
   EXPECT_EQ(status.message(),
@@ -732,7 +732,7 @@ TEST_F(PlanTest, GivenUnknownMethodAmongManyMethods_ThenTheListIsCutAndSaysTheCo
 // starting with ": ".
 TEST_F(PlanTest, GivenAPlanWithoutAPath_WhenInvalid_ThenTheMessageSaysItHasNoFile) {
   Plan plan;
-  plan.buffers = {{0, "host", 64, 64}};
+  plan.buffers = {{0, "host", 64, 64, std::nullopt}};
   plan.tensors = {PlanTensor{"w", DType::u8, {128}, 0, 0, std::nullopt}};
   plan.methods = {{"main", {0}, {"w"}}};
   Status s = validate_plan(plan);
@@ -812,8 +812,8 @@ TEST_F(PlanTest, GivenNamesThatNeedEscaping_WhenWritten_ThenEachLineIsTheJsonOfI
   const std::string odd = std::string("q\"b\\s/\b\f\n\r\t\x01\x1f\x7f") + "\xc3\xa9\xe2\x80\xae";
   Plan plan;
   plan.path = dir_ / "odd.json";
-  plan.buffers = {{0, "host", 64, 64}};
-  plan.tensors = {PlanTensor{odd, DType::u8, {4, 2}, 0, 8, PlanSource{"m" + odd, "k" + odd}},
+  plan.buffers = {{0, "host", 64, 64, std::nullopt}};
+  plan.tensors = {PlanTensor{odd, DType::u8, {4, 2}, 0, 8, PlanSource{"m" + odd, "k" + odd, std::nullopt}},
                   PlanTensor{"plain", DType::bf16, {}, 0, 0, std::nullopt}};
   plan.methods = {PlanMethod{"m" + odd, {0}, {odd, "plain"}}};
   ASSERT_TRUE(write_plan(plan, plan.path).ok());
@@ -844,8 +844,8 @@ TEST_F(PlanTest, GivenNamesThatNeedEscaping_WhenWritten_ThenEachLineIsTheJsonOfI
 TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothingWritten) {
   Plan plan;
   plan.path = dir_ / "bad.json";
-  plan.buffers = {{0, "host", 64, 64}};
-  plan.tensors = {PlanTensor{"w", DType::u8, {1}, 0, 0, PlanSource{"m.safetensors", "w\xff"}}};
+  plan.buffers = {{0, "host", 64, 64, std::nullopt}};
+  plan.tensors = {PlanTensor{"w", DType::u8, {1}, 0, 0, PlanSource{"m.safetensors", "w\xff", std::nullopt}}};
   Status s = write_plan(plan, plan.path);
   EXPECT_EQ(s.code(), StatusCode::invalid_argument);
   EXPECT_EQ(s.message(), plan.path.string() +
@@ -857,7 +857,7 @@ TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothi
 // as /dev/null) would replace it by a rename: refused, and it stays.
 TEST_F(PlanTest, GivenAFifoOrAFolderAtTheOutputPath_WhenWritten_ThenRefusedAndLeftAsItWas) {
   Plan plan;
-  plan.buffers = {{0, "host", 64, 64}};
+  plan.buffers = {{0, "host", 64, 64, std::nullopt}};
   const fs::path fifo = dir_ / "out.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   Status s = write_plan(plan, fifo);
@@ -990,7 +990,7 @@ TEST_F(PlanTest, GivenWhatWritePlanWrites_ThenTheFastReaderTakesIt) {
 // No timing here: ParseScaling runs as its own ctest with a TIMEOUT.
 TEST(ParseScaling, GivenPlanOf200000Methods_WhenAllAreSelected_ThenEachIsFoundByName) {
   Plan plan;
-  plan.buffers = {{0, "host", 200000, 1}};
+  plan.buffers = {{0, "host", 200000, 1, std::nullopt}};
   // Names of one length with a long common start: a scan compares them all.
   const std::string prefix(200, 'm');
   std::vector<std::string> names;

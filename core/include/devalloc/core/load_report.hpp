@@ -8,11 +8,19 @@
 #include <devalloc/core/device_registry.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace devalloc {
+
+// Bytes a load read from one source file: the data of its pieces (for a
+// slice, the slice's bytes alone) and, in LoadReport, the file's header.
+struct FileReadStats {
+  std::filesystem::path path;
+  uint64_t bytes = 0;
+};
 
 struct DeviceLoadStats {
   ResolvedDevice device;
@@ -50,6 +58,8 @@ struct PipelineStats {
   // alignment (ABI 1.2, PLUGIN-23) and that were moved within their slot,
   // so that the plugin got aligned sources only.
   uint64_t realigned_pieces = 0;
+  // Data bytes read from each file, in the order the load first used them.
+  std::vector<FileReadStats> files;
 };
 
 // Called from the loading threads of one load with the bytes that load
@@ -76,6 +86,9 @@ struct LoadReport {
   double seconds = 0;        // placement to the last synchronize (and verify)
   bool verified = false;
   PipelineStats pipeline;    // how the load pipeline ran
+  // Bytes this call read from each source file: its header and the data
+  // of its constants (for a rank of a sharded plan, its share).
+  std::vector<FileReadStats> files;
 };
 
 // What a caller should tell its user about a load that succeeded, one line

@@ -50,13 +50,47 @@ struct PlanBuffer {
   std::string device;      // planned device tag: "cuda:0", "hip:1", "host"
   uint64_t size = 0;       // bytes
   uint64_t alignment = 1;  // a power of two
+  // In a plan for several ranks (Plan::world_size): the rank that places
+  // the buffer; none: every rank places it (replicated). A tag's device
+  // index may be "local" ("cuda:local"), the rank's local index.
+  std::optional<uint32_t> rank;
 };
 
 // Where a constant's initial bytes come from.
+// Elements [start, start + length) of a source tensor along dimension
+// `dim`: the planned tensor has the source's shape with shape[dim] =
+// length, its bytes contiguous. Along dim 0 it is one range of the file;
+// along a later one, one run per row of the leading dimensions.
+struct PlanSlice {
+  uint32_t dim = 0;
+  uint64_t start = 0;
+  uint64_t length = 0;
+};
+
 struct PlanSource {
   std::string file;  // relative to the plan's folder (Plan::source_path)
   std::string key;   // tensor name inside that safetensors file
+  std::optional<PlanSlice> slice;  // none: the whole tensor
 };
+
+// Where a slice's bytes lie in its row-major source: `rows` runs of
+// run_bytes, the first at first_byte from the tensor's start, each
+// stride_bytes after the one before.
+struct SliceLayout {
+  uint64_t rows = 1;
+  uint64_t run_bytes = 0;
+  uint64_t stride_bytes = 0;
+  uint64_t first_byte = 0;
+};
+
+// The layout of `slice` of a source of this dtype and shape, or why it is
+// not a slice of it (a dimension past the shape, a range past the
+// dimension, a packed dtype cut inside a byte). `sliced_shape`, when
+// given, receives the slice's shape.
+Result<SliceLayout> slice_layout(const PlanSlice& slice, DType dtype,
+                                 std::span<const uint64_t> source_shape,
+                                 std::vector<uint64_t>* sliced_shape = nullptr);
+std::string slice_to_string(const PlanSlice& slice);  // "dim 1, elements 0..512"
 
 struct PlanTensor {
   std::string name;
@@ -91,6 +125,9 @@ struct Plan {
   std::filesystem::path path;
   // Lets source files lie outside the plan's folder or be absolute.
   bool allow_external_files = false;
+  // A plan for a job of this many ranks (0: a plan for one process, no
+  // ranks). Each rank loads its view (plan_for_rank).
+  uint32_t world_size = 0;
   std::vector<PlanBuffer> buffers;
   std::vector<PlanTensor> tensors;
   std::vector<PlanMethod> methods;
@@ -171,7 +208,24 @@ struct PlacementRule {
 // for a missing '=', an empty glob, or a device that is not a device tag.
 Result<PlacementRule> parse_placement_rule(std::string_view text);
 
+// "GLOB=dim:D" (an even split of dimension D over the ranks) or
+// "GLOB=dim:D:S0,S1,..." (rank r takes S_r elements, in order; one size per
+// rank, summing to the dimension).
+struct ShardRule {
+  std::string pattern;
+  uint32_t dim = 0;
+  std::vector<uint64_t> sizes;  // empty: even
+};
+Result<ShardRule> parse_shard_rule(std::string_view text);
+
 struct PlanBuildOptions {
+  // A plan for a job of this many ranks (0: for one process). Tensors a
+  // shard rule matches are cut, rank r placing its part; tensors an expert
+  // glob matches go whole to one rank (the first number in the name after
+  // the glob's fixed prefix, modulo the world size); the rest is replicated.
+  uint32_t world_size = 0;
+  std::vector<ShardRule> shards;     // the first match wins
+  std::vector<std::string> experts;  // globs
   std::vector<PlacementRule> rules;       // the first match wins
   std::string default_device = "host";    // for tensors no rule matches
   uint64_t alignment = 256;               // of each tensor's offset; power of two
@@ -190,6 +244,8 @@ struct PlanBuildReport {
   //   the 12 tensors
   // or "...: every tensor it matches was placed by an earlier rule".
   std::vector<std::string> unused_rules;
+  // The same for the shard rules taken together: they cut no tensor.
+  std::vector<std::string> unused_shard_rules;
 };
 
 // A plan for every tensor of `files`: one buffer per device tag (memory ids
