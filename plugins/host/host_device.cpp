@@ -12,7 +12,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 namespace devalloc::host {
@@ -151,11 +150,6 @@ void HostDevice::deallocate(uint64_t address) {
   });
 }
 
-void HostDevice::require_destination(uint64_t dst, uint64_t nbytes) const {
-  std::shared_lock lock(memory_lifetime_);
-  allocations_.require_range(dst, nbytes, "destination");
-}
-
 void HostDevice::copy_now(uint64_t dst, const void* src, uint64_t nbytes) {
   // Waiting keeps FIFO order with earlier queued copies to overlapping
   // bytes without holding a second copy of src; the caller could not reuse
@@ -167,7 +161,7 @@ void HostDevice::copy_now(uint64_t dst, const void* src, uint64_t nbytes) {
 }
 
 void HostDevice::copy_later(uint64_t dst, const void* src, uint64_t nbytes,
-                            plugin::Release release, std::chrono::milliseconds read_delay) {
+                            plugin::Release release) {
   if (!queue_) {
     copy_now(dst, src, nbytes);
     return;
@@ -176,12 +170,7 @@ void HostDevice::copy_later(uint64_t dst, const void* src, uint64_t nbytes,
     std::shared_lock lock(memory_lifetime_);
     allocations_.require_range(dst, nbytes, "destination");
   }
-  queue_->push(
-      [this, dst, src, nbytes, read_delay] {
-        if (read_delay.count() > 0) std::this_thread::sleep_for(read_delay);
-        perform(dst, src, nbytes);
-      },
-      std::move(release));
+  queue_->push([this, dst, src, nbytes] { perform(dst, src, nbytes); }, std::move(release));
 }
 
 void HostDevice::perform(uint64_t dst, const void* src, uint64_t nbytes) {

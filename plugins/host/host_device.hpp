@@ -8,7 +8,6 @@
 #include <devalloc/plugin_kit/completion_thread.hpp>
 #include <devalloc/plugin_kit/release.hpp>
 
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,14 +53,10 @@ class HostDevice {
   void deallocate(uint64_t address);
 
   // Reads src before returning, ordered after every queued copy.
-  // Throws Failure(INVALID_ARGUMENT) unless [dst, dst + nbytes) lies in one
-  // live allocation (PLUGIN-15): for copies performed later.
-  void require_destination(uint64_t dst, uint64_t nbytes) const;
   void copy_now(uint64_t dst, const void* src, uint64_t nbytes);
   // May read src after returning (async mode); fires release once src has
   // been read, or once the copy failed.
-  void copy_later(uint64_t dst, const void* src, uint64_t nbytes, plugin::Release release,
-                  std::chrono::milliseconds read_delay = {});
+  void copy_later(uint64_t dst, const void* src, uint64_t nbytes, plugin::Release release);
   // Waits for the queued copies issued before it, then reads.
   void copy_to_host(void* dst, uint64_t src, uint64_t nbytes);
   // Throws Failure(DEVICE_ERROR) when a queued copy failed since the last
