@@ -70,7 +70,7 @@ Status Pipeline::staged_piece(const Piece& p) {
       // registered and the slot goes back (free never outgrows its
       // capacity, all the ring's slots).
       try {
-        ledger.unreleased[p.queue].insert(ledger.tickets.size());
+        ledger.unreleased[p.queue].insert(ledger.next_id);
       } catch (...) {
         ledger.rings[c.ring].free.push_back(*taken);
         throw;
@@ -79,16 +79,7 @@ Status Pipeline::staged_piece(const Piece& p) {
     if (!read.ok()) {
       ledger.rings[c.ring].free.push_back(*taken);
     } else {
-      Ticket fresh;
-      fresh.id = ledger.tickets.size();
-      fresh.queue = p.queue;
-      fresh.ring = c.ring;
-      fresh.slot = *taken;
-      fresh.nbytes = p.nbytes;
-      fresh.step = &s;
-      fresh.offset = p.offset;
-      ledger.tickets.push_back(std::move(fresh));  // reserved: does not throw
-      ticket = &ledger.tickets.back();
+      ticket = &ledger.issue(p.queue, c.ring, *taken, s, p.offset, p.nbytes);
       ledger.in_flight += p.nbytes;
       ledger.max_in_flight = std::max(ledger.max_in_flight, ledger.in_flight);
     }
@@ -99,11 +90,16 @@ Status Pipeline::staged_piece(const Piece& p) {
                              tensors_text(piece_of(s, p.offset, p.nbytes, requests_)));
   }
   const ResolvedDevice& device = queues_[p.queue].device;
-  // The plugin releases the ticket exactly once, also when this fails.
+  // The plugin releases the copy exactly once, also when this fails.
+  void* token = nullptr;
+  {
+    std::lock_guard lock(ledger.mutex);
+    token = ledger.token_of(ticket->id);
+  }
   Status copied = device.plugin->copy_to_device_until_released(
       device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
-      p.nbytes, devalloc_staged_copy_released, ticket);
-  bool failed = false;  // waiting threads must see the new failure
+      p.nbytes, devalloc_staged_copy_released, token);
+  bool failed = false;  // waiting threads must see the new failure, or the slot
   {
     std::lock_guard lock(ledger.mutex);
     ticket->in_call = false;
@@ -115,6 +111,11 @@ Status Pipeline::staged_piece(const Piece& p) {
       }
     } else if (!ticket->breach_in_call.empty()) {
       ledger.fail_also(Status(StatusCode::device_error, ticket->breach_in_call));
+      failed = true;
+    }
+    // Released during the call: its slot goes back now.
+    if (ticket->released) {
+      ledger.retire(*ticket);
       failed = true;
     }
   }

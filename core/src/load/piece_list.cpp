@@ -5,45 +5,40 @@
 
 namespace devalloc::load {
 
-PieceList PieceList::build(const std::vector<DeviceCopyQueue>& queues,
-                           const std::vector<uint64_t>& piece_bytes) {
-  PieceList list;
-  std::vector<std::vector<Piece>> per_queue(queues.size());
-  for (size_t qi = 0; qi < queues.size(); ++qi) {
-    per_queue[qi].reserve(queues[qi].steps.size());
-    for (const CopyStep& s : queues[qi].steps) {
-      list.total_bytes_ += s.nbytes;
-      for (uint64_t done = 0; done < s.nbytes; done += piece_bytes[qi]) {
-        per_queue[qi].push_back(Piece{qi, &s, done, std::min(piece_bytes[qi], s.nbytes - done)});
-      }
+PieceSource::PieceSource(const std::vector<DeviceCopyQueue>& queues,
+                         std::vector<uint64_t> piece_bytes)
+    : queues_(queues), piece_bytes_(std::move(piece_bytes)), cursors_(queues.size()) {
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    for (const CopyStep& s : queues_[qi].steps) {
+      total_bytes_ += s.nbytes;
+      piece_count_ += (s.nbytes + piece_bytes_[qi] - 1) / piece_bytes_[qi];
     }
   }
-  std::vector<Piece>& pieces = list.pieces_;
-  if (per_queue.size() == 1) {
-    pieces = std::move(per_queue.front());
-  } else {
-    size_t piece_count = 0;
-    for (const auto& one : per_queue) piece_count += one.size();
-    pieces.reserve(piece_count);
-    for (size_t round = 0;; ++round) {
-      bool any = false;
-      for (const auto& one : per_queue) {
-        if (round < one.size()) {
-          pieces.push_back(one[round]);
-          any = true;
-        }
+}
+
+bool PieceSource::next_claim(std::vector<Piece>& out) {
+  out.clear();
+  std::lock_guard lock(mutex_);
+  for (size_t tried = 0; tried < queues_.size(); ++tried) {
+    const size_t qi = turn_;
+    turn_ = (turn_ + 1) % queues_.size();
+    Cursor& c = cursors_[qi];
+    const std::vector<CopyStep>& steps = queues_[qi].steps;
+    uint64_t claimed = 0;
+    while (c.step < steps.size() && claimed < kClaimBytes && out.size() < kClaimPieces) {
+      const CopyStep& s = steps[c.step];
+      const uint64_t n = std::min(piece_bytes_[qi], s.nbytes - c.offset);
+      out.push_back(Piece{qi, &s, c.offset, n});
+      claimed += n;
+      c.offset += n;
+      if (c.offset >= s.nbytes) {
+        ++c.step;
+        c.offset = 0;
       }
-      if (!any) break;
     }
+    if (!out.empty()) return true;
   }
-  uint64_t claimed = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (claimed == 0) list.claims_.push_back(i);
-    claimed += pieces[i].nbytes;
-    if (claimed >= kClaimBytes || i + 1 - list.claims_.back() >= kClaimPieces) claimed = 0;
-  }
-  list.claims_.push_back(pieces.size());
-  return list;
+  return false;
 }
 
 }  // namespace devalloc::load

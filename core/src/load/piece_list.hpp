@@ -1,14 +1,16 @@
-// The pieces of a load: each coalesced step cut into pieces of at most one
-// staging slot (or kDirectPieceBytes for direct reads), the devices'
-// pieces interleaved so that devices load in parallel, and grouped into
-// claims that a loading thread takes at once.
+// The pieces of a load, made as the loading threads ask for them: each
+// coalesced step cut into pieces of at most one staging slot (or
+// kDirectPieceBytes for direct reads), handed out in claims that a loading
+// thread takes at once, the devices taking turns so that they load in
+// parallel. Nothing is kept per piece: the bookkeeping is a cursor per
+// device, whatever the model's size and the slot's.
 #pragma once
 
 #include "copy_schedule.hpp"
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
+#include <mutex>
 #include <vector>
 
 namespace devalloc::load {
@@ -22,31 +24,38 @@ struct Piece {
   uint64_t nbytes;
 };
 
-class PieceList {
+class PieceSource {
  public:
-  // piece_bytes[q]: the most bytes of one piece of queue q.
-  static PieceList build(const std::vector<DeviceCopyQueue>& queues,
-                         const std::vector<uint64_t>& piece_bytes);
-
-  size_t size() const { return pieces_.size(); }
-  size_t claim_count() const { return claims_.size() - 1; }
-  std::span<const Piece> claim(size_t c) const {
-    return {pieces_.data() + claims_[c], claims_[c + 1] - claims_[c]};
-  }
-  uint64_t total_bytes() const { return total_bytes_; }
-
- private:
-  // Threads take pieces in claims of at least kClaimBytes: one piece when
-  // pieces are large, so that threads still read into the ring's slots side
-  // by side, and many when they are small (100 000 tensors of 64 bytes are
-  // not 100 000 trips through a shared counter).
+  // A claim is pieces of one device adding up to at least kClaimBytes, or
+  // kClaimPieces of them: one piece when pieces are large, so that threads
+  // still read into the ring's slots side by side, and many when they are
+  // small (100 000 tensors of 64 bytes are not 100 000 trips through a
+  // shared lock).
   static constexpr uint64_t kClaimBytes = uint64_t{64} << 10;
   static constexpr size_t kClaimPieces = 1024;
 
-  std::vector<Piece> pieces_;
-  // Claim c is pieces_[claims_[c], claims_[c + 1]).
-  std::vector<size_t> claims_;
+  // piece_bytes[q]: the most bytes of one piece of queue q (at least 1).
+  PieceSource(const std::vector<DeviceCopyQueue>& queues, std::vector<uint64_t> piece_bytes);
+
+  // The next claim, into `out` (cleared first; at most kClaimPieces); false
+  // when every piece was handed out. Thread-safe.
+  bool next_claim(std::vector<Piece>& out);
+
+  uint64_t total_bytes() const { return total_bytes_; }
+  uint64_t piece_count() const { return piece_count_; }
+
+ private:
+  struct Cursor {
+    size_t step = 0;
+    uint64_t offset = 0;  // into the step
+  };
+  const std::vector<DeviceCopyQueue>& queues_;
+  const std::vector<uint64_t> piece_bytes_;
+  std::mutex mutex_;
+  std::vector<Cursor> cursors_;  // under mutex_
+  size_t turn_ = 0;              // the queue the next claim comes from
   uint64_t total_bytes_ = 0;
+  uint64_t piece_count_ = 0;
 };
 
 }  // namespace devalloc::load

@@ -39,7 +39,9 @@ Pipeline::~Pipeline() {
       {
         std::lock_guard lock(ledger_->mutex);
         for (const std::set<uint64_t>& ids : ledger_->unreleased) {
-          for (uint64_t id : ids) ledger_->tickets[id].step->buffer->keep_allocated();
+          for (uint64_t id : ids) {
+            if (const Ticket* t = ledger_->ticket_of(id)) t->step->buffer->keep_allocated();
+          }
         }
       }
       abandon(std::move(ledger_));
@@ -94,9 +96,8 @@ Status Pipeline::set_up() {
   chooser_.start(read_ == ReadMode::direct_io ? ReadMode::pread : read_);
   // One budget, shared by the rings.
   // At least one slot of kMinSlotBytes per ring, whatever [load] staging
-  // says: pieces are at most one slot, and each costs a piece and a ticket
-  // of bookkeeping (about 140 bytes), so a smaller slot would make the
-  // bookkeeping outgrow the model (docs/config.md).
+  // says: pieces are at most one slot, and each costs a copy call, so
+  // smaller slots would make millions of calls of a few bytes.
   const uint64_t budget =
       ledger.rings.empty()
           ? 0
@@ -110,10 +111,10 @@ Status Pipeline::set_up() {
     piece_bytes[qi] =
         contexts_[qi].direct ? kDirectPieceBytes : ledger.rings[contexts_[qi].ring].payload;
   }
-  pieces_ = PieceList::build(queues_, piece_bytes);
-  total_ = pieces_.total_bytes();
-  // A ticket per staged piece at most; never reallocated from here on.
-  ledger.tickets.reserve(pieces_.size());
+  pieces_.emplace(queues_, std::move(piece_bytes));
+  total_ = pieces_->total_bytes();
+  // A ticket per slot, never reallocated from here on.
+  ledger.make_tickets();
 
   // The files, each once (steps of one file mostly follow each other: one
   // comparison per step, a lookup per change of file), and the last thing
@@ -200,11 +201,13 @@ void Pipeline::work_claims() {
     }
     for (const auto& [file, n] : read) file_bytes_[file] += n;
   };
-  for (size_t c = next_claim_++; c < pieces_.claim_count() && !stop_; c = next_claim_++) {
+  std::vector<Piece> claim;
+  claim.reserve(PieceSource::kClaimPieces);
+  while (!stop_ && pieces_->next_claim(claim)) {
     // Progress is counted once per claim: a shared counter touched for
     // every 64-byte piece costs more than the piece's copy.
     uint64_t claim_bytes = 0;
-    for (const Piece& p : pieces_.claim(c)) {
+    for (const Piece& p : claim) {
       if (stop_) break;
       std::call_once(start_once_[p.queue],
                      [&] { started_[p.queue] = std::chrono::steady_clock::now(); });
@@ -347,7 +350,7 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
                   ? options_.threads
                   : std::max<uint32_t>(static_cast<uint32_t>(queues_.size()),
                                        std::min(cores, 4u));
-    threads = static_cast<uint32_t>(std::min<size_t>(threads, pieces_.claim_count()));
+    threads = static_cast<uint32_t>(std::min<uint64_t>(threads, pieces_->piece_count()));
     // A staged piece holds a slot from its read to its release: threads
     // beyond the slots would only wait for one ([load] threads = 1024 with
     // one slot made millions of context switches). Direct reads need none.

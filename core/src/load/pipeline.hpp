@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -72,8 +73,7 @@ class Pipeline {
   std::vector<QueueContext> contexts_;
   BufferMappings mappings_;
   std::vector<const MappedFile*> files_;  // the steps' files, each once
-  PieceList pieces_;
-  std::atomic<size_t> next_claim_{0};
+  std::optional<PieceSource> pieces_;  // made by set_up
   std::vector<DeviceLoadStats> per_device_;
   std::vector<std::chrono::steady_clock::time_point> started_;
   std::vector<std::once_flag> start_once_;

@@ -7,6 +7,30 @@ namespace devalloc::load {
 
 namespace {
 
+// A copy's user_data: the ledger's serial (24 bits) and the copy's number
+// (40 bits), multiplied by an odd constant, so that a made-up value or one
+// off by a little (user_data + 1) names no copy in flight, not the next.
+constexpr uint32_t kMaxSerial = (uint32_t{1} << 24) - 1;
+constexpr uint64_t kIdBits = 40;
+constexpr uint64_t kTokenFactor = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t inverse_of(uint64_t odd) {
+  uint64_t inverse = odd;  // Newton's iteration: 5 steps reach 64 bits
+  for (int i = 0; i < 5; ++i) inverse *= 2 - odd * inverse;
+  return inverse;
+}
+constexpr uint64_t kTokenInverse = inverse_of(kTokenFactor);
+static_assert(kTokenFactor * kTokenInverse == 1);
+
+uint64_t encode_token(uint32_t serial, uint64_t id) {
+  return ((uint64_t{serial} << kIdBits) | id) * kTokenFactor;
+}
+
+void decode_token(uint64_t token, uint32_t* serial, uint64_t* id) {
+  const uint64_t value = token * kTokenInverse;
+  *serial = static_cast<uint32_t>(value >> kIdBits);
+  *id = value & ((uint64_t{1} << kIdBits) - 1);
+}
+
 // The ledgers a release may be for: each load's while it runs, and the
 // abandoned ones for ever. devalloc_staged_copy_released looks its user_data up here,
 // with g_ledgers_mutex held throughout (then a ledger's mutex; never the
@@ -58,6 +82,16 @@ Status force_progress(Ledger& ledger, std::unique_lock<std::mutex>& lock, size_t
 
 void register_ledger(Ledger& ledger) {
   std::lock_guard lock(g_ledgers_mutex);
+  // A number no registered ledger has (abandoned ones stay registered).
+  static uint32_t last = 0;
+  for (;;) {
+    last = last % kMaxSerial + 1;
+    const auto& list = registered_ledgers();
+    if (std::none_of(list.begin(), list.end(), [](const Ledger* l) { return l->serial == last; })) {
+      break;
+    }
+  }
+  ledger.serial = last;
   ledger.running = true;
   registered_ledgers().push_back(&ledger);
 }
@@ -68,11 +102,106 @@ Ledger::~Ledger() {
   list.erase(std::remove(list.begin(), list.end(), this), list.end());
 }
 
+void InFlightTable::reset(size_t most) {
+  size_t capacity = 16;
+  while (capacity < 2 * most) capacity *= 2;
+  entries_.assign(capacity, Entry{});
+  mask_ = capacity - 1;
+}
+
+void InFlightTable::insert(uint64_t id, size_t ticket) {
+  size_t i = home(id);
+  while (entries_[i].id != 0) i = (i + 1) & mask_;
+  entries_[i] = Entry{id, ticket};
+}
+
+size_t InFlightTable::find(uint64_t id) const {
+  if (id == 0 || entries_.empty()) return npos;
+  for (size_t i = home(id);; i = (i + 1) & mask_) {
+    if (entries_[i].id == id) return entries_[i].ticket;
+    if (entries_[i].id == 0) return npos;
+  }
+}
+
+void InFlightTable::erase(uint64_t id) {
+  size_t i = home(id);
+  while (entries_[i].id != id) {
+    if (entries_[i].id == 0) return;
+    i = (i + 1) & mask_;
+  }
+  // Backward shift: entries after the hole that may live in it move up,
+  // so that a lookup never stops at a hole before its entry.
+  for (size_t j = (i + 1) & mask_; entries_[j].id != 0; j = (j + 1) & mask_) {
+    const size_t want = home(entries_[j].id);
+    // j's entry may fill the hole at i unless its home lies in (i, j].
+    const bool stays = i <= j ? (i < want && want <= j) : (i < want || want <= j);
+    if (!stays) {
+      entries_[i] = entries_[j];
+      i = j;
+    }
+  }
+  entries_[i] = Entry{};
+}
+
+void Ledger::make_tickets() {
+  ring_base.clear();
+  size_t slots = 0;
+  for (const Ring& r : rings) {
+    ring_base.push_back(slots);
+    slots += r.slots.size();
+  }
+  tickets.assign(slots, Ticket{});
+  in_flight_ids.reset(slots);
+  retired.assign(std::max<size_t>(slots, 16), RetiredCopy{});
+}
+
+Ticket& Ledger::issue(size_t qi, size_t ri, size_t slot, const CopyStep& step, uint64_t offset,
+                      uint64_t nbytes) {
+  const size_t index = ring_base[ri] + slot;
+  Ticket& t = tickets[index];
+  t.breach_in_call.clear();  // keeps its capacity: no allocation
+  t.id = next_id++;
+  t.queue = qi;
+  t.ring = ri;
+  t.slot = slot;
+  t.nbytes = nbytes;
+  t.step = &step;
+  t.offset = offset;
+  t.released = false;
+  t.copy_failed = false;
+  t.released_twice = false;
+  t.in_call = true;
+  t.late = false;
+  t.returned = 0;
+  in_flight_ids.insert(t.id, index);
+  return t;
+}
+
+void* Ledger::token_of(uint64_t id) const {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(encode_token(serial, id)));
+}
+
+Ticket* Ledger::ticket_of(uint64_t id) {
+  const size_t index = in_flight_ids.find(id);
+  return index == InFlightTable::npos ? nullptr : &tickets[index];
+}
+
+void Ledger::retire(Ticket& t) {
+  retired[retired_next] = RetiredCopy{t.id, t.queue, t.step, t.offset, t.nbytes, t.released_twice};
+  retired_next = (retired_next + 1) % retired.size();
+  in_flight_ids.erase(t.id);
+  rings[t.ring].free.push_back(t.slot);  // reserved for every slot: no allocation
+  t.id = 0;
+}
+
 extern "C" void devalloc_staged_copy_released(void* user_data) {
   std::lock_guard registry(g_ledgers_mutex);
+  uint32_t serial = 0;
+  uint64_t id = 0;
+  decode_token(reinterpret_cast<uintptr_t>(user_data), &serial, &id);
   Ledger* found = nullptr;
   for (Ledger* l : registered_ledgers()) {
-    if (l->holds(user_data)) {
+    if (l->serial == serial && serial != 0) {
       found = l;
       break;
     }
@@ -84,13 +213,9 @@ extern "C" void devalloc_staged_copy_released(void* user_data) {
   Ledger& ledger = *found;
   {
     std::lock_guard lock(ledger.mutex);
-    const size_t index = (reinterpret_cast<uintptr_t>(user_data) -
-                          reinterpret_cast<uintptr_t>(ledger.tickets.data())) /
-                         sizeof(Ticket);
     // Texts name the schedule's steps and devices: only while the load
     // runs (an abandoned ledger outlives its schedule).
-    if (index >= ledger.tickets.size()) {
-      // A slot no copy was issued from yet.
+    if (id == 0 || id >= ledger.next_id) {
       ledger.breach = true;
       if (ledger.running) {
         ledger.fail(Status(StatusCode::device_error,
@@ -101,30 +226,51 @@ extern "C" void devalloc_staged_copy_released(void* user_data) {
       ledger.changed.notify_all();
       return;
     }
-    Ticket* t = &ledger.tickets[index];
-    if (t->released) {
-      // The first release gave the slot back already; giving it again would
-      // corrupt the ring. The load ends instead.
+    Ticket* t = ledger.ticket_of(id);
+    if (t == nullptr || t->released) {
+      // The first release gave the slot back already (or will when the
+      // call returns); giving it again would corrupt the ring. The load
+      // ends instead, after the copy's own error when it failed
+      // (PLUGIN-21), and says so once.
       ledger.breach = true;
-      // After the copy's own error when it failed (PLUGIN-21), once.
-      if (ledger.running && !t->released_twice) {
-        std::string breach = "plugin " + ledger.plugin_of(*t) +
-                             " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
-                             ledger.copy_of(*t) + " was released twice";
-        if (t->in_call) {
-          t->breach_in_call = std::move(breach);
-        } else {
-          ledger.fail_also(Status(StatusCode::device_error, breach));
+      if (t != nullptr) {
+        if (ledger.running && !t->released_twice) {
+          std::string breach = "plugin " + ledger.plugin_of(*t) +
+                               " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
+                               ledger.copy_of(*t) + " was released twice";
+          if (t->in_call) {
+            t->breach_in_call = std::move(breach);
+          } else {
+            ledger.fail_also(Status(StatusCode::device_error, breach));
+          }
+        }
+        t->released_twice = true;
+      } else if (ledger.running) {
+        // Retired: named while it is among the last ones.
+        RetiredCopy* old = nullptr;
+        for (RetiredCopy& c : ledger.retired) {
+          if (c.id == id) old = &c;
+        }
+        if (old == nullptr || !old->said_twice) {
+          const std::string what =
+              old == nullptr ? "copy " + std::to_string(id) + " of the load"
+                             : ledger.copy_of(*old);
+          const std::string plugin =
+              old == nullptr ? ledger.plugins() : "plugin " + ledger.devices[old->queue]->plugin->name();
+          ledger.fail_also(Status(StatusCode::device_error,
+                                  plugin + " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
+                                      what + " was released twice"));
+          if (old != nullptr) old->said_twice = true;
         }
       }
-      t->released_twice = true;
     } else {
       t->released = true;
       if (t->late) ++ledger.late_releases[t->queue];
       ledger.unreleased[t->queue].erase(t->id);
       ledger.in_flight -= t->nbytes;
-      ledger.rings[t->ring].free.push_back(t->slot);
       ++ledger.releases_seen;
+      // Its slot and ticket serve the next copy once the call returned too.
+      if (!t->in_call) ledger.retire(*t);
     }
   }
   ledger.changed.notify_all();
@@ -226,14 +372,15 @@ Status wait_released(Ledger& ledger, std::unique_lock<std::mutex>& lock, size_t 
   // is still unreleased, or nullptr.
   const auto first_owed = [&]() -> const Ticket* {
     for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
-      if (covered_by_the_synchronize(ledger.tickets[*it])) return &ledger.tickets[*it];
+      const Ticket* t = ledger.ticket_of(*it);
+      if (t != nullptr && covered_by_the_synchronize(*t)) return t;
     }
     return nullptr;
   };
   bool late = false;
   for (auto it = pending.begin(); it != pending.end() && *it <= up_to_id; ++it) {
-    Ticket& t = ledger.tickets[*it];
-    if (covered_by_the_synchronize(t)) t.late = late = true;
+    Ticket* t = ledger.ticket_of(*it);
+    if (t != nullptr && covered_by_the_synchronize(*t)) t->late = late = true;
   }
   if (late && ledger.late_waiters[qi]++ == 0) {
     ledger.late_wait_since[qi] = std::chrono::steady_clock::now();

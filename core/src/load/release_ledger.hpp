@@ -24,10 +24,12 @@
 
 namespace devalloc::load {
 
-// A copy issued from a slot, until its release. Lives in the ledger's
-// ticket array; the plugin gets its address as user_data.
+// A copy issued from a slot, until its release and the return of its copy
+// call; then the slot's ticket serves the slot's next copy. One per slot:
+// the ledger holds as many tickets as the rings hold slots, whatever the
+// number of copies.
 struct Ticket {
-  uint64_t id = 0;
+  uint64_t id = 0;                 // the copy's number in the load (0: none)
   size_t queue = 0;
   size_t ring = 0;
   size_t slot = 0;
@@ -47,9 +49,43 @@ struct Ticket {
   std::string breach_in_call;
 };
 
+// A copy that was released and whose call returned, kept for a while to
+// name it should it be released again.
+struct RetiredCopy {
+  uint64_t id = 0;
+  size_t queue = 0;
+  const CopyStep* step = nullptr;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+  bool said_twice = false;
+};
+
+// Copy numbers of the copies in flight -> their tickets: open addressing
+// over a table made once with room for twice the slots, so that neither a
+// copy nor a release allocates.
+class InFlightTable {
+ public:
+  void reset(size_t most);  // room for `most` entries; allocates
+  void insert(uint64_t id, size_t ticket);
+  // The ticket of copy id, or npos.
+  size_t find(uint64_t id) const;
+  void erase(uint64_t id);
+  static constexpr size_t npos = static_cast<size_t>(-1);
+
+ private:
+  struct Entry {
+    uint64_t id = 0;  // 0: empty
+    size_t ticket = 0;
+  };
+  size_t home(uint64_t id) const { return (id * 0x9E3779B97F4A7C15ull >> 17) & mask_; }
+  std::vector<Entry> entries_;
+  size_t mask_ = 0;
+};
+
 // The release accounting of one execute(): slots, tickets, and the first
-// failure. Shared with the plugins through the tickets; leaked, never
-// freed, when a release may still come (see abandon()).
+// failure. Shared with the plugins through the copies' user_data, a token
+// that names the ledger and the copy (token_of); leaked, never freed, when
+// a release may still come (see abandon()).
 struct Ledger {
   ~Ledger();
 
@@ -62,13 +98,19 @@ struct Ledger {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<Ring> rings;
-  // Reserved once, for every piece, before the first copy: a ticket's
-  // address never moves, and a release's user_data can be checked against
-  // the array (holds) instead of being followed blindly.
+  // One ticket per slot: ring r's slot s is tickets[ring_base[r] + s]. Made
+  // once, before the first copy (make_tickets).
   std::vector<Ticket> tickets;
+  std::vector<size_t> ring_base;
+  InFlightTable in_flight_ids;
+  uint64_t next_id = 1;  // copy numbers are 1, 2, ... in the order issued
+  // The last retired copies, oldest overwritten first.
+  std::vector<RetiredCopy> retired;
+  size_t retired_next = 0;
+  uint32_t serial = 0;  // this ledger's number among the process's; set by register_ledger
   const std::vector<CopyRequest>* requests = nullptr;  // the schedule's, for texts
   bool running = false;  // between register_ledger and the end of run()
-  std::vector<std::set<uint64_t>> unreleased;  // per queue: ticket ids
+  std::vector<std::set<uint64_t>> unreleased;  // per queue: copy numbers
   // Per queue: releases that came after the synchronize covering them
   // returned, and the time spent waiting for them: while at least one
   // thread waited (several may wait for the same copies at once).
@@ -90,6 +132,21 @@ struct Ledger {
   // in flight are waited for, so their buffers are not freed before.
   bool gave_up = false;
 
+  // The tickets, the table and the retired list, for the rings' slots:
+  // the ledger's only allocations for its copies. Before the first copy.
+  void make_tickets();
+  // Issues a copy of piece (step, offset, nbytes) of queue qi from slot
+  // `slot` of ring ri: its ticket, filled. Mutex held; never allocates.
+  Ticket& issue(size_t qi, size_t ri, size_t slot, const CopyStep& step, uint64_t offset,
+                uint64_t nbytes);
+  // The user_data of copy id.
+  void* token_of(uint64_t id) const;
+  // The ticket of copy id while it is in flight, or nullptr.
+  Ticket* ticket_of(uint64_t id);
+  // A copy released whose call returned: its slot goes back to its ring,
+  // its ticket to the next copy. Mutex held.
+  void retire(Ticket& t);
+
   void fail(Status s) {
     if (failure.ok()) failure = std::move(s);
   }
@@ -103,17 +160,12 @@ struct Ledger {
     }
   }
 
-  // True when user_data is the address of one of the ticket slots.
-  bool holds(const void* user_data) const {
-    const auto at = reinterpret_cast<uintptr_t>(user_data);
-    const auto base = reinterpret_cast<uintptr_t>(tickets.data());
-    return at >= base && at - base < tickets.capacity() * sizeof(Ticket) &&
-           (at - base) % sizeof(Ticket) == 0;
-  }
-
   // "copy of tensor "a" .. "b" (bytes 0..4096 of buffer 3) to host:0 (...)"
   std::string copy_of(const Ticket& t) const {
     return copy_text(piece_of(*t.step, t.offset, t.nbytes, *requests), *devices[t.queue]);
+  }
+  std::string copy_of(const RetiredCopy& c) const {
+    return copy_text(piece_of(*c.step, c.offset, c.nbytes, *requests), *devices[c.queue]);
   }
   std::string plugin_of(const Ticket& t) const {
     return devices[t.queue]->plugin->name();

@@ -116,8 +116,8 @@ Status make_ring(Ring& ring, uint64_t budget, const std::vector<DeviceCopyQueue>
   const Capabilities& caps = ring.plugin->capabilities();
   const uint64_t alignment = source_alignment(caps);
   // A largest transfer below one slot's minimum is not honoured: the plugin
-  // splits larger copies itself, and smaller pieces would make the
-  // bookkeeping outgrow the model.
+  // splits larger copies itself, and smaller pieces would make a copy call
+  // per few bytes.
   if (caps.copy_max_bytes != 0) {
     payload = std::min(payload, std::max(caps.copy_max_bytes, kMinSlotBytes));
   }
