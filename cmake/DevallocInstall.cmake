@@ -14,6 +14,9 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/loader/include/devalloc"
 #   abi        devalloc::abi (the header)
 #   plugin_kit devalloc::plugin_kit (static; threads and dlopen only)
 #   loader, core  devalloc::loader, devalloc::core (toml++, nlohmann-json, dlpack)
+# and, when ExecuTorch was found at configure time, a fourth:
+#   executorch devalloc::executorch (static; ExecuTorch's runtime, which the
+#              package config finds again, with the hint recorded below)
 # Each exported target names its installed include folder itself
 # ($<INSTALL_INTERFACE:include>), so install(TARGETS) adds none (an INCLUDES
 # DESTINATION would list it twice). devalloc_warnings is the build's alone:
@@ -42,6 +45,30 @@ install(TARGETS ${_devalloc_export_targets} EXPORT devalloc-targets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel)
 install(EXPORT devalloc-targets NAMESPACE devalloc::
         DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
+
+# The ExecuTorch adapter. Its link interface names devalloc::executorch_runtime,
+# which the installed config defines from the consumer's find_package(executorch)
+# (devallocExecutorchRuntime.cmake): no path of this machine's ExecuTorch is
+# exported, only recorded as the search hint. Built without ExecuTorch, the
+# package has no such component.
+set(DEVALLOC_PACKAGE_EXECUTORCH OFF)
+set(DEVALLOC_PACKAGE_EXECUTORCH_VERSION "")
+set(DEVALLOC_PACKAGE_EXECUTORCH_HINT "")
+if(TARGET devalloc_executorch)
+  set(DEVALLOC_PACKAGE_EXECUTORCH ON)
+  get_directory_property(DEVALLOC_PACKAGE_EXECUTORCH_VERSION
+    DIRECTORY "${PROJECT_SOURCE_DIR}/integrations/executorch" DEFINITION executorch_VERSION)
+  set(DEVALLOC_PACKAGE_EXECUTORCH_HINT "${executorch_DIR}")
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/integrations/executorch/include/devalloc"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
+          FILES_MATCHING PATTERN "*.hpp")
+  install(TARGETS devalloc_executorch EXPORT devalloc-executorch-targets
+          ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT devel)
+  install(EXPORT devalloc-executorch-targets NAMESPACE devalloc::
+          DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
+  install(FILES "${PROJECT_SOURCE_DIR}/integrations/executorch/cmake/devallocExecutorchRuntime.cmake"
+          DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
+endif()
 
 # Plugin authors use the same helper as the project's own plugins.
 install(FILES "${PROJECT_SOURCE_DIR}/cmake/plugin_exports.map"
