@@ -38,6 +38,7 @@ Buffer create_buffer(const DeviceFunctions& vk, VkDevice device, const BufferReq
     check(vk.vkAllocateMemory(device, &allocate, nullptr, &b.memory), r.kind,
           "vkAllocateMemory(device %u, allocationSize = %" PRIu64 ", memoryTypeIndex = %u)",
           r.device_index, needs.size, r.memory_type);
+    b.memory_size = needs.size;
     check(vk.vkBindBufferMemory(device, b.buffer, b.memory, 0), plugin::CallKind::work,
           "vkBindBufferMemory(device %u, size = %" PRIu64 ", offset = 0)", r.device_index, r.size);
     if (r.map) {

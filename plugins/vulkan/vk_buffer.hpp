@@ -16,6 +16,7 @@ struct Buffer {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   void* mapped = nullptr;  // the memory's offset 0, when host-visible
   uint64_t size = 0;
+  uint64_t memory_size = 0;  // of the VkDeviceMemory: size, rounded up by the driver
   VkDeviceAddress device_address = 0;  // with device_address only
 };
 

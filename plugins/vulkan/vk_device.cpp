@@ -45,7 +45,7 @@ bool has_extension(const InstanceFunctions& vki, VkPhysicalDevice device, uint32
 }  // namespace
 
 VulkanDevice::VulkanDevice(const InstanceFunctions& vki, const PhysicalDevice& physical,
-                           uint32_t index, AddressModel model)
+                           uint32_t index, const DeviceSettings& settings)
     : vki_(vki), physical_(physical.handle), index_(index) {
   const bool has_pci = has_extension(vki, physical_, index, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
   has_memory_budget_ = has_extension(vki, physical_, index, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -91,11 +91,14 @@ VulkanDevice::VulkanDevice(const InstanceFunctions& vki, const PhysicalDevice& p
                                                index, description_.name.c_str())};
   }
   device_addresses_ =
-      model == AddressModel::buffer_device_address && features12.bufferDeviceAddress;
+      settings.address_model == AddressModel::buffer_device_address &&
+      features12.bufferDeviceAddress;
 
   try {
     create_objects(physical, device_addresses_);
     choose_memory_types(memory);
+    cache_.emplace(*vk_, device_,
+                   std::min(settings.cache_bytes, device_heap_bytes_ / 4 * kCacheHeapQuarters));
     fences_.emplace([this](uint64_t value) { wait_value(value); });
   } catch (...) {
     destroy_objects();
@@ -264,6 +267,7 @@ void VulkanDevice::destroy_objects() noexcept {
     staging_.clear();
     for (Chunk& chunk : chunks_) destroy_buffer(*vk_, device_, chunk.buffer);
     chunks_.clear();
+    cache_.reset();
     // Destroying the pool frees its command buffers.
     if (pool_ != VK_NULL_HANDLE) vk_->vkDestroyCommandPool(device_, pool_, nullptr);
     slots_.clear();
@@ -289,7 +293,9 @@ plugin::MemoryInfo VulkanDevice::memory_info() const {
   memory.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2;
   memory.pNext = &budget;
   vki_.vkGetPhysicalDeviceMemoryProperties2(physical_, &memory);
-  uint64_t free = 0;
+  // The driver counts cached buffers as used; they are this plugin's to
+  // give back, so free (PLUGIN-10).
+  uint64_t free = cache_->bytes();
   const auto& heaps = memory.memoryProperties;
   for (uint32_t h = 0; h < heaps.memoryHeapCount; ++h) {
     if (heaps.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) {
@@ -397,12 +403,18 @@ uint64_t VulkanDevice::allocate(uint64_t nbytes, uint64_t alignment) {
                                  "-byte memory heap of device %u",
                                  request.size, device_heap_bytes_, index_)};
   }
-  Buffer buffer = create_buffer(*vk_, device_, request);
-  uint64_t base = 0;
+  const std::optional<BufferCache::Entry> cached =
+      cache_->take(nbytes, alignment, request.size);
+  BufferCache::Entry entry = cached ? *cached : BufferCache::Entry{create_device_buffer(request)};
+  Buffer& buffer = entry.buffer;
   uint64_t address = 0;
   try {
-    base = device_addresses_ ? buffer.device_address : addresses_->reserve_window(request.size);
-    address = plugin::align_up(base, alignment);
+    // A cached buffer keeps its base (its device address, or its window).
+    if (!cached) {
+      entry.base =
+          device_addresses_ ? buffer.device_address : addresses_->reserve_window(request.size);
+    }
+    address = plugin::align_up(entry.base, alignment);
     addresses_->claim(
         description_.uuid, address, nbytes,
         device_addresses_
@@ -415,7 +427,7 @@ uint64_t VulkanDevice::allocate(uint64_t nbytes, uint64_t alignment) {
   }
   try {
     std::lock_guard lock(allocations_mutex_);
-    allocations_.emplace(address, Allocation{buffer, base, nbytes});
+    allocations_.emplace(address, Allocation{buffer, entry.base, nbytes});
   } catch (...) {
     addresses_->release(description_.uuid, address);
     destroy_buffer(*vk_, device_, buffer);
@@ -450,11 +462,22 @@ void VulkanDevice::deallocate(uint64_t address) {
   } catch (...) {
     // Lost: nothing runs any more.
   }
-  // The claim goes first: once the memory is freed the driver may hand the
-  // same address to another thread's allocate at once.
+  // The claim goes first: once the memory is freed (or cached) another
+  // thread's allocate may hand the same address out at once. The ABI
+  // promises nothing of a new allocation's bytes (PLUGIN-11): a cached
+  // buffer is not cleared.
   addresses_->release(description_.uuid, address);
-  destroy_buffer(*vk_, device_, allocation.buffer);
+  cache_->keep(BufferCache::Entry{allocation.buffer, allocation.base});
   used_bytes_ -= allocation.nbytes;
+}
+
+Buffer VulkanDevice::create_device_buffer(const BufferRequest& request) {
+  try {
+    return create_buffer(*vk_, device_, request);
+  } catch (const Failure& failure) {
+    if (failure.status != DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY || !cache_->release_all()) throw;
+  }
+  return create_buffer(*vk_, device_, request);
 }
 
 void* VulkanDevice::map_to_host(uint64_t address, uint64_t nbytes) {

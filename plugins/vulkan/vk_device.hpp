@@ -4,7 +4,7 @@
 // and the kit's FenceReleases, whose worker waits those values in order and
 // fires the releases of "until released" copies as soon as their copies
 // are over. Each allocation is a VkBuffer with a VkDeviceMemory of its own
-// (vk_buffer.hpp).
+// (vk_buffer.hpp); freed ones are kept for reuse (vk_buffer_cache.hpp).
 #pragma once
 
 #include <vulkan/vulkan_core.h>
@@ -22,6 +22,7 @@
 
 #include "vk_addresses.hpp"
 #include "vk_buffer.hpp"
+#include "vk_buffer_cache.hpp"
 #include "vk_runtime.hpp"
 
 namespace devalloc::vulkan {
@@ -34,6 +35,14 @@ enum class AddressModel {
   // A window of an address range that the plugin hands out once per
   // process, whatever the device: base + k maps back to (buffer, k).
   window,
+};
+
+// The plugin's options, as each device uses them.
+struct DeviceSettings {
+  AddressModel address_model = AddressModel::buffer_device_address;
+  // Bytes of freed allocations each device keeps for reuse; at most
+  // VulkanDevice::kCacheHeapQuarters quarters of its device memory heap.
+  uint64_t cache_bytes = UINT64_MAX;
 };
 
 // What the instance learned of a physical device before opening it.
@@ -52,13 +61,16 @@ class VulkanDevice {
   // Bounce chunks for sources outside staging memory, and their size.
   static constexpr uint32_t kBounceChunks = 4;
   static constexpr uint64_t kBounceChunkBytes = uint64_t{4} << 20;
+  // The most of the device memory heap the cache keeps, in quarters: the
+  // rest stays with the driver for whoever else allocates on the device.
+  static constexpr uint64_t kCacheHeapQuarters = 3;
 
   // Creates the VkDevice, its queue, command pool and buffers and the
   // timeline semaphore. Throws Failure; what was created is destroyed.
   VulkanDevice(const InstanceFunctions& vki, const PhysicalDevice& physical, uint32_t index,
-               AddressModel model);
-  // Waits for all work, fires every release, frees every allocation and
-  // staging buffer, destroys the device. Never throws.
+               const DeviceSettings& settings);
+  // Waits for all work, fires every release, frees every allocation,
+  // cached buffer and staging buffer, destroys the device. Never throws.
   ~VulkanDevice();
   VulkanDevice(const VulkanDevice&) = delete;
   VulkanDevice& operator=(const VulkanDevice&) = delete;
@@ -119,6 +131,9 @@ class VulkanDevice {
   void create_objects(const PhysicalDevice& physical, bool device_address);
   void destroy_objects() noexcept;
 
+  // A new buffer of device memory; when the driver is out of memory, the
+  // cache is given back to it and the buffer asked for once more.
+  Buffer create_device_buffer(const BufferRequest& request);
   // The allocation holding [address, +nbytes); throws INVALID_ARGUMENT
   // naming the range, the role and PLUGIN-15. allocations_mutex_ held.
   std::map<uint64_t, Allocation>::iterator find(uint64_t address, uint64_t nbytes, const char* role,
@@ -180,6 +195,8 @@ class VulkanDevice {
   std::multimap<void*, Mapping> mappings_;
   std::map<const void*, Buffer> staging_;  // by the mapped pointer
   std::atomic<uint64_t> used_bytes_{0};
+  // Made with the VkDevice, destroyed before it.
+  std::optional<BufferCache> cache_;
 
   mutable std::atomic<bool> lost_{false};
   mutable std::atomic<const char*> lost_by_{nullptr};

@@ -85,7 +85,7 @@ class VulkanContext {
   VulkanContext& operator=(const VulkanContext&) = delete;
 
  protected:
-  std::vector<std::unique_ptr<VulkanDevice>> open_devices(AddressModel model) const {
+  std::vector<std::unique_ptr<VulkanDevice>> open_devices(const DeviceSettings& settings) const {
     uint32_t count = 0;
     check(vki_->vkEnumeratePhysicalDevices(instance_, &count, nullptr), CallKind::work,
           "vkEnumeratePhysicalDevices(count)");
@@ -103,7 +103,8 @@ class VulkanContext {
       const std::optional<uint32_t> family = transfer_family(*vki_, handle);
       if (!family) continue;
       devices.push_back(std::make_unique<VulkanDevice>(
-          *vki_, PhysicalDevice{handle, *family}, static_cast<uint32_t>(devices.size()), model));
+          *vki_, PhysicalDevice{handle, *family}, static_cast<uint32_t>(devices.size()),
+          settings));
     }
     return devices;
   }
@@ -121,8 +122,8 @@ class VulkanContext {
 
 class VulkanInstance final : private VulkanContext, public plugin::DeviceInstance<VulkanDevice> {
  public:
-  VulkanInstance(const std::string& library, AddressModel model)
-      : VulkanContext(library), DeviceInstance(open_devices(model)) {}
+  VulkanInstance(const std::string& library, const DeviceSettings& settings)
+      : VulkanContext(library), DeviceInstance(open_devices(settings)) {}
 
   ~VulkanInstance() override {
     // Staging memory may be the source of copies still in flight; each
@@ -188,16 +189,18 @@ struct VulkanPlugin {
   static constexpr bool offers_host_mapping = true;
 
   static std::unique_ptr<plugin::Instance> create(plugin::Options& options) {
-    const AddressModel model = take_address_model(options);
+    DeviceSettings settings;
+    settings.address_model = take_address_model(options);
+    settings.cache_bytes = options.take_u64("cache_bytes", settings.cache_bytes);
     std::string library = "libvulkan.so.1";
     if (options.take("runtime_library", library) && library.empty()) {
       throw Failure{DEVALLOC_STATUS_INVALID_ARGUMENT, "vulkan: option runtime_library is empty"};
     }
-    options.reject_unknown(name, "runtime_library, address_model");
+    options.reject_unknown(name, "runtime_library, address_model, cache_bytes");
     // Whatever fails while the runtime is set up makes the plugin
     // unavailable, in the runtime's own words.
     try {
-      return std::make_unique<VulkanInstance>(library, model);
+      return std::make_unique<VulkanInstance>(library, settings);
     } catch (Failure& failure) {
       failure.status = DEVALLOC_STATUS_RUNTIME_UNAVAILABLE;
       failure.message.insert(0, std::string(name) + ": ");

@@ -2,11 +2,12 @@
 // 1.3 driver that runs on the CPU, pinned by the test's environment
 // (VK_DRIVER_FILES), through Debian's real Vulkan loader. What the plugin
 // reports, copies read back, releases that fire with no synchronize,
-// mapping, addresses across instances, and the runtime missing.
+// mapping, addresses across instances, the runtime missing, and the cache
+// of freed buffers.
 #include <devalloc/plugin_loader.hpp>
+#include <dlfcn.h>
 
 #include <gtest/gtest.h>
-
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "vk_counting_loader.h"
 
 namespace devalloc::vulkan_test {
 namespace {
@@ -356,6 +359,179 @@ TEST_F(VulkanLavapipe, GivenFourThreadsCopyingToOneDevice_WhenSynchronized_ThenE
     EXPECT_EQ(read(base + n * kChunk, kChunk), pattern(kChunk, n)) << "copy " << n;
   }
   EXPECT_TRUE(plugin().free_host(host).ok());
+}
+
+// ---- The cache of freed buffers (plugins/vulkan/vk_buffer_cache.hpp), seen
+// through a loader that counts the driver's device memory on its way to
+// lavapipe (vk_counting_loader.cpp).
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// The counting loader, opened as the plugin opens it (one copy per process).
+class CountingLoader {
+ public:
+  CountingLoader() : library_(dlopen(DEVALLOC_VK_COUNTING_LOADER, RTLD_NOW | RTLD_LOCAL)) {
+    if (library_ == nullptr) return;
+    read_ = reinterpret_cast<devalloc_test_vk_read_memory_fn>(
+        dlsym(library_, "devalloc_test_vk_read_memory"));
+    limit_ = reinterpret_cast<devalloc_test_vk_limit_memory_fn>(
+        dlsym(library_, "devalloc_test_vk_limit_memory"));
+    offer_budget_ = reinterpret_cast<devalloc_test_vk_offer_budget_fn>(
+        dlsym(library_, "devalloc_test_vk_offer_budget"));
+  }
+  ~CountingLoader() {
+    if (!ok()) return;
+    limit(UINT64_MAX);
+    offer_budget(false);
+    dlclose(library_);
+  }
+  CountingLoader(const CountingLoader&) = delete;
+  CountingLoader& operator=(const CountingLoader&) = delete;
+
+  bool ok() const { return read_ && limit_ && offer_budget_; }
+  devalloc_test_vk_memory read() const {
+    devalloc_test_vk_memory m = {};
+    read_(&m);
+    return m;
+  }
+  void limit(uint64_t live_bytes) const { limit_(live_bytes); }
+  void offer_budget(bool offer) const { offer_budget_(offer ? 1 : 0); }
+
+ private:
+  void* library_;
+  devalloc_test_vk_read_memory_fn read_ = nullptr;
+  devalloc_test_vk_limit_memory_fn limit_ = nullptr;
+  devalloc_test_vk_offer_budget_fn offer_budget_ = nullptr;
+};
+
+class VulkanLavapipeCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(loader_.ok()) << DEVALLOC_VK_COUNTING_LOADER << ": " << dlerror();
+    start_ = loader_.read();
+  }
+  std::shared_ptr<Plugin> load_counted(PluginOptions options = {}) {
+    options.emplace_back("runtime_library", DEVALLOC_VK_COUNTING_LOADER);
+    return load(options);
+  }
+  static uint64_t allocate_on(Plugin& plugin, uint64_t nbytes) {
+    Result<uint64_t> address = plugin.allocate(kDevice, nbytes, 0);
+    EXPECT_TRUE(address.ok()) << address.status().message();
+    return address.ok() ? *address : 0;
+  }
+  // VkDeviceMemory objects and vkAllocateMemory calls since the test began.
+  uint64_t live() const { return loader_.read().live_count - start_.live_count; }
+  uint64_t allocations() const { return loader_.read().allocations - start_.allocations; }
+
+  CountingLoader loader_;
+  devalloc_test_vk_memory start_ = {};
+};
+
+TEST_F(VulkanLavapipeCache, GivenAFreedAllocation_WhenAboutItsSizeIsAllocated_ThenItsBufferIsReusedWithoutVkAllocateMemory) {
+  for (const char* model : {"buffer_device_address", "window"}) {
+    SCOPED_TRACE(model);
+    start_ = loader_.read();
+    auto plugin = load_counted({{"address_model", model}});
+    ASSERT_TRUE(plugin);
+    const uint64_t first = allocate_on(*plugin, 3 * kMiB);
+    ASSERT_TRUE(plugin->deallocate(kDevice, first).ok());
+    EXPECT_EQ(live(), 1u) << "kept, not given back to the driver";
+    // 4 KiB less still fills the buffer but for an eighth.
+    const uint64_t again = allocate_on(*plugin, 3 * kMiB - 4096);
+    EXPECT_EQ(again, first) << "the same buffer, at the same address";
+    EXPECT_EQ(allocations(), 1u);
+    const std::vector<uint8_t> bytes = pattern(3 * kMiB - 4096, 21);
+    ASSERT_TRUE(plugin->copy_to_device(kDevice, again, bytes.data(), bytes.size()).ok());
+    std::vector<uint8_t> back(bytes.size());
+    ASSERT_TRUE(plugin->copy_to_host(kDevice, back.data(), again, back.size()).ok());
+    EXPECT_EQ(back, bytes);
+    EXPECT_TRUE(plugin->deallocate(kDevice, again).ok());
+  }
+}
+
+TEST_F(VulkanLavapipeCache, GivenACachedBuffer_WhenAFarSmallerSizeIsAllocated_ThenANewBufferIsMade) {
+  auto plugin = load_counted();
+  ASSERT_TRUE(plugin);
+  const uint64_t large = allocate_on(*plugin, 4 * kMiB);
+  ASSERT_TRUE(plugin->deallocate(kDevice, large).ok());
+  const uint64_t small = allocate_on(*plugin, 1 * kMiB);
+  EXPECT_EQ(allocations(), 2u) << "1 MiB would leave 3/4 of the cached 4 MiB unused";
+  EXPECT_EQ(live(), 2u);
+  EXPECT_TRUE(plugin->deallocate(kDevice, small).ok());
+}
+
+TEST_F(VulkanLavapipeCache, GivenCacheBytes_WhenMoreIsFreed_ThenTheMostRecentlyFreedAreKeptWithinTheBound) {
+  auto plugin = load_counted({{"cache_bytes", std::to_string(5 * kMiB)}});
+  ASSERT_TRUE(plugin);
+  std::vector<uint64_t> addresses;
+  for (int i = 0; i < 4; ++i) addresses.push_back(allocate_on(*plugin, 2 * kMiB));
+  for (uint64_t a : addresses) ASSERT_TRUE(plugin->deallocate(kDevice, a).ok());
+  // Two buffers of 2 MiB and a few bytes fit in 5 MiB; three do not.
+  EXPECT_EQ(live(), 2u);
+  EXPECT_LE(loader_.read().live_bytes - start_.live_bytes, 5 * kMiB);
+  std::vector<uint64_t> again;
+  for (int i = 0; i < 3; ++i) again.push_back(allocate_on(*plugin, 2 * kMiB));
+  EXPECT_EQ(allocations(), 5u) << "two from the cache, one new";
+  std::sort(again.begin(), again.begin() + 2);
+  std::vector<uint64_t> last_two = {addresses[2], addresses[3]};
+  std::sort(last_two.begin(), last_two.end());
+  EXPECT_EQ(std::vector<uint64_t>(again.begin(), again.begin() + 2), last_two);
+  for (uint64_t a : again) EXPECT_TRUE(plugin->deallocate(kDevice, a).ok());
+}
+
+TEST_F(VulkanLavapipeCache, GivenCacheBytesZero_WhenAnAllocationIsFreed_ThenItsMemoryIsGivenBack) {
+  auto plugin = load_counted({{"cache_bytes", "0"}});
+  ASSERT_TRUE(plugin);
+  const uint64_t address = allocate_on(*plugin, 1 * kMiB);
+  ASSERT_TRUE(plugin->deallocate(kDevice, address).ok());
+  EXPECT_EQ(live(), 0u);
+}
+
+TEST_F(VulkanLavapipeCache, GivenCachedBuffers_WhenThePluginIsDestroyed_ThenEveryDeviceMemoryIsFreed) {
+  auto plugin = load_counted();
+  ASSERT_TRUE(plugin);
+  std::vector<uint64_t> addresses;
+  for (uint64_t mib : {1, 2, 3}) addresses.push_back(allocate_on(*plugin, mib * kMiB));
+  ASSERT_TRUE(plugin->deallocate(kDevice, addresses[0]).ok());
+  ASSERT_TRUE(plugin->deallocate(kDevice, addresses[1]).ok());
+  EXPECT_EQ(live(), 3u) << "two cached, one live";
+  plugin.reset();  // destroy (PLUGIN-9)
+  EXPECT_EQ(live(), 0u);
+}
+
+TEST_F(VulkanLavapipeCache, GivenTheDriverOutOfMemory_WhenAllocating_ThenTheCacheIsGivenBackAndTheAllocationTriedOnceMore) {
+  auto plugin = load_counted();
+  ASSERT_TRUE(plugin);
+  loader_.limit(start_.live_bytes + 6 * kMiB);
+  const uint64_t cached = allocate_on(*plugin, 4 * kMiB);
+  ASSERT_TRUE(plugin->deallocate(kDevice, cached).ok());
+  // Too small for the cached 4 MiB; 4 + 3 MiB exceed the limit.
+  const uint64_t fits = allocate_on(*plugin, 3 * kMiB);
+  EXPECT_NE(fits, 0u);
+  EXPECT_EQ(loader_.read().refusals - start_.refusals, 1u);
+  EXPECT_EQ(live(), 1u) << "the cached buffer was freed for it";
+  // Nothing cached to give back: refused once, and out of memory.
+  Result<uint64_t> refused = plugin->allocate(kDevice, 4 * kMiB, 0);
+  EXPECT_EQ(refused.status().code(), StatusCode::out_of_device_memory) << refused.status().message();
+  EXPECT_EQ(loader_.read().refusals - start_.refusals, 2u);
+  EXPECT_TRUE(plugin->deallocate(kDevice, fits).ok());
+}
+
+TEST_F(VulkanLavapipeCache, GivenAMemoryBudget_WhenAnAllocationIsFreedIntoTheCache_ThenFreeMemoryCountsItAsFree) {
+  loader_.offer_budget(true);
+  auto plugin = load_counted();
+  ASSERT_TRUE(plugin);
+  auto free_bytes = [&] {
+    const auto info = plugin->memory_info(kDevice);
+    EXPECT_TRUE(info.ok() && info->has_value());
+    return info.ok() && info->has_value() ? (*info)->free_bytes : 0;
+  };
+  const uint64_t before = free_bytes();
+  const uint64_t address = allocate_on(*plugin, 8 * kMiB);
+  EXPECT_LE(free_bytes(), before - 8 * kMiB) << "the budget's usage counts it";
+  ASSERT_TRUE(plugin->deallocate(kDevice, address).ok());
+  EXPECT_EQ(live(), 1u) << "cached: the driver still counts it as used";
+  EXPECT_EQ(free_bytes(), before) << "PLUGIN-10: the cache is free memory";
 }
 
 }  // namespace
