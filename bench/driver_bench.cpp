@@ -41,6 +41,7 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/mapped_file.hpp>
 #include <devalloc/core/plan.hpp>
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/runtime.hpp>
 
 #include <malloc.h>
@@ -257,7 +258,7 @@ void load(Loader& l, Figure& f, const Model& m, const std::byte* expected,
   LoadReport report;
   std::optional<Result<std::shared_ptr<LoadedProgram>>> program;
   const long faults_before = minor_faults();
-  measure(f, [&] { program.emplace(l.runtime->load(l.plan, {}, &report)); });
+  measure(f, [&] { program.emplace(l.runtime->load(l.plan, {.report = &report})); });
   if (faults != nullptr) {
     faults->values.push_back(static_cast<double>(minor_faults() - faults_before));
   }

@@ -420,7 +420,7 @@ std::shared_ptr<Runtime> runtime_with_plugin(const RuntimeConfig& config) {
 // loading several models would).
 LoadReport devalloc_load(const Model& m, Runtime& runtime) {
   LoadReport report;
-  auto program = runtime.load(m.shared_plan, {}, &report);
+  auto program = runtime.load(m.shared_plan, {.report = &report});
   if (!program.ok()) die(program.status().message());
   return report;  // the program goes: its buffers return to the warm heap
 }
@@ -924,7 +924,7 @@ int main(int argc, char** argv) {
         const std::vector<fs::path> files = {m.file};
         auto plan = build_plan(files, dir / "plan.json", options);
         if (!plan.ok()) die(plan.status().message());
-        auto program = runtime->load(std::move(*plan), {}, nullptr, &cache);
+        auto program = runtime->load(std::move(*plan), {.files = &cache});
         if (!program.ok()) die(program.status().message());
       });
       // The plan file as `devalloc plan` writes it and `devalloc load`

@@ -1,6 +1,8 @@
 #include <devalloc/core/runtime.hpp>
 
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/job_rank.hpp>
+#include <devalloc/core/placement.hpp>
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
@@ -50,34 +52,24 @@ LoadProgress Runtime::progress() const {
   return progress_;
 }
 
-Result<std::shared_ptr<LoadedProgram>> Runtime::load(
-    const Plan& plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
-    const LoadProgress& progress) {
+Runtime::Runtime(RuntimeConfig config)
+    : registry_(std::make_unique<DeviceRegistry>(std::move(config))) {}
+
+Runtime::~Runtime() = default;
+
+const RuntimeConfig& Runtime::config() const { return registry_->config(); }
+
+Result<std::shared_ptr<LoadedProgram>> Runtime::load(Plan plan, const LoadRequest& request) {
+  const std::filesystem::path& path = plan.path;
   return detail::catch_as_status(
       [&]() -> Result<std::shared_ptr<LoadedProgram>> {
-        return load(std::make_shared<const Plan>(plan), methods, report, files, verify,
-                    progress);
+        return load(std::make_shared<const Plan>(std::move(plan)), request);
       },
-      detail::file_failure(plan.path, "loading"));
+      detail::file_failure(path, "loading"));
 }
 
-Result<std::shared_ptr<LoadedProgram>> Runtime::load(
-    Plan&& plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
-    const LoadProgress& progress) {
-  return detail::catch_as_status(
-      [&]() -> Result<std::shared_ptr<LoadedProgram>> {
-        return load(std::make_shared<const Plan>(std::move(plan)), methods, report, files,
-                    verify, progress);
-      },
-      detail::file_failure(plan.path, "loading"));
-}
-
-Result<std::shared_ptr<LoadedProgram>> Runtime::load(
-    std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
-    LoadReport* report, SafetensorsCache* files, std::optional<bool> verify,
-    const LoadProgress& progress) {
+Result<std::shared_ptr<LoadedProgram>> Runtime::load(std::shared_ptr<const Plan> plan,
+                                                     const LoadRequest& request) {
   if (plan == nullptr) {
     // The message is an allocation too: it must not throw out of here.
     return detail::without_exceptions("load", []() -> Result<std::shared_ptr<LoadedProgram>> {
@@ -87,31 +79,34 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
   const Plan& planned = *plan;
   return detail::catch_as_status(
       [&]() -> Result<std::shared_ptr<LoadedProgram>> {
-        // A plan for several ranks loads this rank's view, the rank as the
-        // launcher set it (a caller with its own rank loads
-        // plan_for_rank's view instead).
+        // A plan for several ranks loads this rank's view: the rank asked
+        // for, else the launcher's.
         if (plan->world_size != 0) {
-          Result<std::optional<JobRank>> rank = rank_from_environment();
-          if (!rank.ok()) return rank.status().with_context(detail::plan_name(*plan));
-          if (!rank->has_value()) {
+          std::optional<JobRank> rank = request.rank;
+          if (!rank) {
+            Result<std::optional<JobRank>> launched = rank_from_environment();
+            if (!launched.ok()) return launched.status().with_context(detail::plan_name(*plan));
+            rank = *launched;
+          }
+          if (!rank) {
             return Status(StatusCode::invalid_argument,
                           detail::plan_name(*plan) + ": the plan is for a job of " +
                               std::to_string(plan->world_size) +
                               " ranks, and no launcher set this process's rank (RANK and "
                               "WORLD_SIZE, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID); "
-                              "give the rank explicitly (--rank, rank=, plan_for_rank)");
+                              "give the rank explicitly (--rank, rank=, LoadRequest::rank)");
           }
-          Result<Plan> view = plan_for_rank(*plan, **rank);
+          Result<Plan> view = plan_for_rank(*plan, *rank);
           if (!view.ok()) return view.status();
           plan = std::make_shared<const Plan>(std::move(*view));
         }
         // Shared, not moved: `planned` must outlive a constructor that throws.
         std::shared_ptr<LoadedProgram> program(new LoadedProgram(shared_from_this(), plan));
-        std::vector<std::string> names = methods;
-        if (names.empty()) {
-          for (const auto& m : program->plan().methods) names.push_back(m.name);
+        LoadRequest all = request;
+        if (all.methods.empty()) {
+          for (const auto& m : program->plan().methods) all.methods.push_back(m.name);
         }
-        Status s = program->load_methods(names, report, files, verify, progress);
+        Status s = program->load_methods(all);
         if (!s.ok()) return s;
         return program;
       },
@@ -121,20 +116,16 @@ Result<std::shared_ptr<LoadedProgram>> Runtime::load(
 LoadedProgram::LoadedProgram(std::shared_ptr<Runtime> runtime, std::shared_ptr<const Plan> plan)
     : runtime_(std::move(runtime)), plan_(std::move(plan)), tensors_(plan_->tensors.size()) {}
 
-Status LoadedProgram::load_methods(const std::vector<std::string>& methods,
-                                   LoadReport* report,
-                                   SafetensorsCache* files,
-                                   std::optional<bool> verify,
-                                   const LoadProgress& progress) {
-  return detail::catch_as_status(
-      [&] { return load_methods_or_throw(methods, report, files, verify, progress); },
-      detail::file_failure(plan_->path, "loading methods"));
+Status LoadedProgram::load_methods(const LoadRequest& request) {
+  return detail::catch_as_status([&] { return load_methods_or_throw(request); },
+                                 detail::file_failure(plan_->path, "loading methods"));
 }
 
-Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& methods,
-                                            LoadReport* report, SafetensorsCache* files,
-                                            std::optional<bool> verify,
-                                            const LoadProgress& progress) {
+Status LoadedProgram::load_methods_or_throw(const LoadRequest& request) {
+  const std::vector<std::string>& methods = request.methods;
+  LoadReport* report = request.report;
+  SafetensorsCache* files = request.files;
+  const LoadProgress& progress = request.progress;
   // Loads and unloads of this program run one at a time, so the members
   // below change only under load_mutex_: this thread may read them without
   // mutex_ until the commit, which writes them under both locks. Lookups
@@ -163,7 +154,7 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
   // The runtime-wide callback as set now: set_progress may replace it
   // while this load runs.
   const LoadProgress runtime_wide = progress ? LoadProgress() : runtime_->progress();
-  if (Status s = load.execute(progress ? progress : runtime_wide, verify.value_or(options.verify));
+  if (Status s = load.execute(progress ? progress : runtime_wide, request.verify.value_or(options.verify));
       !s.ok()) {
     return s;
   }
@@ -197,7 +188,7 @@ Status LoadedProgram::load_methods_or_throw(const std::vector<std::string>& meth
       TensorState& state = tensors_[n.index];
       state.loaded = true;
       state.nbytes = n.nbytes;
-      state.file = n.file == NeededTensor::kNoFile ? NeededTensor::kNoFile : file_id[n.file];
+      state.file = n.file == NeededTensor::kNoFile ? TensorState::kNoFile : file_id[n.file];
     }
   }
 
@@ -270,7 +261,7 @@ std::vector<std::string> LoadedProgram::methods() const {
 LoadedTensor LoadedProgram::loaded_tensor(size_t i) const {
   const TensorState& state = tensors_[i];
   const std::filesystem::path* file =
-      state.file == NeededTensor::kNoFile ? nullptr : &files_[state.file];
+      state.file == TensorState::kNoFile ? nullptr : &files_[state.file];
   return LoadedTensor{planned_tensor(*plan_, i, state.nbytes, file),
                       buffers_.find(plan_->tensors[i].memory_id)->second};
 }

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   config.plugin_path.push_back(EXAMPLE_PLUGIN_DIR);
   auto runtime = devalloc::Runtime::create(config);
   devalloc::LoadReport report;
-  auto program = runtime->load(std::move(*plan), {}, &report, &cache);
+  auto program = runtime->load(std::move(*plan), {.report = &report, .files = &cache});
   if (!program.ok()) {
     std::fprintf(stderr, "%s\n", program.status().message().c_str());
     return 1;

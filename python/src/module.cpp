@@ -444,8 +444,7 @@ class PyRuntime {
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     LoadReport report;
     const auto run = [&](const LoadProgress& with_progress) {
-      program = shared_runtime()->load(std::move(plan), methods, &report, &files, verify,
-                                       with_progress);
+      program = shared_runtime()->load(std::move(plan), {.methods = methods, .report = &report, .files = &files, .verify = verify, .progress = with_progress});
     };
     if (on_main_thread()) {
       // Python runs signal handlers (Ctrl-C's KeyboardInterrupt) on the main

@@ -158,7 +158,7 @@ int run_load(const LoadCommandOptions& o) {
   }
   LoadReport report;
   // The mappings opened to validate the plan serve the load too.
-  auto program = runtime->load(std::move(*plan), split_commas(o.methods), &report, &cache);
+  auto program = runtime->load(std::move(*plan), {.methods = split_commas(o.methods), .report = &report, .files = &cache});
   bar.finish();
   if (!program.ok()) return report_failure("load", program.status());
   const std::vector<std::string> fallbacks = fallback_lines(**program);

@@ -1,6 +1,7 @@
 #include <devalloc/executorch/device_allocator.hpp>
 
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/input_text.hpp>
 
 #include <executorch/runtime/platform/log.h>

@@ -3,6 +3,7 @@
 // config maps "cuda:0" to device 1 of the fake CUDA driver
 // (DEVALLOC_EXECUTORCH_TEST_BACKEND=cuda) or to the host plugin (=host).
 #include <devalloc/core/config.hpp>
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/executorch/device_allocator.hpp>
 

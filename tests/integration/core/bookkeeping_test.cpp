@@ -74,7 +74,7 @@ long long load_peak(const std::filesystem::path& dir, uint64_t nbytes) {
   const long long before = g_live.load();
   g_peak = before;
   LoadReport report;
-  auto program = runtime->load(plan, {}, &report);
+  auto program = runtime->load(plan, {.report = &report});
   EXPECT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(report.pipeline.slot_bytes, 4096u);
   EXPECT_EQ(report.copies, nbytes / 4096);

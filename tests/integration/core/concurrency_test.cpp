@@ -6,6 +6,7 @@
 #include "load_fixture.hpp"
 
 #include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/device_registry.hpp>
 
 #include <gmock/gmock.h>
 
@@ -41,7 +42,7 @@ class ConcurrentProgram : public LoadFixture, public ::testing::WithParamInterfa
 TEST_P(ConcurrentProgram, GivenLoadsUnloadsLookupsAndExportsFromSeveralThreads_ThenEveryThreadSeesWholeTensorsAndNothingLeaks) {
   const uint64_t before = DeviceBuffer::live_count();
   {
-    auto program = runtime()->load(plan(), {"prefill"}, nullptr);
+    auto program = runtime()->load(plan(), {.methods = {"prefill"}});
     ASSERT_TRUE(program.ok()) << program.status().message();
     std::shared_ptr<LoadedProgram> p = *program;
     std::atomic<int> loaders_done{0};
@@ -49,7 +50,7 @@ TEST_P(ConcurrentProgram, GivenLoadsUnloadsLookupsAndExportsFromSeveralThreads_T
 
     auto loader = [&] {
       for (int i = 0; i < kRounds; ++i) {
-        Status s = p->load_methods({"decode"});
+        Status s = p->load_methods({.methods = {"decode"}});
         EXPECT_TRUE(s.ok()) << s.message();
         s = p->unload_method("decode");
         // The other loader may have unloaded it first.
@@ -107,7 +108,7 @@ TEST_P(ConcurrentProgram, GivenSeveralProgramsOfOneRuntime_WhenLoadedAndDroppedF
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kRounds / 3; ++i) {
-        auto program = rt->load(plan(), {}, nullptr);
+        auto program = rt->load(plan());
         ASSERT_TRUE(program.ok()) << program.status().message();
         EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
       }
@@ -182,14 +183,13 @@ TEST_P(ConcurrentProgram, GivenTwoLoadsOfOneRuntimeWithTheirOwnCallbacks_WhenRun
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] {
         ProgressCalls& mine = seen[i];
-        auto program = rt->load(plan(), methods[i], nullptr, nullptr, std::nullopt,
-                                [&](uint64_t done, uint64_t total) {
+        auto program = rt->load(plan(), {.methods = methods[i], .progress = [&](uint64_t done, uint64_t total) {
                                   if (++mine.inside > 1) mine.overlapped = true;
                                   mine.calls.emplace_back(done, total);
                                   meet.arrive(i);
                                   std::this_thread::yield();
                                   --mine.inside;
-                                });
+                                }});
         ASSERT_TRUE(program.ok()) << program.status().message();
       });
     }
@@ -223,7 +223,7 @@ TEST_P(ConcurrentProgram, GivenTwoLoadsOfOneRuntimeWithoutTheirOwnCallbacks_When
     std::vector<std::thread> threads;
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] {
-        auto program = rt->load(plan(), methods[i], nullptr);
+        auto program = rt->load(plan(), {.methods = methods[i]});
         ASSERT_TRUE(program.ok()) << program.status().message();
       });
     }
@@ -246,13 +246,13 @@ TEST_P(ConcurrentProgram, GivenThePluginDroppedWhileProgramsLoadAndExport_WhenEx
   std::vector<DLManagedTensor*> late;
   {
     auto rt = runtime();
-    auto first = rt->load(plan(), {"prefill"}, nullptr);
+    auto first = rt->load(plan(), {.methods = {"prefill"}});
     ASSERT_TRUE(first.ok()) << first.status().message();
     std::shared_ptr<LoadedProgram> p = *first;
     std::atomic<int> workers_done{0};
     auto loader = [&] {
       for (int i = 0; i < kRounds / 2; ++i) {
-        Status s = p->load_methods({"decode"});
+        Status s = p->load_methods({.methods = {"decode"}});
         EXPECT_TRUE(s.ok()) << s.message();
         if (auto e = p->export_dlpack("head"); e.ok()) {
           std::lock_guard lock(late_mutex);
@@ -265,7 +265,7 @@ TEST_P(ConcurrentProgram, GivenThePluginDroppedWhileProgramsLoadAndExport_WhenEx
     };
     auto fresh_loader = [&] {
       for (int i = 0; i < kRounds / 4; ++i) {
-        auto q = rt->load(plan(), {}, nullptr);
+        auto q = rt->load(plan());
         ASSERT_TRUE(q.ok()) << q.status().message();
         EXPECT_EQ(read_back(*(*q)->find("head")), source("head"));
         auto e = (*q)->export_dlpack("w.b");
@@ -322,7 +322,7 @@ TEST_P(ConcurrentProgram, GivenLoadsFailingPartWayBesideGoodOnes_ThenTheGoodAreW
           if (t == 0) {
             Plan p = plan();
             p.buffers[1].device = "bad";
-            auto program = rt->load(p, {}, nullptr);
+            auto program = rt->load(p);
             if (program.ok()) {
               ++good;
               EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
@@ -332,7 +332,7 @@ TEST_P(ConcurrentProgram, GivenLoadsFailingPartWayBesideGoodOnes_ThenTheGoodAreW
             }
             rt->registry().drop_plugin("faulty");
           } else {
-            auto program = rt->load(plan(), {}, nullptr);
+            auto program = rt->load(plan());
             ASSERT_TRUE(program.ok()) << program.status().message();
             EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
             EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
@@ -396,9 +396,9 @@ TEST_P(ConcurrentProgram, GivenManyPiecesAndProgramsOfTwoRuntimes_WhenLoadedUnlo
         ~Done() { --n; }
       } done{running};
       for (int r = 0; r < 6; ++r) {
-        auto p = rt->load(plan_ptr, {seed % 2 ? "a" : "b"}, nullptr, &cache);
+        auto p = rt->load(plan_ptr, {.methods = {seed % 2 ? "a" : "b"}, .files = &cache});
         ASSERT_TRUE(p.ok()) << p.status().message();
-        Status s = (*p)->load_methods({seed % 2 ? "b" : "a"}, nullptr, &cache);
+        Status s = (*p)->load_methods({.methods = {seed % 2 ? "b" : "a"}, .files = &cache});
         ASSERT_TRUE(s.ok()) << s.message();
         for (uint64_t i = 0; i < kCount; i += 5) {
           auto t = (*p)->find("t" + std::to_string(i));
@@ -448,10 +448,10 @@ TEST_P(ConcurrentProgram, GivenACallbackThatWaitsForAnotherLoadOfTheRuntime_Then
     std::condition_variable cv;
     bool b_done = false;
     std::thread b;
-    auto a = rt->load(plan(), {}, nullptr, nullptr, std::nullopt, [&](uint64_t, uint64_t) {
+    auto a = rt->load(plan(), {.progress = [&](uint64_t, uint64_t) {
       if (b.joinable()) return;
       b = std::thread([&] {
-        auto q = rt->load(plan(), {}, nullptr);
+        auto q = rt->load(plan());
         EXPECT_TRUE(q.ok()) << q.status().message();
         std::lock_guard lock(m);
         b_done = true;
@@ -459,7 +459,7 @@ TEST_P(ConcurrentProgram, GivenACallbackThatWaitsForAnotherLoadOfTheRuntime_Then
       });
       std::unique_lock lock(m);
       cv.wait(lock, [&] { return b_done; });
-    });
+    }});
     ASSERT_TRUE(a.ok()) << a.status().message();
     b.join();
   }

@@ -10,6 +10,7 @@
 #include "load_fixture.hpp"
 
 #include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/device_registry.hpp>
 
 #include <gmock/gmock.h>
 
@@ -61,10 +62,10 @@ class FaultWalk : public LoadFixture {
     SCOPED_TRACE(label);
     const uint64_t before = DeviceBuffer::live_count();
     auto runtime = Runtime::create(walk_config(faulty, faults));
-    auto program = runtime->load(plan(), {"prefill"}, nullptr);
+    auto program = runtime->load(plan(), {.methods = {"prefill"}});
     Status failure = program.status();
     bool prefill_loaded = program.ok();
-    if (program.ok()) failure = (*program)->load_methods({"decode"});
+    if (program.ok()) failure = (*program)->load_methods({.methods = {"decode"}});
 
     const LayerCounters host = counters(*runtime, "host");
     const LayerCounters second = counters(*runtime, "second");
@@ -144,7 +145,7 @@ TEST_F(FaultWalk, GivenACopyWhoseFailureIsReportedToAnotherCallersSynchronize_Th
   uint64_t n = 0;
   for (uint64_t i = 1; i <= kMaxWalk && n == 0; ++i) {
     auto runtime = Runtime::create(one_thread(FaultInjection{i, 0}));
-    auto program = runtime->load(plan(), {}, nullptr);
+    auto program = runtime->load(plan());
     if (counters(*runtime, "host").faults_injected == 0) break;
     if (!program.ok() &&
         program.status().message().find("failed asynchronously") != std::string::npos) {
@@ -163,7 +164,7 @@ TEST_F(FaultWalk, GivenACopyWhoseFailureIsReportedToAnotherCallersSynchronize_Th
     auto host = runtime->registry().plugin("host");
     others = host.ok() ? (*host)->synchronize(0) : host.status();
   });
-  auto program = runtime->load(plan(), {}, nullptr);
+  auto program = runtime->load(plan());
   ASSERT_TRUE(synchronized);
   ASSERT_FALSE(others.ok()) << "the other caller's synchronize was not told of the failed copy";
   EXPECT_THAT(others.message(), HasSubstr("failed asynchronously"));

@@ -36,7 +36,7 @@ class HostLoad : public LoadFixture, public ::testing::WithParamInterface<bool> 
 TEST_P(HostLoad, GivenTwoMethodsSharingWeights_WhenLoadingBoth_ThenEachBufferAllocatedOnceAndEachConstantCopiedOnce) {
   auto runtime = Runtime::create(host_config());
   LoadReport report;
-  auto program = runtime->load(plan(), {"prefill", "decode"}, &report);
+  auto program = runtime->load(plan(), {.methods = {"prefill", "decode"}, .report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(report.allocations, 3u);
   EXPECT_EQ(report.constants, 3u);  // w.a, w.b, head; "empty" has no bytes
@@ -55,14 +55,14 @@ TEST_P(HostLoad, GivenTwoMethodsSharingWeights_WhenLoadingBoth_ThenEachBufferAll
 TEST_P(HostLoad, GivenOneMethodLoaded_WhenLoadingTheOther_ThenSharedBuffersAndConstantsAreReused) {
   auto runtime = Runtime::create(host_config());
   LoadReport first, second;
-  auto program = runtime->load(plan(), {"prefill"}, &first);
+  auto program = runtime->load(plan(), {.methods = {"prefill"}, .report = &first});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(first.allocations, 2u);
   EXPECT_EQ(first.constants, 2u);
   const uint64_t shared_address = (*program)->find("w.a")->address();
   EXPECT_FALSE((*program)->find("head"));
 
-  ASSERT_TRUE((*program)->load_methods({"decode"}, &second).ok());
+  ASSERT_TRUE((*program)->load_methods({.methods = {"decode"}, .report = &second}).ok());
   EXPECT_EQ(second.allocations, 1u);  // buffer 1 only
   EXPECT_EQ(second.constants, 1u);    // head only
   EXPECT_EQ((*program)->find("w.a")->address(), shared_address);
@@ -72,7 +72,7 @@ TEST_P(HostLoad, GivenOneMethodLoaded_WhenLoadingTheOther_ThenSharedBuffersAndCo
 TEST_P(HostLoad, GivenBothMethodsLoaded_WhenUnloadingOne_ThenOnlyItsOwnBufferIsFreed) {
   const uint64_t before = DeviceBuffer::live_count();
   auto runtime = Runtime::create(host_config());
-  auto program = runtime->load(plan(), {}, nullptr);
+  auto program = runtime->load(plan());
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(DeviceBuffer::live_count(), before + 3);
   ASSERT_TRUE((*program)->unload_method("decode").ok());
@@ -87,7 +87,7 @@ TEST_P(HostLoad, GivenBothMethodsLoaded_WhenUnloadingOne_ThenOnlyItsOwnBufferIsF
 
 TEST_P(HostLoad, GivenScratchAndEmptyTensors_WhenLoading_ThenTheyArePlacedButNotCopied) {
   auto runtime = Runtime::create(host_config());
-  auto program = runtime->load(plan(), {"prefill"}, nullptr);
+  auto program = runtime->load(plan(), {.methods = {"prefill"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   const std::optional<LoadedTensor> scratch = (*program)->find("scratch");
   ASSERT_TRUE(scratch);
@@ -103,7 +103,7 @@ TEST_P(HostLoad, GivenVerify_WhenTheCopyIsRight_ThenTheLoadReportsVerified) {
   RuntimeConfig c = host_config();
   c.load.verify = true;
   LoadReport report;
-  auto program = Runtime::create(c)->load(plan(), {}, &report);
+  auto program = Runtime::create(c)->load(plan(), {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_TRUE(report.verified);
 }
@@ -115,7 +115,7 @@ TEST_P(HostLoad, GivenStagingBelowOneSlot_WhenLoading_ThenOneSlotOf4KiBCarriesEa
   c.load.staging_bytes = 1;
   c.load.direct = false;
   LoadReport report;
-  auto program = Runtime::create(c)->load(plan(), {}, &report);
+  auto program = Runtime::create(c)->load(plan(), {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(read_back(*(*program)->find("w.b")), source("w.b"));
   EXPECT_EQ(report.copies, 2u);  // w.a (768 bytes) and w.b (256 bytes), one piece each
@@ -129,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(SyncAndAsync, HostLoad, ::testing::Bool(),
 
 TEST_F(LoadFixture, GivenMemoryOverride_WhenLoading_ThenThatBufferGoesWhereTheOverrideSays) {
   plan().buffers[1].device = "nosuchvendor:0";
-  auto program = Runtime::create(config("[memory]\n1 = \"host\"\n"))->load(plan(), {}, nullptr);
+  auto program = Runtime::create(config("[memory]\n1 = \"host\"\n"))->load(plan());
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ((*program)->find("head")->device().plugin_name, "host");
 }
@@ -143,7 +143,7 @@ TEST_F(LoadFixture, GivenADeviceWithOnlyScratchBuffers_WhenLoading_ThenTheReport
                            (kZooDir / "libdevalloc_zoo_well_behaved.so").string() +
                            "\"\n[devices.other]\nuse = \"zoo\"\n");
   LoadReport report;
-  auto program = Runtime::create(c)->load(plan(), {}, &report);
+  auto program = Runtime::create(c)->load(plan(), {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(report.allocations, 3u);
   ASSERT_EQ(report.devices.size(), 2u);
@@ -163,7 +163,7 @@ TEST_F(LoadFixture, GivenUnavailablePrimaryWithHostFallback_WhenLoading_ThenTheF
 [devices."nosuchvendor:0"]
 use = ["nosuchvendor", { index = 0 }]
 fallback = ["host"]
-)"))->load(plan(), {}, nullptr);
+)"))->load(plan());
   ASSERT_TRUE(program.ok()) << program.status().message();
   const std::optional<LoadedTensor> t = (*program)->find("w.a");
   EXPECT_TRUE(t->device().is_fallback);
@@ -174,7 +174,7 @@ fallback = ["host"]
 TEST_F(LoadFixture, GivenUnresolvableDevice_WhenLoading_ThenErrorNamesTagMemoryIdAndWhyAndNothingIsLeft) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().buffers[1].device = "nosuchvendor:0";
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr(plan().path.string() +
@@ -186,7 +186,7 @@ TEST_F(LoadFixture, GivenUnresolvableDevice_WhenLoading_ThenErrorNamesTagMemoryI
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorPastItsBuffer_WhenLoading_ThenRefusedBeforeAllocating) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().buffers[1].size = 128;  // head has 256 bytes
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_THAT(program.status().message(),
@@ -202,7 +202,7 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithOverlappingConstants_WhenLoading_The
   plan().tensors[1].offset = 128;  // w.b [128, 640) over w.a [0, 256)
   const Status validated = validate_plan(plan(), PlanValidationOptions{.check_sources = false});
   ASSERT_FALSE(validated.ok());
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr, nullptr, true);
+  auto program = Runtime::create(default_config())->load(plan(), {.verify = true});
   ASSERT_FALSE(program.ok()) << "the load placed w.b over w.a";
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(program.status().message(), validated.message());
@@ -219,7 +219,7 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithOverlappingConstants_WhenLoading_The
 TEST_F(LoadFixture, GivenOverlapOnlyInAMethodNotLoaded_WhenLoadingAnother_ThenRefusedAlready) {
   plan().tensors[2].memory_id = 0;  // head (decode only) over w.a [0, 256)
   plan().tensors[2].offset = 0;
-  auto program = Runtime::create(default_config())->load(plan(), {"prefill"}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan(), {.methods = {"prefill"}});
   ASSERT_FALSE(program.ok()) << "a later load_methods({\"decode\"}) would overwrite w.a";
   EXPECT_THAT(program.status().message(),
               HasSubstr("/tensors/2 \"head\": bytes [0, 256) of buffer 0 overlap /tensors/0 \"w.a\""));
@@ -230,7 +230,7 @@ TEST_F(LoadFixture, GivenOverlapOnlyInAMethodNotLoaded_WhenLoadingAnother_ThenRe
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithOffsetPastItsBuffer_WhenLoading_ThenRefusedBeforeAllocating) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().tensors[2].offset = 512;  // head, in buffer 1 of 256 bytes
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_THAT(program.status().message(),
@@ -245,7 +245,7 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithAShapeSmallerThanItsSource_WhenLoadi
   const uint64_t before = DeviceBuffer::live_count();
   plan().tensors[2].shape = {64};  // head: 128 bytes planned, 256 in the file
   plan().tensors[2].offset = 128;  // the file's 256 would end past buffer 1
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_THAT(program.status().message(),
@@ -257,7 +257,7 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithAShapeSmallerThanItsSource_WhenLoadi
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithAnAbsoluteSource_WhenLoading_ThenRefusedNamingTheTensorBeforeAllocating) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().tensors[2].source->file = "/etc/passwd";  // "head"; external files not allowed
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(program.status().message(),
@@ -280,7 +280,7 @@ TEST_F(LoadFixture, GivenAPlanAllowingExternalFiles_WhenTheConfigRefusesThem_The
   }
   plan().allow_external_files = true;
   ASSERT_TRUE(validate_plan(plan()).ok()) << validate_plan(plan()).message();
-  auto allowed = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto allowed = Runtime::create(default_config())->load(plan());
   ASSERT_TRUE(allowed.ok()) << allowed.status().message();
   EXPECT_EQ(read_back(*(*allowed)->find("w.b")), source("w.b"));
 
@@ -298,7 +298,7 @@ TEST_F(LoadFixture, GivenAPlanAllowingExternalFiles_WhenTheConfigRefusesThem_The
 
   const uint64_t before = DeviceBuffer::live_count();
   auto program =
-      Runtime::create(config("[load]\nexternal_files = false\n"))->load(plan(), {}, nullptr);
+      Runtime::create(config("[load]\nexternal_files = false\n"))->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(program.status().message(), path_for_message(plan().path.string()) + refused);
@@ -306,7 +306,7 @@ TEST_F(LoadFixture, GivenAPlanAllowingExternalFiles_WhenTheConfigRefusesThem_The
 
   plan().tensors[0].source->file = "/etc/passwd";
   auto absolute =
-      Runtime::create(config("[load]\nexternal_files = false\n"))->load(plan(), {}, nullptr);
+      Runtime::create(config("[load]\nexternal_files = false\n"))->load(plan());
   ASSERT_FALSE(absolute.ok());
   EXPECT_THAT(absolute.status().message(),
               HasSubstr("source file \"/etc/passwd\" is absolute; source files are relative to "
@@ -346,7 +346,7 @@ TEST_F(LoadFixture, GivenTheSourceSwappedBetweenAHardLinkAndALinkOutsideThePlanF
   });
   auto runtime = Runtime::create(default_config());
   for (int i = 0; i < 300; ++i) {
-    auto program = runtime->load(plan(), {"prefill"}, nullptr);
+    auto program = runtime->load(plan(), {.methods = {"prefill"}});
     if (program.ok()) {
       EXPECT_EQ(read_back(*(*program)->find("w.a")), source("w.a")) << "load " << i;
     } else {
@@ -399,7 +399,7 @@ TEST_F(LoadFixture, GivenTheSourceResolvedAndThenSwappedForALinkOutside_WhenOpen
 // key is shown, never acted on.
 TEST_F(LoadFixture, GivenSourceKeyWithControlCharacters_WhenMissing_ThenTheErrorShowsItEscaped) {
   plan().tensors[0].source->key = "no\x1b[2J\nsuch";
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(), HasSubstr("has no tensor \"no\\x1b[2J\\nsuch\""));
   EXPECT_EQ(program.status().message().find('\x1b'), std::string::npos);
@@ -417,7 +417,7 @@ TEST_F(LoadFixture, GivenAllocateReturnsAMisalignedAddress_WhenLoading_ThenRefus
                            (kZooDir / "libdevalloc_zoo_misaligned.so").string() +
                            "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
   c.load.verify = true;
-  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  auto program = Runtime::create(c)->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
@@ -436,7 +436,7 @@ TEST_F(LoadFixture, GivenAMisalignedAddressThatCannotBeHandedBack_WhenLoading_Th
   RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
                            (kZooDir / "libdevalloc_zoo_misaligned_keeps.so").string() +
                            "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
-  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  auto program = Runtime::create(c)->load(plan());
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("plugin zoo broke PLUGIN-11: allocate returned address 0x"),
@@ -455,7 +455,7 @@ TEST_F(LoadFixture, GivenAllocateReturnsOverlappingAddresses_WhenLoading_ThenRef
   RuntimeConfig c = config("[plugins.zoo]\nlibrary = \"" +
                            (kZooDir / "libdevalloc_zoo_shared_addresses.so").string() +
                            "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
-  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  auto program = Runtime::create(c)->load(plan());
   ASSERT_FALSE(program.ok()) << "w.a reads back as "
                              << (read_back(*(*program)->find("w.a")) == source("w.a")
                                      ? "its own bytes"
@@ -476,10 +476,10 @@ TEST_F(LoadFixture, GivenAllocateReturnsAnAddressOverlappingALiveBuffer_WhenLoad
                            "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n"
                            "[devices.other]\nuse = [\"host\", { index = 0 }]\n");
   plan().buffers[2].device = "other";  // scratch apart: prefill has one zoo buffer
-  auto program = Runtime::create(c)->load(plan(), {"prefill"}, nullptr);
+  auto program = Runtime::create(c)->load(plan(), {.methods = {"prefill"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   const uint64_t before = DeviceBuffer::live_count();
-  const Status more = (*program)->load_methods({"decode"});  // buffer 1 on the zoo
+  const Status more = (*program)->load_methods({.methods = {"decode"}});  // buffer 1 on the zoo
   ASSERT_FALSE(more.ok());
   EXPECT_THAT(more.message(), AllOf(HasSubstr("/buffers/1"),
                                     HasSubstr("which overlaps buffer 0 at [")));
@@ -505,7 +505,7 @@ TEST_F(LoadFixture, GivenABufferEndingExactlyAt2To64_WhenLoadingWithValidationAn
                            (kZooDir / "libdevalloc_zoo_top_addresses.so").string() +
                            "\"\nvalidate = true\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
   c.load.verify = true;
-  auto program = Runtime::create(c)->load(plan(), {}, nullptr);
+  auto program = Runtime::create(c)->load(plan());
   ASSERT_TRUE(program.ok()) << program.status().message();
   int at_top = 0;
   for (const char* name : {"w.a", "w.b", "head"}) {
@@ -525,7 +525,7 @@ class FaultyLoad : public LoadFixture {
     RuntimeConfig c = faulty_config(options);
     c.load.verify = verify;
     c.load.check_free_memory = check_free_memory;
-    return Runtime::create(c)->load(plan(), {}, nullptr);
+    return Runtime::create(c)->load(plan());
   }
 
   RuntimeConfig faulty_config(const std::string& options) {
@@ -547,12 +547,12 @@ TEST_F(FaultyLoad, GivenVerifyOverride_WhenLoading_ThenItWinsOverTheConfigForTha
   c.load.verify = false;
   auto runtime = Runtime::create(c);
   LoadReport report;
-  auto checked = runtime->load(plan(), {}, &report, nullptr, /*verify=*/true);
+  auto checked = runtime->load(plan(), {.report = &report, .verify = true});
   ASSERT_FALSE(checked.ok()) << "the override turned verify on";
   EXPECT_THAT(checked.status().message(), HasSubstr("verify: tensor \"head\""));
 
   c.load.verify = true;
-  auto unchecked = Runtime::create(c)->load(plan(), {}, &report, nullptr, /*verify=*/false);
+  auto unchecked = Runtime::create(c)->load(plan(), {.report = &report, .verify = false});
   ASSERT_TRUE(unchecked.ok()) << unchecked.status().message();
   EXPECT_FALSE(report.verified);
 }
@@ -600,15 +600,15 @@ TEST_F(FaultyLoad, GivenCheckFreeMemoryOff_WhenThePlanIsAboveTheLimit_ThenAlloca
 TEST_F(LoadFixture, GivenAMethodLoaded_WhenLoadingTheNext_ThenOnlyItsNewBuffersMustFitTheFreeMemory) {
   // prefill: buffers 0 and 2 (1792 B); decode adds buffer 1 (256 B).
   auto runtime = Runtime::create(config("[plugins.host]\noptions = { memory_limit = \"2048\" }\n"));
-  auto program = runtime->load(plan(), {"prefill"}, nullptr);
+  auto program = runtime->load(plan(), {.methods = {"prefill"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
-  ASSERT_TRUE((*program)->load_methods({"decode"}).ok()) << "exactly the 256 bytes left";
+  ASSERT_TRUE((*program)->load_methods({.methods = {"decode"}}).ok()) << "exactly the 256 bytes left";
   EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
 
   auto tight = Runtime::create(config("[plugins.host]\noptions = { memory_limit = \"2047\" }\n"));
-  auto first = tight->load(plan(), {"prefill"}, nullptr);
+  auto first = tight->load(plan(), {.methods = {"prefill"}});
   ASSERT_TRUE(first.ok()) << first.status().message();
-  const Status second = (*first)->load_methods({"decode"});
+  const Status second = (*first)->load_methods({.methods = {"decode"}});
   EXPECT_EQ(second.code(), StatusCode::out_of_device_memory);
   EXPECT_THAT(second.message(), HasSubstr("plan needs 256 B in 1 buffer, 255 B free of 2.0 KiB"));
   EXPECT_EQ((*first)->methods(), std::vector<std::string>{"prefill"});
@@ -650,7 +650,7 @@ TEST_F(FaultyLoad, GivenAReadBackThatWritesNothing_WhenVerifying_ThenStaleBytesO
     SCOPED_TRACE(options);
     RuntimeConfig c = faulty_config(options);
     c.load.verify = true;
-    auto program = Runtime::create(c)->load(twins, {}, nullptr);
+    auto program = Runtime::create(c)->load(twins);
     ASSERT_FALSE(program.ok()) << "verify vouched for a tensor it never read back";
     EXPECT_THAT(program.status().message(),
                 AllOf(HasSubstr("verify: tensor \"twin.b\""), HasSubstr("differs from")));
@@ -699,7 +699,7 @@ TEST_F(LoadFixture, GivenLoadedTensor_WhenExportedAsDlpack_ThenItDescribesTheDev
   const uint64_t before = DeviceBuffer::live_count();
   DLManagedTensor* managed = nullptr;
   {
-    auto program = Runtime::create(default_config())->load(plan(), {"decode"}, nullptr);
+    auto program = Runtime::create(default_config())->load(plan(), {.methods = {"decode"}});
     ASSERT_TRUE(program.ok()) << program.status().message();
     auto exported = (*program)->export_dlpack("w.b");
     ASSERT_TRUE(exported.ok()) << exported.status().message();

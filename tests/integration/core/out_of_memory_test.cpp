@@ -101,11 +101,11 @@ TEST_F(OutOfMemory, GivenEachAllocationOfALoadFailingInTurn_ThenItFailsWithAStat
   RuntimeConfig c = config("[plugins.host]\noptions = { async = true }\n[load]\nthreads = 2\n");
   c.load.verify = true;
   const std::shared_ptr<const Plan> shared = std::make_shared<const Plan>(plan());
-  const std::vector<std::string> all;
+  const LoadRequest request;  // every method
   std::shared_ptr<Runtime> runtime = Runtime::create(c);
   long failures = 0;
   const long runs = sweep(
-      [&] { return runtime->load(shared, all, nullptr); },
+      [&] { return runtime->load(shared, request); },
       [&](long n, auto& armed) {
         if (armed.result && !armed.result->ok()) {
           ++failures;
@@ -125,7 +125,7 @@ TEST_F(OutOfMemory, GivenEachAllocationOfALoadFailingInTurn_ThenItFailsWithAStat
   // Nothing of it lasts: among the failed allocations were those of opening
   // the plugin (around dlopen, not in the plugin's code), which must not
   // have left the process unable to open plugins.
-  auto again = Runtime::create(c)->load(shared, all, nullptr);
+  auto again = Runtime::create(c)->load(shared, request);
   EXPECT_TRUE(again.ok()) << again.status().message();
 }
 
@@ -134,8 +134,9 @@ TEST_F(OutOfMemory, GivenEachAllocationOfALoadFailingInTurn_ThenItFailsWithAStat
 TEST_F(OutOfMemory, GivenANullPlanAndEachAllocationFailingInTurn_ThenLoadRefusesWithAStatus) {
   std::shared_ptr<Runtime> runtime = Runtime::create(default_config());
   const std::shared_ptr<const Plan> none;
-  const std::vector<std::string> all;
-  const long runs = sweep([&] { return runtime->load(none, all, nullptr); },
+
+  const LoadRequest request;
+  const long runs = sweep([&] { return runtime->load(none, request); },
                           [&](long n, auto& armed) {
                             if (!armed.result) return;
                             EXPECT_FALSE(armed.result->ok()) << "after allocation " << n;
@@ -146,7 +147,7 @@ TEST_F(OutOfMemory, GivenANullPlanAndEachAllocationFailingInTurn_ThenLoadRefuses
 // A program's own calls: loading a method more, unloading one, exporting.
 TEST_F(OutOfMemory, GivenEachAllocationOfAProgramsCallsFailingInTurn_ThenEachReturnsAStatusAndTheProgramStaysWhole) {
   auto runtime = Runtime::create(config("[plugins.host]\noptions = { async = false }\n"));
-  auto loaded = runtime->load(plan(), {"prefill"}, nullptr);
+  auto loaded = runtime->load(plan(), {.methods = {"prefill"}});
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   std::shared_ptr<LoadedProgram> program = *loaded;
   // What is loaded is all there and right: "decode" (which adds head) is
@@ -163,7 +164,9 @@ TEST_F(OutOfMemory, GivenEachAllocationOfAProgramsCallsFailingInTurn_ThenEachRet
       EXPECT_EQ(read_back(*t), source(name)) << name << " after allocation " << n;
     }
   };
-  const std::vector<std::string> decode = {"decode"};
+  // Made here: an allocation of the request itself is the test's, not the
+  // call's.
+  const LoadRequest decode{.methods = {"decode"}};
   sweep([&] { return program->load_methods(decode); },
         [&](long n, auto& armed) {
           const bool loaded_it = armed.result && armed.result->ok();
@@ -198,10 +201,9 @@ TEST_F(OutOfMemory, GivenAPluginThatRefusesToFree_WhenAProgramIsDroppedWhileAllo
                                  "\"\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n");
   std::shared_ptr<Runtime> runtime = Runtime::create(c);
   const std::shared_ptr<const Plan> shared = std::make_shared<const Plan>(plan());
-  const std::vector<std::string> all;
   std::shared_ptr<LoadedProgram> program;
   const auto load = [&] {
-    auto loaded = runtime->load(shared, all, nullptr);
+    auto loaded = runtime->load(shared);
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
     program = *loaded;
   };

@@ -5,6 +5,7 @@
 // the host variants that release only when synchronized or release twice.
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/core/safetensors.hpp>
@@ -204,7 +205,7 @@ class PipelineLoad : public ::testing::Test {
 TEST_F(PipelineLoad, GivenModelLargerThanStaging_WhenStaged_ThenCopiesComeFromAFixedPinnedRingWithinBudget) {
   LoadReport report;
   auto program = Runtime::create(config_for("host", "staging = 16384\ndirect = false\n"))
-                     ->load(plan_, {}, &report);
+                     ->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   // Two ranges of 256 KiB and 4 KiB, in pieces of one 4 KiB slot.
@@ -226,7 +227,7 @@ TEST_F(PipelineLoad, GivenStagingOfOneByteAndTheMostThreads_WhenStaged_ThenOneSl
   LoadReport report;
   auto program =
       Runtime::create(config_for("host", "staging = 1\nthreads = 1024\ndirect = false\n"))
-          ->load(plan_, {}, &report);
+          ->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   EXPECT_EQ(report.pipeline.staging_slots, 1u);
@@ -242,7 +243,7 @@ TEST_F(PipelineLoad, GivenStagingOfOneByteAndTheMostThreads_WhenStaged_ThenOneSl
 TEST_F(PipelineLoad, GivenStagingFarAboveTheModel_WhenStaged_ThenTheRingIsSizedByTheModel) {
   LoadReport report;
   auto program = Runtime::create(config_for("host", "staging = \"256MiB\"\ndirect = false\n"))
-                     ->load(plan_, {}, &report);
+                     ->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   // Two ranges, of 256 KiB and 4 KiB: one slot each, of the larger's size.
@@ -256,7 +257,7 @@ TEST_F(PipelineLoad, GivenEachReadMode_WhenStaged_ThenTheBytesAreRight) {
     auto program =
         Runtime::create(config_for("host", std::string("staging = 16384\ndirect = false\n"
                                                        "read = \"") + mode + "\"\n"))
-            ->load(plan_, {}, &report);
+            ->load(plan_, {.report = &report});
     ASSERT_TRUE(program.ok()) << mode << ": " << program.status().message();
     expect_loaded_right(**program);
     EXPECT_EQ(report.copies, kTensors + 1) << mode;
@@ -278,7 +279,7 @@ TEST_F(PipelineLoad, GivenEachReadMode_WhenStaged_ThenTheBytesAreRight) {
 TEST_F(PipelineLoad, GivenReadAuto_WhenTheLoadHasEnoughLargePieces_ThenBothModesAreMeasuredAndOneChosen) {
   LoadReport small;
   auto unmeasured = Runtime::create(config_for("host", "direct = false\nread = \"auto\"\n"))
-                        ->load(plan_, {}, &small);
+                        ->load(plan_, {.report = &small});
   ASSERT_TRUE(unmeasured.ok()) << unmeasured.status().message();
   EXPECT_FALSE(small.pipeline.read_measured);
   EXPECT_EQ(small.pipeline.read, ReadMode::mmap);
@@ -310,7 +311,7 @@ TEST_F(PipelineLoad, GivenReadAuto_WhenTheLoadHasEnoughLargePieces_ThenBothModes
     auto program = Runtime::create(
                        config_for("host", std::string("staging = \"4MiB\"\nread = \"auto\"\n") +
                                               (direct ? "" : "direct = false\n")))
-                       ->load(plan, {}, &report);
+                       ->load(plan, {.report = &report});
     ASSERT_TRUE(program.ok()) << program.status().message();
     EXPECT_EQ(report.pipeline.read_measured, !direct);
     if (!direct) {
@@ -336,7 +337,7 @@ TEST_F(PipelineLoad, GivenPluginReleasingOnlyInSynchronize_WhenModelExceedsStagi
   LoadReport report;
   auto program =
       Runtime::create(config_for("host_release_on_sync", "staging = 16384\ndirect = false\n"))
-          ->load(plan_, {}, &report);
+          ->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   EXPECT_EQ(report.copies, kTensors + 1);
@@ -355,7 +356,7 @@ TEST_F(PipelineLoad, GivenPluginReleasingTwice_WhenLoading_ThenTheLoadFailsNamin
     auto program = Runtime::create(config_for("host_double_release",
                                               std::string("staging = 16384\ndirect = false\n"
                                                           "threads = ") + threads + "\n"))
-                       ->load(plan_, {}, nullptr);
+                       ->load(plan_);
     ASSERT_FALSE(program.ok()) << threads;
     EXPECT_EQ(program.status().code(), StatusCode::device_error);
     EXPECT_THAT(program.status().message(),
@@ -371,7 +372,7 @@ TEST_F(PipelineLoad, GivenPluginReleasingTwice_WhenLoading_ThenTheLoadFailsNamin
 TEST_F(PipelineLoad, GivenPluginWhoseStagingAllocationIsNull_WhenLoadingStaged_ThenRefusedNamingTheCallAndNothingLeft) {
   const uint64_t before = DeviceBuffer::live_count();
   auto program = Runtime::create(config_for("zoo_null_staging", "staging = 16384\n"))
-                     ->load(plan_, {}, nullptr);
+                     ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::internal);
   EXPECT_THAT(program.status().message(),
@@ -394,9 +395,9 @@ TEST_F(PipelineLoad, GivenStagingHandedOutAgainWhileInUse_WhenASecondLoadStartsD
       Runtime::create(config_for("zoo_round_robin_staging", "staging = 16384\nthreads = 1\n"));
   std::optional<Result<std::shared_ptr<LoadedProgram>>> second;
   const LoadProgress start_second = [&](uint64_t, uint64_t) {
-    if (!second) second = runtime->load(plan_, {}, nullptr);
+    if (!second) second = runtime->load(plan_);
   };
-  auto first = runtime->load(plan_, {}, nullptr, nullptr, std::nullopt, start_second);
+  auto first = runtime->load(plan_, {.progress = start_second});
   ASSERT_TRUE(second.has_value());
   ASSERT_TRUE(first.ok()) << first.status().message();
   expect_loaded_right(**first);
@@ -411,7 +412,7 @@ TEST_F(PipelineLoad, GivenStagingHandedOutAgainWhileInUse_WhenASecondLoadStartsD
   second.reset();
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 
-  auto third = runtime->load(plan_, {}, nullptr);
+  auto third = runtime->load(plan_);
   ASSERT_TRUE(third.ok()) << third.status().message();
   expect_loaded_right(**third);
 }
@@ -424,7 +425,7 @@ TEST_F(PipelineLoad, GivenPluginThatDoesNotReleaseAFailedCopy_WhenLoading_ThenTh
   auto program =
       Runtime::create(config_for("zoo_failed_copy_unreleased",
                                  "staging = 16384\nthreads = 1\nrelease_timeout = \"100ms\"\n"))
-          ->load(plan_, {}, nullptr);
+          ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("copying tensor \"t1001\" (bytes 4096..8192 of buffer 0)"),
@@ -450,7 +451,7 @@ TEST_F(PipelineLoad, GivenPluginThatNeverReleases_WhenTheLoadGivesUp_ThenTheBuff
   auto runtime = Runtime::create(config_for("zoo_never_releases",
                                             "threads = 1\ndirect = false\n"
                                             "release_timeout = \"100ms\"\n"));
-  auto program = runtime->load(plan_, {}, nullptr);
+  auto program = runtime->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("plugin zoo broke PLUGIN-20"),
@@ -462,7 +463,7 @@ TEST_F(PipelineLoad, GivenPluginThatNeverReleases_WhenTheLoadGivesUp_ThenTheBuff
   // never copied into, and is freed.
   Plan lone = plan_;
   lone.methods[0].tensors = {name(kTensors)};
-  auto second = runtime->load(lone, {}, nullptr);
+  auto second = runtime->load(lone);
   ASSERT_FALSE(second.ok());
   EXPECT_THAT(second.status().message(), HasSubstr("buffer 1 stays allocated"));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
@@ -475,7 +476,7 @@ TEST_F(PipelineLoad, GivenPluginReleasingWithAMadeUpUserData_WhenLoading_ThenThe
   const uint64_t before = DeviceBuffer::live_count();
   auto program = Runtime::create(config_for("zoo_stray_release",
                                             "staging = 16384\nrelease_timeout = \"100ms\"\n"))
-                     ->load(plan_, {}, nullptr);
+                     ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
@@ -492,7 +493,7 @@ TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPie
   auto program = Runtime::create(config_for("host_faulty",
                                             "staging = 16384\ndirect = false\nthreads = 1\n",
                                             "fail_copy_at = \"5\""))
-                     ->load(plan_, {}, nullptr);
+                     ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("copying tensor \"t1004\" (bytes 16384..20480 of buffer 0)"),
@@ -507,7 +508,7 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwice_WhenLoading_ThenTheBreachFoll
       Runtime::create(config_for("host_faulty", "staging = 16384\ndirect = false\nthreads = 1\n",
                                  "fail_copy_at = \"5\", release_failed_copy_twice = true, "
                                  "async = true"))
-          ->load(plan_, {}, nullptr);
+          ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
@@ -532,7 +533,7 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwiceWhileOthersReleaseLate_WhenLoa
       "fail_copy_at = \"3\", release_failed_copy_twice = true, release_late_ms = \"" +
           std::to_string(kLate.count()) + "\""));
   const auto start = std::chrono::steady_clock::now();
-  auto program = runtime->load(plan_, {}, nullptr);
+  auto program = runtime->load(plan_);
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
@@ -550,7 +551,7 @@ TEST_F(PipelineLoad, GivenReleasesAfterSynchronize_WhenLoading_ThenTheReportCoun
   auto program = Runtime::create(config_for("host_faulty",
                                             "staging = 16384\ndirect = false\nthreads = 1\n",
                                             "release_late_ms = \"50\""))
-                     ->load(plan_, {}, &report);
+                     ->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   ASSERT_EQ(report.devices.size(), 1u);
@@ -568,7 +569,7 @@ TEST_F(PipelineLoad, GivenReleasesAfterSynchronize_WhenLoading_ThenTheReportCoun
   uint64_t forced = 0;
   for (int i = 0; i < 20; ++i) {
     LoadReport in_time;
-    ASSERT_TRUE(runtime->load(plan_, {}, &in_time).ok());
+    ASSERT_TRUE(runtime->load(plan_, {.report = &in_time}).ok());
     ASSERT_EQ(in_time.devices.size(), 1u);
     EXPECT_GT(in_time.devices[0].copies, 0u);
     EXPECT_EQ(in_time.devices[0].late_releases, 0u);
@@ -589,7 +590,7 @@ TEST_F(PipelineLoad, GivenFourThreadsWaitingForTheSameLateReleases_ThenEachIsCou
   auto program = Runtime::create(config_for("host_faulty",
                                             "staging = 16384\ndirect = false\nthreads = 4\n",
                                             "release_late_ms = \"50\""))
-                     ->load(plan_, {}, &report);
+                     ->load(plan_, {.report = &report});
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(program.ok()) << program.status().message();
@@ -619,7 +620,7 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedWhileLoadingThroughTheMapping_ThenTheL
     runtime->set_progress([&](uint64_t, uint64_t) {
       if (!truncated) truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_TRUE(truncated);
     ASSERT_FALSE(program.ok()) << "direct = " << direct;
     EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
@@ -647,7 +648,7 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedAfterTheLastCopyWasIssued_ThenTheLoadF
       truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
     }
   });
-  auto program = runtime->load(plan_, {}, nullptr);
+  auto program = runtime->load(plan_);
   ASSERT_TRUE(truncated);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
@@ -749,7 +750,7 @@ TEST_F(PipelineLoad, GivenACallerThatBlocksEverySignal_WhenTheFileIsTruncatedWhi
             runtime->set_progress([&](uint64_t, uint64_t) {
               if (!truncated) truncated = ::truncate(model.c_str(), static_cast<off_t>(keep)) == 0;
             });
-            auto program = runtime->load(plan_, {}, nullptr);
+            auto program = runtime->load(plan_);
             failed = program.ok() ? Status() : program.status();
           } else {
             // The copies done, then the file cut, then the verify pass.
@@ -822,7 +823,7 @@ TEST_F(PipelineLoad, GivenTheSystemStartsNoMoreThreads_WhenLoadingWithFour_ThenT
     } catch (const std::system_error&) {
     }
     LoadReport report;
-    auto program = runtime->load(plan_, {}, &report);
+    auto program = runtime->load(plan_, {.report = &report});
     if (!program.ok()) {
       std::fprintf(stderr, "%s\n", program.status().message().c_str());
       return 7;
@@ -859,7 +860,7 @@ TEST_F(PipelineLoad, GivenFourThreadsAndManyPieces_ThenProgressOnlyRisesAndEndsA
       std::this_thread::yield();
       --inside;
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_TRUE(program.ok()) << program.status().message();
     EXPECT_FALSE(overlapped);
     ASSERT_FALSE(calls.empty());
@@ -883,7 +884,7 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoading_ThenTheLoadFai
     runtime->set_progress([&](uint64_t, uint64_t) {
       if (++calls == 2) throw std::runtime_error("stop at 2");
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_FALSE(program.ok());
     EXPECT_EQ(program.status().code(), StatusCode::internal);
     EXPECT_EQ(program.status().message(),
@@ -924,7 +925,7 @@ TEST_F(PipelineLoad, GivenThousandsOfTinyTensors_WhenLoadedByFourThreads_ThenEve
                                                "direct = " + (direct ? "true" : "false") + "\n"));
     std::vector<uint64_t> progress;
     runtime->set_progress([&](uint64_t done, uint64_t) { progress.push_back(done); });
-    auto program = runtime->load(plan, {}, &report);
+    auto program = runtime->load(plan, {.report = &report});
     ASSERT_TRUE(program.ok()) << program.status().message();
     ASSERT_FALSE(progress.empty());
     EXPECT_LE(progress.size(), 3u) << direct;  // one call per claim at most
@@ -963,7 +964,7 @@ TEST_F(PipelineLoad, GivenARangeAboveTheDirectPieceSize_WhenReadDirectly_ThenEac
   ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).message();
   LoadReport report;
   auto program = Runtime::create(config_for("host", "direct = true\nthreads = 2\n"))
-                     ->load(plan, {}, &report);
+                     ->load(plan, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ(report.direct_reads, 2u);
   EXPECT_EQ(report.copies, 0u);
@@ -994,7 +995,7 @@ TEST_F(PipelineLoad, GivenFileNeighboursInTwoBuffersAtContinuingOffsets_WhenStag
     LoadReport report;
     auto program = Runtime::create(config_for("host", std::string("staging = 16384\ndirect = ") +
                                                           (direct ? "true" : "false") + "\n"))
-                       ->load(plan, {}, &report);
+                       ->load(plan, {.report = &report});
     ASSERT_TRUE(program.ok()) << program.status().message();
     EXPECT_EQ(report.copies + report.direct_reads, 2u);
     for (uint64_t i : {0, 1}) {
@@ -1024,7 +1025,7 @@ TEST_F(PipelineLoad, GivenTwoPluginsStaging_WhenLoading_ThenTheirRingsTogetherSt
   auto config = parse_config(text, (dir_ / "devalloc.toml").string());
   ASSERT_TRUE(config.ok()) << config.status().message();
   LoadReport report;
-  auto program = Runtime::create(*config)->load(plan_, {}, &report);
+  auto program = Runtime::create(*config)->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   EXPECT_EQ((*program)->find(name(kTensors))->device().plugin_name, "f");
@@ -1049,7 +1050,7 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithOneThread_T
     runtime->set_progress([&](uint64_t, uint64_t) {
       if (++calls == 2) throw std::runtime_error("stop at 2");
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_FALSE(program.ok());
     EXPECT_THAT(program.status().message(), HasSubstr("stop at 2"));
     EXPECT_EQ(calls, 2);
@@ -1074,7 +1075,7 @@ TEST_F(PipelineLoad, GivenAProgressCallbackThatThrows_WhenLoadingWithFourThreads
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       throw std::runtime_error("stop at 1");
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_FALSE(program.ok());
     EXPECT_THAT(program.status().message(), HasSubstr("stop at 1"));
     EXPECT_EQ(calls.load(), 1);
@@ -1091,7 +1092,7 @@ TEST_F(PipelineLoad, GivenSynchronizeFailsWhileWaitingForAStagingSlot_WhenLoadin
   auto program = Runtime::create(config_for("zoo_unknown_status",
                                             "staging = 16384\nthreads = 1\ndirect = false\n"
                                             "release_timeout = \"100ms\"\n"))
-                     ->load(plan_, {}, nullptr);
+                     ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("synchronizing host"),
@@ -1118,7 +1119,7 @@ TEST_F(PipelineLoad, GivenATensorOfSeveralVerifyChunks_WhenVerified_ThenEachChun
     return Runtime::create(
                config_for("host_faulty",
                           "staging = 4096\ndirect = false\nthreads = 1\nverify = true\n", options))
-        ->load(plan, {}, report);
+        ->load(plan, {.report = report});
   };
   LoadReport report;
   auto right = load("async = true", &report);
@@ -1156,7 +1157,7 @@ TEST_F(PipelineLoad, GivenASourceTruncatedWhileLoading_WhenReadWithPread_ThenThe
         truncated = true;
       }
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_TRUE(truncated);
     ASSERT_FALSE(program.ok());
     EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
@@ -1219,7 +1220,7 @@ TEST_F(PipelineLoad, GivenTheFileRewrittenInPlaceWhileLoading_ThenTheLoadFailsAn
     runtime->set_progress([&](uint64_t, uint64_t) {
       if (++calls == 1) rewrite_in_place(flipped());
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_GE(calls, 1);
     ASSERT_FALSE(program.ok());
     EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
@@ -1244,21 +1245,21 @@ TEST_F(PipelineLoad, GivenAKeptCache_WhenTheFileIsRewrittenInPlaceBetweenLoads_T
   PlanValidationOptions checks;
   checks.cache = &files;
   ASSERT_TRUE(validate_plan(plan_, checks).ok());
-  auto first = runtime->load(plan_, {}, nullptr, &files);
+  auto first = runtime->load(plan_, {.files = &files});
   ASSERT_TRUE(first.ok()) << first.status().message();
   expect_loaded_right(**first);
 
   const std::vector<std::vector<std::byte>> other = flipped();
   rewrite_in_place(other, /*reversed=*/true);
   ASSERT_TRUE(validate_plan(plan_, checks).ok());
-  auto second = runtime->load(plan_, {}, nullptr, &files);
+  auto second = runtime->load(plan_, {.files = &files});
   ASSERT_TRUE(second.ok()) << second.status().message();
   expect_loaded(**second, other);
   expect_loaded_right(**first);  // the first program is as it was
 
   // And without validate_plan in between: the load's own open.
   rewrite_in_place(data_);
-  auto third = runtime->load(plan_, {}, nullptr, &files);
+  auto third = runtime->load(plan_, {.files = &files});
   ASSERT_TRUE(third.ok()) << third.status().message();
   expect_loaded_right(**third);
 }
@@ -1278,7 +1279,7 @@ TEST_F(PipelineLoad, GivenAPlanValidatedThroughACache_WhenTheFileIsRewrittenInPl
     ASSERT_TRUE(validate_plan(plan_, checks).ok());
     const std::vector<std::vector<std::byte>> other = flipped();
     rewrite_in_place(other, /*reversed=*/true);
-    auto program = runtime->load(plan_, {}, nullptr, &files);
+    auto program = runtime->load(plan_, {.files = &files});
     ASSERT_TRUE(program.ok()) << program.status().message();
     expect_loaded(**program, other);
   }
@@ -1293,7 +1294,7 @@ TEST_F(PipelineLoad, GivenAPlanValidatedThroughACache_WhenTheFileIsRewrittenInPl
     out[3].shape = {kTensorBytes / 2};
     write_in_place(out);
     const uint64_t before = DeviceBuffer::live_count();
-    auto program = runtime->load(plan_, {}, nullptr, &files);
+    auto program = runtime->load(plan_, {.files = &files});
     ASSERT_FALSE(program.ok());
     EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
     EXPECT_THAT(program.status().message(),
@@ -1321,7 +1322,7 @@ TEST_F(PipelineLoad, GivenTheFileReplacedByRenameWhileLoading_ThenTheLoadSucceed
       for (uint64_t i = 0; i <= kTensors; ++i) out.push_back({name(i), DType::u8, {kTensorBytes}, other[i]});
       ASSERT_TRUE(write_safetensors(dir_ / "model.safetensors", out).ok());
     });
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_GE(calls, 1);
     ASSERT_TRUE(program.ok()) << program.status().message();
     expect_loaded_right(**program);
@@ -1348,7 +1349,7 @@ TEST_F(PipelineLoad, GivenASourceRenamedOverAfterOpening_WhenReadWithDirectIo_Th
   LoadReport report;
   auto program = Runtime::create(config_for("host", "staging = 65536\ndirect = false\n"
                                                     "read = \"direct_io\"\n"))
-                     ->load(plan_, {}, &report, &files);
+                     ->load(plan_, {.report = &report, .files = &files});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);  // data_: the bytes of the file opened
   EXPECT_EQ(report.pipeline.direct_io_fallback, !direct_io_works(dir_))
@@ -1372,7 +1373,7 @@ TEST_F(PipelineLoad, GivenAFifoRenamedOverTheSource_WhenReadWithDirectIo_ThenThe
   std::atomic<bool> done{false};
   Result<std::shared_ptr<LoadedProgram>> program = Status(StatusCode::internal, "not run");
   std::thread load([&] {
-    program = runtime->load(plan_, {}, &report, &files);
+    program = runtime->load(plan_, {.report = &report, .files = &files});
     done = true;
   });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -1402,7 +1403,7 @@ TEST_F(PipelineLoad, GivenAReleaseWithUserDataOneByteIntoATicket_WhenLoading_The
   auto program = Runtime::create(config_for("host_stray_release",
                                             "staging = 16384\ndirect = false\nthreads = 1\n"
                                             "release_timeout = \"100ms\"\n"))
-                     ->load(plan_, {}, nullptr);
+                     ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
@@ -1431,7 +1432,7 @@ TEST_F(PipelineLoad, GivenTheRuntimeCallbackReplacedWhileALoadCallsIt_ThenThatLo
       runtime->set_progress([&](uint64_t d, uint64_t) { new_done.push_back(d); });
     }
   });
-  auto first = runtime->load(plan_, {}, nullptr);
+  auto first = runtime->load(plan_);
   ASSERT_TRUE(first.ok()) << first.status().message();
   EXPECT_TRUE(new_done.empty()) << "the load called the replacement " << new_done.size() << " times";
   ASSERT_GE(old_done.size(), 2u);
@@ -1439,7 +1440,7 @@ TEST_F(PipelineLoad, GivenTheRuntimeCallbackReplacedWhileALoadCallsIt_ThenThatLo
   EXPECT_TRUE(alive_in_every_call);
   EXPECT_TRUE(old_alive.expired()) << "the runtime still holds the replaced callback";
 
-  auto second = runtime->load(plan_, {}, nullptr);
+  auto second = runtime->load(plan_);
   ASSERT_TRUE(second.ok()) << second.status().message();
   ASSERT_FALSE(new_done.empty());
   EXPECT_EQ(new_done.back(), kModelBytes + kTensorBytes);
@@ -1455,7 +1456,7 @@ TEST_F(PipelineLoad, GivenSetProgressCalledFromAnotherThreadDuringLoads_ThenNoDa
     while (!stop) runtime->set_progress([&](uint64_t, uint64_t) { ++calls; });
   });
   for (int i = 0; i < 20; ++i) {
-    auto program = runtime->load(plan_, {}, nullptr);
+    auto program = runtime->load(plan_);
     ASSERT_TRUE(program.ok()) << program.status().message();
   }
   stop = true;
@@ -1476,7 +1477,7 @@ TEST_F(PipelineLoad, GivenPluginReleasingInSynchronize_WhenACopyIsInItsCallDurin
   auto program = Runtime::create(config_for("zoo_slow_fourth_copy",
                                             "staging = 262144\ndirect = false\nthreads = 2\n"
                                             "release_timeout = \"1s\"\n"))
-                     ->load(plan_, {}, &report);
+                     ->load(plan_, {.report = &report});
   ASSERT_TRUE(program.ok()) << program.status().message();
   expect_loaded_right(**program);
   EXPECT_EQ(report.pipeline.staging_slots, 4u);
@@ -1498,7 +1499,7 @@ TEST_F(PipelineLoad, GivenStagingMemoryAlignedTo16Bytes_WhenReadWithDirectIo_The
     auto program = Runtime::create(config_for("zoo_staging_16",
                                               std::string("staging = 16384\nread = \"") + mode +
                                                   "\"\n"))
-                       ->load(plan_, {}, &report);
+                       ->load(plan_, {.report = &report});
     ASSERT_TRUE(program.ok()) << mode << ": " << program.status().message();
     expect_loaded_right(**program);
     EXPECT_TRUE(report.pipeline.pinned) << mode;

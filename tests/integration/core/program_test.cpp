@@ -4,6 +4,7 @@
 #include "load_fixture.hpp"
 
 #include <devalloc/core/device_buffer.hpp>
+#include <devalloc/core/device_registry.hpp>
 
 #include <gmock/gmock.h>
 
@@ -21,7 +22,7 @@ using ::testing::HasSubstr;
 
 TEST_F(LoadFixture, GivenALookupHeld_WhenItsMethodIsUnloaded_ThenTheLookupStaysValidAndHoldsItsBuffer) {
   const uint64_t before = DeviceBuffer::live_count();
-  auto program = Runtime::create(default_config())->load(plan(), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan());
   ASSERT_TRUE(program.ok()) << program.status().message();
   std::optional<LoadedTensor> head = (*program)->find("head");
   ASSERT_TRUE(head);
@@ -46,10 +47,10 @@ TEST_F(LoadFixture, GivenAProgressCallbackThatLooksUp_WhenLoadingMoreMethods_The
     w_a_seen.push_back(watched->find("w.a").has_value());
     EXPECT_EQ(watched->methods(), std::vector<std::string>{"prefill"});
   });
-  auto program = runtime->load(plan(), {"prefill"}, nullptr);
+  auto program = runtime->load(plan(), {.methods = {"prefill"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   watched = *program;
-  ASSERT_TRUE(watched->load_methods({"decode"}).ok());
+  ASSERT_TRUE(watched->load_methods({.methods = {"decode"}}).ok());
   // head is copied by this load: while it ran, decode was not visible.
   EXPECT_THAT(head_seen, ElementsAre(false));
   EXPECT_THAT(w_a_seen, ElementsAre(true));
@@ -64,19 +65,19 @@ TEST_F(LoadFixture, GivenARuntimeCallbackAndALoadsOwn_WhenLoading_ThenEachLoadCa
   runtime->set_progress([&](uint64_t done, uint64_t) { runtime_done.push_back(done); });
   const LoadProgress own = [&](uint64_t done, uint64_t) { own_done.push_back(done); };
 
-  auto program = runtime->load(plan(), {"prefill"}, nullptr, nullptr, std::nullopt, own);
+  auto program = runtime->load(plan(), {.methods = {"prefill"}, .progress = own});
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_THAT(runtime_done, ElementsAre());
   ASSERT_FALSE(own_done.empty());
   EXPECT_EQ(own_done.back(), 768u);  // w.a and w.b
 
   own_done.clear();
-  ASSERT_TRUE((*program)->load_methods({"decode"}, nullptr, nullptr, std::nullopt, own).ok());
+  ASSERT_TRUE((*program)->load_methods({.methods = {"decode"}, .progress = own}).ok());
   EXPECT_THAT(runtime_done, ElementsAre());
   EXPECT_THAT(own_done, ElementsAre(256u));  // head only: the rest is in place
 
   own_done.clear();
-  ASSERT_TRUE(runtime->load(plan(), {"decode"}, nullptr).ok());
+  ASSERT_TRUE(runtime->load(plan(), {.methods = {"decode"}}).ok());
   EXPECT_THAT(own_done, ElementsAre());
   ASSERT_FALSE(runtime_done.empty());
   EXPECT_EQ(runtime_done.back(), 1024u);
@@ -85,7 +86,7 @@ TEST_F(LoadFixture, GivenARuntimeCallbackAndALoadsOwn_WhenLoading_ThenEachLoadCa
 TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorOutsideItsMethodsMemoryIds_WhenLoading_ThenRefusedNamingTheTensorAndNothingIsAllocated) {
   const uint64_t before = DeviceBuffer::live_count();
   plan().methods[0].memory_ids = {0};  // prefill's scratch lies in buffer 2
-  auto program = Runtime::create(default_config())->load(plan(), {"prefill"}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan(), {.methods = {"prefill"}});
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_THAT(program.status().message(),
@@ -100,10 +101,10 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorOutsideItsMethodsMemoryIds_Whe
   // which decode makes live, and runs past its end.
   plan().tensors.push_back(PlanTensor{"wide.scratch", DType::u8, {4096}, 2, 0, std::nullopt});
   plan().methods.push_back(PlanMethod{"wide", {0}, {"w.a", "wide.scratch"}});
-  auto program = Runtime::create(default_config())->load(plan(), {"decode"}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan(), {.methods = {"decode"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   const uint64_t before = DeviceBuffer::live_count();
-  Status s = (*program)->load_methods({"wide"});
+  Status s = (*program)->load_methods({.methods = {"wide"}});
   EXPECT_EQ(s.code(), StatusCode::invalid_argument);
   EXPECT_THAT(s.message(),
               AllOf(HasSubstr("tensor \"wide.scratch\""),
@@ -118,7 +119,7 @@ TEST_F(LoadFixture, GivenScratchOfAnotherMethodOverlappingAConstant_WhenTheConst
   // "overlay" uses buffer 1 as scratch, over the bytes of head (decode's).
   plan().tensors.push_back(PlanTensor{"overlay.scratch", DType::u8, {256}, 1, 0, std::nullopt});
   plan().methods.push_back(PlanMethod{"overlay", {1}, {"overlay.scratch"}});
-  auto program = Runtime::create(default_config())->load(plan(), {"decode", "overlay"}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan(), {.methods = {"decode", "overlay"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   ASSERT_TRUE((*program)->unload_method("decode").ok());
 
@@ -130,7 +131,7 @@ TEST_F(LoadFixture, GivenScratchOfAnotherMethodOverlappingAConstant_WhenTheConst
                                                        garbage.data(), garbage.size()).ok());
 
   LoadReport report;
-  ASSERT_TRUE((*program)->load_methods({"decode"}, &report).ok());
+  ASSERT_TRUE((*program)->load_methods({.methods = {"decode"}, .report = &report}).ok());
   EXPECT_EQ(report.allocations, 2u);  // buffers 0 and 2; buffer 1 lived on
   EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
 }
@@ -139,7 +140,7 @@ TEST_F(LoadFixture, GivenAMethodThatListsABufferWithNoTensorOfItsOwn_WhenAnother
   // "spare" lists buffer 1 (where decode's head lies) as memory it uses,
   // with no tensor in it: a runtime may hand it out as scratch.
   plan().methods.push_back(PlanMethod{"spare", {1}, {}});
-  auto program = Runtime::create(default_config())->load(plan(), {"decode", "spare"}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan(), {.methods = {"decode", "spare"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   const uint64_t before = DeviceBuffer::live_count();
   ASSERT_TRUE((*program)->unload_method("decode").ok());
@@ -151,7 +152,7 @@ TEST_F(LoadFixture, GivenAMethodThatListsABufferWithNoTensorOfItsOwn_WhenAnother
   EXPECT_EQ((*program)->buffers()[0]->memory_id(), 1u);
 
   LoadReport report;
-  ASSERT_TRUE((*program)->load_methods({"decode"}, &report).ok());
+  ASSERT_TRUE((*program)->load_methods({.methods = {"decode"}, .report = &report}).ok());
   EXPECT_EQ(report.allocations, 2u);  // buffer 1 lived on
   EXPECT_EQ(report.constants, 3u);    // head too: no loaded method listed it
   EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
@@ -161,7 +162,7 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorInAnotherMethodsBuffer_WhenTha
   // "lean" lists head (buffer 1) but only memory id 0; loaded together with
   // "wide", which lists buffer 1, the load accepts it.
   plan().methods = {{"lean", {0}, {"w.a", "head"}}, {"wide", {1}, {}}};
-  auto program = Runtime::create(default_config())->load(plan(), {"lean", "wide"}, nullptr);
+  auto program = Runtime::create(default_config())->load(plan(), {.methods = {"lean", "wide"}});
   ASSERT_TRUE(program.ok()) << program.status().message();
   ASSERT_TRUE((*program)->unload_method("wide").ok());
   const std::optional<LoadedTensor> head = (*program)->find("head");
@@ -172,7 +173,7 @@ TEST_F(LoadFixture, GivenUnvalidatedPlanWithTensorInAnotherMethodsBuffer_WhenTha
 
 TEST_F(LoadFixture, GivenAPlanMovedIn_ThenTheProgramOwnsItAndLoadsEveryMethod) {
   Plan moved = plan();
-  auto program = Runtime::create(default_config())->load(std::move(moved), {}, nullptr);
+  auto program = Runtime::create(default_config())->load(std::move(moved));
   ASSERT_TRUE(program.ok()) << program.status().message();
   EXPECT_EQ((*program)->methods(), (std::vector<std::string>{"decode", "prefill"}));
   EXPECT_EQ((*program)->plan().tensors.size(), plan().tensors.size());
@@ -182,8 +183,8 @@ TEST_F(LoadFixture, GivenAPlanMovedIn_ThenTheProgramOwnsItAndLoadsEveryMethod) {
 TEST_F(LoadFixture, GivenASharedPlan_WhenLoadedTwice_ThenBothProgramsHoldItWithoutACopy) {
   auto shared = std::make_shared<const Plan>(plan());
   auto runtime = Runtime::create(default_config());
-  auto first = runtime->load(shared, {"decode"}, nullptr);
-  auto second = runtime->load(shared, {}, nullptr);
+  auto first = runtime->load(shared, {.methods = {"decode"}});
+  auto second = runtime->load(shared);
   ASSERT_TRUE(first.ok()) << first.status().message();
   ASSERT_TRUE(second.ok()) << second.status().message();
   EXPECT_EQ(&(*first)->plan(), shared.get());
@@ -200,7 +201,7 @@ TEST_F(LoadFixture, GivenASharedPlan_WhenLoadedTwice_ThenBothProgramsHoldItWitho
 }
 
 TEST_F(LoadFixture, GivenANullSharedPlan_WhenLoading_ThenRefusedWithAStatus) {
-  auto program = Runtime::create(default_config())->load(std::shared_ptr<const Plan>(), {});
+  auto program = Runtime::create(default_config())->load(std::shared_ptr<const Plan>());
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(program.status().message(), "load: no plan (a null pointer)");
@@ -210,7 +211,7 @@ TEST_F(LoadFixture, GivenADlpackExport_WhenTheLastProgramHandleGoes_ThenTheExpor
   std::weak_ptr<LoadedProgram> weak;
   DLManagedTensor* managed = nullptr;
   {
-    auto program = Runtime::create(default_config())->load(plan(), {"decode"}, nullptr);
+    auto program = Runtime::create(default_config())->load(plan(), {.methods = {"decode"}});
     ASSERT_TRUE(program.ok()) << program.status().message();
     weak = *program;
     auto exported = (*program)->export_dlpack("head");
@@ -241,13 +242,13 @@ TEST_F(LoadFixture, GivenAPluginThatFailedToLoad_WhenItBecomesLoadable_ThenTheNe
 // what still holds the old instance keeps it alive.
 TEST_F(LoadFixture, GivenALoadedPlugin_WhenDroppedFromTheRegistry_ThenTheNextLoadCreatesAFreshInstanceAndOldTensorsStayValid) {
   auto runtime = Runtime::create(default_config());
-  auto old_program = runtime->load(plan(), {"decode"}, nullptr);
+  auto old_program = runtime->load(plan(), {.methods = {"decode"}});
   ASSERT_TRUE(old_program.ok()) << old_program.status().message();
   const std::shared_ptr<Plugin> old_instance = (*old_program)->find("head")->device().plugin;
   EXPECT_TRUE(runtime->registry().drop_plugin("host"));
   EXPECT_FALSE(runtime->registry().drop_plugin("host"));
 
-  auto new_program = runtime->load(plan(), {"decode"}, nullptr);
+  auto new_program = runtime->load(plan(), {.methods = {"decode"}});
   ASSERT_TRUE(new_program.ok()) << new_program.status().message();
   EXPECT_NE((*new_program)->find("head")->device().plugin, old_instance);
   EXPECT_EQ(read_back(*(*old_program)->find("head")), source("head"));

@@ -26,7 +26,7 @@ class ValidatedLoad : public LoadFixture {
     return Runtime::create(config("[plugins.zoo]\nlibrary = \"" + library.string() +
                                   "\"\nvalidate = " + validate +
                                   "\n[devices.host]\nuse = [\"zoo\", { index = 0 }]\n"))
-        ->load(plan(), {}, nullptr);
+        ->load(plan());
   }
 };
 
@@ -56,7 +56,7 @@ TEST_F(ValidatedLoad, GivenTheWellBehavedZoo_WhenLoadingFromSeveralThreadsAtOnce
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kLoads; ++i) {
-        auto program = runtime->load(plan(), {}, nullptr);
+        auto program = runtime->load(plan());
         if (!program.ok()) failures[t].push_back(program.status().message());
       }
     });

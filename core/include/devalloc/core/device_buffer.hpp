@@ -2,7 +2,7 @@
 // uses the memory id shares. Freed when its last owner lets go.
 #pragma once
 
-#include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/device.hpp>
 #include <devalloc/status.hpp>
 
 #include <atomic>

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <devalloc/core/config.hpp>
-#include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/device.hpp>
 
 #include <cstdint>
 #include <filesystem>

@@ -5,6 +5,7 @@
 
 #include <devalloc/core/device_registry.hpp>
 #include <devalloc/core/dtype.hpp>
+#include <devalloc/core/plan.hpp>
 #include <devalloc/status.hpp>
 
 #include <cstdint>
@@ -26,18 +27,6 @@ struct PlannedBuffer {
   size_t plan_index = SIZE_MAX;  // into Plan::buffers, for messages ("/buffers/N")
 };
 
-struct PlannedTensor {
-  std::string name;
-  DType dtype = DType::u8;
-  std::vector<uint64_t> shape;
-  uint32_t memory_id = 0;
-  uint64_t offset = 0;  // in its buffer
-  uint64_t nbytes = 0;
-  std::filesystem::path file;  // absolute; empty for scratch memory
-  std::string key;             // tensor name in file
-
-  bool is_constant() const { return !file.empty(); }
-};
 
 // What a set of methods needs: each buffer and each tensor once, however
 // many of the methods use it, with each tensor's size computed and each

@@ -105,6 +105,21 @@ struct PlanTensor {
   bool is_constant() const { return source.has_value(); }
 };
 
+// A planned tensor as a load sees it: its source resolved to an absolute
+// file, its size computed.
+struct PlannedTensor {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> shape;
+  uint32_t memory_id = 0;
+  uint64_t offset = 0;  // in its buffer
+  uint64_t nbytes = 0;
+  std::filesystem::path file;  // absolute; empty for scratch memory
+  std::string key;             // tensor name in file
+
+  bool is_constant() const { return !file.empty(); }
+};
+
 struct PlanMethod {
   std::string name;
   std::vector<uint32_t> memory_ids;  // every buffer the method uses

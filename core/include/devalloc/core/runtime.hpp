@@ -16,10 +16,9 @@
 
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/device_buffer.hpp>
-#include <devalloc/core/device_registry.hpp>
+#include <devalloc/core/job_rank.hpp>
 #include <devalloc/core/load_report.hpp>
 #include <devalloc/core/name_index.hpp>
-#include <devalloc/core/placement.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/core/safetensors.hpp>
 #include <devalloc/status.hpp>
@@ -48,34 +47,49 @@ struct LoadedTensor {
   const ResolvedDevice& device() const { return buffer->device(); }
 };
 
+class DeviceRegistry;
 class Runtime;
+
+// What one load asks for. Every field may be left out:
+//   runtime->load(plan);                                  // every method
+//   runtime->load(plan, {.methods = {"forward"}, .report = &report});
+struct LoadRequest {
+  // Runtime::load: the methods to load, every one when empty.
+  // LoadedProgram::load_methods: the ones named (empty loads nothing).
+  std::vector<std::string> methods;
+  // Filled when the load succeeds; left as it was when it fails.
+  LoadReport* report = nullptr;
+  // Where source files are opened: a caller that validated the plan with a
+  // cache passes it to reuse those mappings; else a cache of this load.
+  SafetensorsCache* files = nullptr;
+  // Overrides the config's [load] verify for this load.
+  std::optional<bool> verify;
+  // This load's own progress callback, called for it alone (one call at a
+  // time, `done` rising, as LoadProgress says) instead of the runtime's
+  // (Runtime::set_progress).
+  LoadProgress progress;
+  // For a plan made for several ranks (docs/distributed.md): this
+  // process's rank; none takes the launcher's (rank_from_environment).
+  // Ignored for a plan without ranks.
+  std::optional<JobRank> rank;
+};
 
 class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
  public:
   LoadedProgram(const LoadedProgram&) = delete;
   LoadedProgram& operator=(const LoadedProgram&) = delete;
 
-  // Loads more methods: the ones named (an empty list loads nothing, unlike
-  // Runtime::load, whose empty list means every method). Buffers already
-  // live are reused, constants already copied are not copied again. A
-  // failed call leaves `report` as it was. All-or-nothing: the methods, their tensors
-  // and buffers become visible together once every copy (and the verify
-  // pass) succeeded. The copies run without the program's lookup lock, so a
-  // progress callback may call the lookups and export_dlpack (but not
-  // load_methods or unload_method of the same program, nor of another one
-  // whose own load's callback may call back into this one: two loads
-  // waiting for each other; docs/loading.md). Source files are opened
-  // through `files` when given (a caller that validated the plan with it
-  // reuses those mappings), else through a cache of this call. `verify`
-  // overrides the config's [load] verify for this call. `progress`, when
-  // set, is this call's own callback, called for it alone (one call at a
-  // time, `done` rising, as LoadProgress says) instead of the runtime's
-  // (Runtime::set_progress); other loads never call it.
-  Status load_methods(const std::vector<std::string>& methods,
-                      LoadReport* report = nullptr,
-                      SafetensorsCache* files = nullptr,
-                      std::optional<bool> verify = std::nullopt,
-                      const LoadProgress& progress = {});
+  // Loads more methods: request.methods (an empty list loads nothing,
+  // unlike Runtime::load, whose empty list means every method). Buffers
+  // already live are reused, constants already copied are not copied again.
+  // All-or-nothing: the methods, their tensors and buffers become visible
+  // together once every copy (and the verify pass) succeeded. The copies run
+  // without the program's lookup lock, so a progress callback may call the
+  // lookups and export_dlpack (but not load_methods or unload_method of the
+  // same program, nor of another one whose own load's callback may call back
+  // into this one: two loads waiting for each other; docs/loading.md).
+  // request.rank is not used: the program's plan is one rank's already.
+  Status load_methods(const LoadRequest& request);
   // Unloads a loaded method; a buffer lives on while a loaded method (or a
   // DLPack export, or a LoadedTensor a caller holds) uses it. A constant no
   // loaded method lists is forgotten: loading it again copies it again, as
@@ -105,7 +119,8 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   // not copied per tensor: a LoadedTensor is made when a caller asks.
   struct TensorState {
     uint64_t nbytes = 0;
-    size_t file = NeededTensor::kNoFile;  // into files_
+    static constexpr size_t kNoFile = static_cast<size_t>(-1);
+    size_t file = kNoFile;  // into files_
     bool loaded = false;  // a loaded method lists it
     bool filled = false;  // its constant is on the device
   };
@@ -113,9 +128,7 @@ class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
   LoadedTensor loaded_tensor(size_t i) const;
   // The calls above, which may throw (an allocation that fails); each
   // public one turns an exception into a Status, with nothing changed.
-  Status load_methods_or_throw(const std::vector<std::string>& methods, LoadReport* report,
-                               SafetensorsCache* files, std::optional<bool> verify,
-                               const LoadProgress& progress);
+  Status load_methods_or_throw(const LoadRequest& request);
   Status unload_method_or_throw(std::string_view method);
   Result<DLManagedTensor*> export_dlpack_or_throw(std::string_view name);
 
@@ -141,7 +154,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
  public:
   static std::shared_ptr<Runtime> create(RuntimeConfig config);
 
-  DeviceRegistry& registry() { return registry_; }
+  ~Runtime();
+  DeviceRegistry& registry() { return *registry_; }
   // The runtime-wide progress callback, for every load that gives none of
   // its own. Each load calls it one call at a time with its own done and
   // total, but loads that run at once call it at once, each with its own
@@ -152,31 +166,20 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // and keeps calling that one (a copy of it) to its end.
   void set_progress(LoadProgress progress);
   LoadProgress progress() const;  // a copy of the current one
-  const RuntimeConfig& config() const { return registry_.config(); }
+  const RuntimeConfig& config() const;
 
-  // Loads the methods of plan (all of them when methods is empty); `files`,
-  // `verify` and `progress` (this load's own callback, else the runtime's)
-  // as for LoadedProgram::load_methods. The program keeps the
-  // plan: a plan passed by const reference is copied (per tensor, a name, a
-  // shape, a source), one passed as an rvalue is moved, and a shared one is
-  // shared, so that programs loaded from one plan hold it once (a null one
-  // is refused).
-  Result<std::shared_ptr<LoadedProgram>> load(
-      const Plan& plan, const std::vector<std::string>& methods,
-      LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
-      std::optional<bool> verify = std::nullopt, const LoadProgress& progress = {});
-  Result<std::shared_ptr<LoadedProgram>> load(
-      Plan&& plan, const std::vector<std::string>& methods,
-      LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
-      std::optional<bool> verify = std::nullopt, const LoadProgress& progress = {});
-  Result<std::shared_ptr<LoadedProgram>> load(
-      std::shared_ptr<const Plan> plan, const std::vector<std::string>& methods,
-      LoadReport* report = nullptr, SafetensorsCache* files = nullptr,
-      std::optional<bool> verify = std::nullopt, const LoadProgress& progress = {});
+  // Loads request.methods of the plan (every method when empty), as
+  // LoadRequest says. The program keeps the plan: a plan passed by value is
+  // moved in (std::move it to spare a copy), a shared one is shared, so that
+  // programs loaded from one plan hold it once (a null one is refused). A
+  // plan made for several ranks loads this rank's share (plan_for_rank).
+  Result<std::shared_ptr<LoadedProgram>> load(Plan plan, const LoadRequest& request = {});
+  Result<std::shared_ptr<LoadedProgram>> load(std::shared_ptr<const Plan> plan,
+                                              const LoadRequest& request = {});
 
  private:
-  explicit Runtime(RuntimeConfig config) : registry_(std::move(config)) {}
-  DeviceRegistry registry_;
+  explicit Runtime(RuntimeConfig config);
+  std::unique_ptr<DeviceRegistry> registry_;  // never null
   mutable std::mutex progress_mutex_;
   LoadProgress progress_;  // guarded by progress_mutex_
 };
