@@ -124,7 +124,7 @@ Status MappedFile::check_unchanged(std::string_view when) const {
   FileVersion now;
   if (const int error = read_file_version(fd_, &now); error != 0) {
     return detail::without_exceptions(path_, "its status", [&] {
-      return Status(StatusCode::invalid_argument,
+      return Status(StatusCode::io_error,
                     path_for_message(path_.string()) + ": cannot tell whether it was modified " +
                         std::string(when) + ": fstat: " + std::system_category().message(error));
     });
@@ -147,7 +147,7 @@ Status MappedFile::check_unchanged(std::string_view when) const {
               " (written with its modification time kept, or chmod-ed, chown-ed or renamed "
               "itself)";
     }
-    return Status(StatusCode::invalid_argument,
+    return Status(StatusCode::data_loss,
                   path_for_message(path_.string()) + ": modified in place " + std::string(when) +
                       " (" + what +
                       "): the header and offsets read from it no longer describe its bytes; "

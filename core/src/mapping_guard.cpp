@@ -171,7 +171,7 @@ Status lost_to_truncation(const MappedFile& file, uint64_t at) {
   // faulted starts at `at` rounded down.
   const long page = ::sysconf(_SC_PAGESIZE);
   const uint64_t size = page > 0 ? static_cast<uint64_t>(page) : 4096;
-  return Status(StatusCode::invalid_argument,
+  return Status(StatusCode::data_loss,
                 path_for_message(file.path().string()) + ": the page at offset " +
                     std::to_string(at / size * size) +
                     " could not be read (SIGBUS): the file was truncated after it was "

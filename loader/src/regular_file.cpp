@@ -84,8 +84,7 @@ namespace {
 constexpr int kReadFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
 
 Status cannot_open(const std::filesystem::path& path, int error) {
-  const bool out_of_resources = error == EMFILE || error == ENFILE || error == ENOMEM;
-  return Status(out_of_resources ? StatusCode::out_of_host_memory : StatusCode::invalid_argument,
+  return Status(status_code_from_errno(error),
                 path_for_message(path.string()) + ": cannot open: " + errno_text(error));
 }
 
@@ -292,8 +291,7 @@ Result<RegularFile> detail::open_regular_file_beneath(const std::filesystem::pat
   UniqueFd root(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (root.get() < 0) {
     const int error = errno;
-    const bool out_of_resources = error == EMFILE || error == ENFILE || error == ENOMEM;
-    return Status(out_of_resources ? StatusCode::out_of_host_memory : StatusCode::invalid_argument,
+    return Status(status_code_from_errno(error),
                   path_for_message(folder.string()) + ": cannot open the folder: " +
                       errno_text(error));
   }
@@ -332,7 +330,8 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_
     const ssize_t got = ::read(file->fd(), text.data() + done, text.size() - done);
     if (got < 0) {
       if (errno == EINTR) continue;
-      return invalid(path, "cannot read: " + errno_text(errno));
+      return Status(StatusCode::io_error,
+                    path_for_message(path.string()) + ": cannot read: " + errno_text(errno));
     }
     if (got == 0) break;
     done += static_cast<size_t>(got);

@@ -1,6 +1,7 @@
 #include <devalloc/plugin.hpp>
 #include <devalloc/status.hpp>
 
+#include <cerrno>
 #include <cstdio>
 
 namespace devalloc {
@@ -16,8 +17,36 @@ const char* to_string(StatusCode code) {
     case StatusCode::unsupported: return "unsupported";
     case StatusCode::device_error: return "device_error";
     case StatusCode::internal: return "internal";
+    case StatusCode::not_found: return "not_found";
+    case StatusCode::permission_denied: return "permission_denied";
+    case StatusCode::io_error: return "io_error";
+    case StatusCode::data_loss: return "data_loss";
   }
   return "unknown";
+}
+
+StatusCode status_code_from_errno(int error) {
+  switch (error) {
+    case ENOENT:
+    case ENOTDIR:
+      return StatusCode::not_found;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return StatusCode::permission_denied;
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+      return StatusCode::out_of_host_memory;
+    case EIO:
+    case ENXIO:
+    case ENODEV:
+    case ESTALE:
+    case ETIMEDOUT:
+      return StatusCode::io_error;
+    default:
+      return StatusCode::invalid_argument;
+  }
 }
 
 StatusCode status_code_from_abi(devalloc_status status) {

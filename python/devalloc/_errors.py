@@ -29,7 +29,8 @@ class Error(RuntimeError):
 
     message  devalloc's message, unchanged (also str(error))
     code     devalloc's status code: "invalid_argument", "out_of_device_memory",
-             "no_such_device", "runtime_unavailable", "unsupported", ...
+             "no_such_device", "runtime_unavailable", "unsupported", "not_found",
+             "permission_denied", "io_error", "data_loss", ...
     file, line, column
              where the message points into a file, when it does (None otherwise)
     """

@@ -95,8 +95,16 @@ Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache,
 
 int report_failure(const char* command, const Status& status) {
   std::fprintf(stderr, "devalloc %s: %s\n", command, status.message().c_str());
-  return status.code() == StatusCode::invalid_argument ? kExitBadInput
-                                                       : kExitFailure;
+  // What the user gave is wrong or not there: bad input. The rest (a
+  // device, a plugin, a read that failed, data lost) is a failed job.
+  switch (status.code()) {
+    case StatusCode::invalid_argument:
+    case StatusCode::not_found:
+    case StatusCode::permission_denied:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
 }
 
 }  // namespace devalloc::cli

@@ -28,10 +28,14 @@ Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const MappedFil
                               static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      return Status(StatusCode::invalid_argument,
+      // A read of a file that opened fails for the device's sake (EIO),
+      // not the argument's.
+      const int error = errno;
+      const StatusCode code = status_code_from_errno(error);
+      return Status(code == StatusCode::invalid_argument ? StatusCode::io_error : code,
                     path_for_message(file.path().string()) + ": cannot read " + std::to_string(n) +
                         " bytes at offset " + std::to_string(offset) + ": " +
-                        errno_text(errno));
+                        errno_text(error));
     }
     if (r == 0) break;
     done += static_cast<uint64_t>(r);
@@ -41,7 +45,7 @@ Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const MappedFil
     return Status();
   }
   if (done < n) {
-    return Status(StatusCode::invalid_argument,
+    return Status(StatusCode::data_loss,
                   path_for_message(file.path().string()) + ": ends before offset " +
                       std::to_string(offset + n) + " (was it truncated?)");
   }

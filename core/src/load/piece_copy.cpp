@@ -47,7 +47,7 @@ Status Pipeline::staged_piece(const Piece& p) {
     uint64_t got = 0;
     read = pread_all(direct_io_.fd(s.file), slot.memory, length, start, *s.file, &got);
     if (read.ok() && got < offset + p.nbytes - start) {
-      read = Status(StatusCode::invalid_argument,
+      read = Status(StatusCode::data_loss,
                     path_for_message(s.file->path().string()) + ": ends before offset " +
                         std::to_string(offset + p.nbytes) + " (was it truncated?)");
     }

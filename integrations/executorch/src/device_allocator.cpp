@@ -68,6 +68,10 @@ et::Error to_executorch_error(StatusCode code) {
     case StatusCode::unsupported: return et::Error::NotSupported;
     case StatusCode::device_error: return et::Error::AccessFailed;
     case StatusCode::internal: return et::Error::Internal;
+    case StatusCode::not_found: return et::Error::NotFound;
+    case StatusCode::permission_denied:
+    case StatusCode::io_error:
+    case StatusCode::data_loss: return et::Error::AccessFailed;
   }
   return et::Error::Internal;
 }

@@ -30,7 +30,20 @@ enum class StatusCode : int32_t {
   unsupported = DEVALLOC_STATUS_UNSUPPORTED,
   device_error = DEVALLOC_STATUS_DEVICE_ERROR,
   internal = DEVALLOC_STATUS_INTERNAL,
+  // The host's own failures, which no plugin returns (outside the ABI's
+  // range): a file that is not there, one the process may not open, a read
+  // that failed, and data lost (a file cut short while it was read).
+  not_found = 100,
+  permission_denied = 101,
+  io_error = 102,
+  data_loss = 103,
 };
+
+// The code of a failed open(2), read(2) or stat(2): not_found for ENOENT
+// and ENOTDIR, permission_denied for EACCES, EPERM and EROFS,
+// out_of_host_memory for EMFILE, ENFILE and ENOMEM, io_error for EIO and
+// the like; invalid_argument for the rest (a folder, a FIFO, a loop).
+StatusCode status_code_from_errno(int error);
 
 // "out_of_device_memory", ...; "unknown" for values outside the set.
 const char* to_string(StatusCode code);

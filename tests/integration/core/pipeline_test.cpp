@@ -623,7 +623,7 @@ TEST_F(PipelineLoad, GivenTheFileTruncatedWhileLoadingThroughTheMapping_ThenTheL
     auto program = runtime->load(plan_);
     ASSERT_TRUE(truncated);
     ASSERT_FALSE(program.ok()) << "direct = " << direct;
-    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_EQ(program.status().code(), StatusCode::data_loss);
     EXPECT_THAT(program.status().message(),
                 AllOf(HasSubstr("tensor \"t10"), HasSubstr("model.safetensors: the page at offset "),
                       HasSubstr("could not be read (SIGBUS): the file was truncated")))
@@ -709,7 +709,7 @@ TEST_F(PipelineLoad, GivenTheFileRewrittenInPlaceAfterTheCopies_WhenVerified_The
     rewrite_in_place(same_bytes ? data_ : reversed);
     const Status verified = verify_copies(schedule.requests(), 4096);
     ASSERT_FALSE(verified.ok());
-    EXPECT_EQ(verified.code(), StatusCode::invalid_argument);
+    EXPECT_EQ(verified.code(), StatusCode::data_loss);
     EXPECT_THAT(verified.message(),
                 AllOf(HasSubstr(same_bytes ? "verify: the copies cannot be compared with the file "
                                              "they came from: "
@@ -1160,7 +1160,7 @@ TEST_F(PipelineLoad, GivenASourceTruncatedWhileLoading_WhenReadWithPread_ThenThe
     auto program = runtime->load(plan_);
     ASSERT_TRUE(truncated);
     ASSERT_FALSE(program.ok());
-    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_EQ(program.status().code(), StatusCode::data_loss);
     EXPECT_THAT(program.status().message(),
                 AllOf(HasSubstr("model.safetensors: ends before offset " + std::to_string(size)),
                       HasSubstr("was it truncated?")));
@@ -1190,7 +1190,7 @@ TEST_F(PipelineLoad, GivenAFileRewrittenInPlaceAfterItWasOpened_WhenTheScheduleR
     std::vector<DeviceLoadStats> stats;
     const Status copied = schedule.execute(options, &stats);
     ASSERT_FALSE(copied.ok());
-    EXPECT_EQ(copied.code(), StatusCode::invalid_argument);
+    EXPECT_EQ(copied.code(), StatusCode::data_loss);
     EXPECT_THAT(copied.message(),
                 AllOf(HasSubstr("model.safetensors: modified in place since it was opened (its "
                                 "modification time went from "),
@@ -1223,7 +1223,7 @@ TEST_F(PipelineLoad, GivenTheFileRewrittenInPlaceWhileLoading_ThenTheLoadFailsAn
     auto program = runtime->load(plan_);
     ASSERT_GE(calls, 1);
     ASSERT_FALSE(program.ok());
-    EXPECT_EQ(program.status().code(), StatusCode::invalid_argument);
+    EXPECT_EQ(program.status().code(), StatusCode::data_loss);
     EXPECT_THAT(program.status().message(),
                 AllOf(HasSubstr("model.safetensors: modified in place while it was being loaded "
                                 "(its modification time went from "),

@@ -86,7 +86,7 @@ TEST(MappedFile, GivenMissingFile_ThenErrorNamesFileAndErrno) {
   ScratchDir dir;
   auto file = MappedFile::open(dir / "missing.safetensors");
   ASSERT_FALSE(file.ok());
-  EXPECT_EQ(file.status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(file.status().code(), StatusCode::not_found);
   EXPECT_EQ(file.status().message(),
             (dir / "missing.safetensors").string() + ": cannot open: No such file or directory");
 }
@@ -165,7 +165,7 @@ TEST(MappedFile, GivenFileRewrittenInPlace_WhenChecked_ThenModifiedInPlaceNaming
   EXPECT_EQ(std::memcmp((*file)->data(), "new bytes", 9), 0);  // why it matters
   const Status changed = (*file)->check_unchanged("while it was being loaded");
   ASSERT_FALSE(changed.ok());
-  EXPECT_EQ(changed.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(changed.code(), StatusCode::data_loss);
   EXPECT_THAT(changed.message(),
               ::testing::AllOf(
                   ::testing::StartsWith((dir / "w").string() +
@@ -297,7 +297,7 @@ TEST_F(TruncatedMapping, WhenCopiedOut_ThenTheLostBytesAreAnErrorNamingFileAndOf
   ASSERT_TRUE(file_->copy_to(0, 100, out.data()).ok());  // what the file still has
   const Status lost = file_->copy_to(10, 3 * kPage, out.data());
   ASSERT_FALSE(lost.ok());
-  EXPECT_EQ(lost.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(lost.code(), StatusCode::data_loss);
   EXPECT_EQ(lost.message(), (dir_ / "model.bin").string() +
                                 ": the page at offset 4096 could not be read (SIGBUS): the file "
                                 "was truncated after it was opened, while it was being read");

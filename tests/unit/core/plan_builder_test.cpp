@@ -48,10 +48,11 @@ class PlanBuilder : public ::testing::Test {
     return build_plan(files, plan.empty() ? dir_ / "plan.json" : plan, options);
   }
 
-  static std::string error(const Result<Plan>& plan) {
+  static std::string error(const Result<Plan>& plan,
+                           StatusCode code = StatusCode::invalid_argument) {
     EXPECT_FALSE(plan.ok());
     if (plan.ok()) return {};
-    EXPECT_EQ(plan.status().code(), StatusCode::invalid_argument);
+    EXPECT_EQ(plan.status().code(), code);
     return plan.status().message();
   }
 
@@ -255,7 +256,7 @@ TEST_F(PlanBuilder, GivenBadOptions_ThenRejected) {
 
 TEST_F(PlanBuilder, GivenUnreadableFile_ThenItsError) {
   const std::vector<fs::path> files = {dir_ / "missing.safetensors"};
-  EXPECT_THAT(error(build_plan(files, dir_ / "plan.json")),
+  EXPECT_THAT(error(build_plan(files, dir_ / "plan.json"), StatusCode::not_found),
               HasSubstr("missing.safetensors: cannot open: No such file or directory"));
 }
 
@@ -291,7 +292,7 @@ TEST_F(PlanBuilder, GivenCacheAndUnreadableFile_ThenItsErrorNamesTheFile) {
   SafetensorsCache cache;
   PlanBuildOptions options;
   options.cache = &cache;
-  EXPECT_THAT(error(build_plan(files, dir_ / "plan.json", options)),
+  EXPECT_THAT(error(build_plan(files, dir_ / "plan.json", options), StatusCode::not_found),
               HasSubstr("missing.safetensors: cannot open: No such file or directory"));
 }
 

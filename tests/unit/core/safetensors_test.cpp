@@ -385,11 +385,12 @@ class SafetensorsReader : public ::testing::Test {
   std::string error(std::string_view header, size_t data_bytes) {
     return error_of_file(write(header, data_bytes));
   }
-  std::string error_of_file(const fs::path& path) {
+  std::string error_of_file(const fs::path& path,
+                            StatusCode code = StatusCode::invalid_argument) {
     auto file = SafetensorsFile::open(path);
     EXPECT_FALSE(file.ok()) << "opened, but should not";
     if (file.ok()) return {};
-    EXPECT_EQ(file.status().code(), StatusCode::invalid_argument);
+    EXPECT_EQ(file.status().code(), code);
     const std::string prefix = path.string() + ": ";
     const std::string message = file.status().message();
     EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
@@ -745,7 +746,8 @@ TEST_F(SafetensorsReader, GivenAnyHint_WhenFindingByName_ThenTheSameTensorAsWith
 }
 
 TEST_F(SafetensorsReader, GivenMissingFile_ThenErrorNamesIt) {
-  EXPECT_EQ(error_of_file(dir_ / "nope.safetensors"), "cannot open: No such file or directory");
+  EXPECT_EQ(error_of_file(dir_ / "nope.safetensors", StatusCode::not_found),
+            "cannot open: No such file or directory");
 }
 
 TEST_F(SafetensorsReader, GivenFileOpened_WhenOnlyTheMappingIsKept_ThenBytesStayReadable) {

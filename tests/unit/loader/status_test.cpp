@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -16,6 +18,17 @@ Result<std::string> failed() {
 // `read_config("devalloc.toml").value()` on a missing file ended the
 // program with std::bad_variant_access ("wrong index for variant") and no
 // word of devalloc's message.
+TEST(StatusCodeFromErrno, GivenEachKindOfFileFailure_ThenItsCode) {
+  EXPECT_EQ(status_code_from_errno(ENOENT), StatusCode::not_found);
+  EXPECT_EQ(status_code_from_errno(ENOTDIR), StatusCode::not_found);
+  EXPECT_EQ(status_code_from_errno(EACCES), StatusCode::permission_denied);
+  EXPECT_EQ(status_code_from_errno(EMFILE), StatusCode::out_of_host_memory);
+  EXPECT_EQ(status_code_from_errno(EIO), StatusCode::io_error);
+  EXPECT_EQ(status_code_from_errno(EISDIR), StatusCode::invalid_argument);
+  EXPECT_STREQ(to_string(StatusCode::data_loss), "data_loss");
+  EXPECT_STREQ(to_string(StatusCode::not_found), "not_found");
+}
+
 TEST(ResultValue, GivenError_WhenTakingTheValue_ThenDevallocErrorWithTheStatusMessage) {
   const Result<std::string> result = failed();
   try {
