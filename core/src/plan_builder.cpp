@@ -333,6 +333,17 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
       const Split split =
           options.world_size == 0 ? Split{} : split_for(tensor.name, options);
       if (split.shard != nullptr) {
+        // Each rank's slice is an entry of the plan file, which read_plan
+        // takes up to kMaxPlanBytes; an entry is at least 100 bytes of text
+        // (write_plan refuses a plan past the limit).
+        constexpr uint64_t kMostEntries = kMaxPlanBytes / 100;
+        if (plan.tensors.size() + uint64_t{options.world_size} > kMostEntries) {
+          return invalid("tensor " + quote(tensor.name) + ": cut for " +
+                         std::to_string(options.world_size) + " ranks, the plan would hold more "
+                         "than " + std::to_string(kMostEntries) +
+                         " tensors, more than a plan file may (" +
+                         std::to_string(kMaxPlanBytes >> 20) + " MiB)");
+        }
         Result<std::vector<PlanSlice>> slices =
             slices_for(tensor, *split.shard, options.world_size, files[f].string());
         if (!slices.ok()) return slices.status();

@@ -15,6 +15,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace devalloc {
 
@@ -78,7 +79,7 @@ class Validator {
         return error(place, "alignment " + std::to_string(buffer.alignment) +
                                 " of memory id " + id + " is not a power of two");
       }
-      if (!parse_device_tag(buffer.device)) {
+      if (!parse_device_tag(buffer.device) && !(plan_.world_size != 0 && is_local_tag(buffer.device))) {
         return error(place, "device " + quote(buffer.device) + " of memory id " + id +
                                 " is not a device tag (\"name\" or \"name:index\", "
                                 "e.g. \"cuda:0\" or \"host\")");
@@ -93,10 +94,7 @@ class Validator {
     tensor_index_.reserve(plan_.tensors.size());
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
       const PlanTensor& tensor = plan_.tensors[i];
-      if (!tensor_index_.insert(tensor.name, i)) {
-        return error(tensor_place(i), "name also used by " +
-                                          at_index("tensors", *tensor_index_.find(tensor.name)));
-      }
+      if (Status s = index_name(i); !s.ok()) return s;
       Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
       if (!nbytes.ok()) return error(tensor_place(i), nbytes.status().message());
       const auto buffer = buffer_index_.find(tensor.memory_id);
@@ -138,6 +136,7 @@ class Validator {
       const std::string prefix = at_index("methods", m);
       const std::string who = "method " + quote(method.name);
       std::set<uint32_t> ids;
+      std::unordered_set<std::string_view> ranked_listed;
       for (size_t k = 0; k < method.memory_ids.size(); ++k) {
         const uint32_t id = method.memory_ids[k];
         const std::string at = prefix + "/memory_ids/" + std::to_string(k);
@@ -155,6 +154,22 @@ class Validator {
         const auto at = [&] { return prefix + "/tensors/" + std::to_string(k); };
         const std::optional<size_t> tensor = tensor_index_.find(name);
         if (!tensor) {
+          // A tensor of ranks (a slice or an expert): one per rank that has
+          // it, each in one of the method's buffers.
+          const auto ranked = ranked_tensors_.find(name);
+          if (ranked != ranked_tensors_.end()) {
+            if (!ranked_listed.insert(name).second) {
+              return error(at(), who + " lists tensor " + quote(name) + " twice");
+            }
+            for (size_t i : ranked->second) {
+              const uint32_t id = plan_.tensors[i].memory_id;
+              if (ids.count(id) == 0) {
+                return error(at(), who + " uses tensor " + quote(name) + " in memory id " +
+                                       std::to_string(id) + ", which is not in its memory_ids");
+              }
+            }
+            continue;
+          }
           return error(at(), who + " lists tensor " + quote(name) +
                                  ", which is not in the plan");
         }
@@ -229,10 +244,50 @@ class Validator {
     return Status();
   }
 
+  // In a plan for several ranks a name is unique within each rank's view:
+  // once among the replicated tensors (buffers without a rank), or once per
+  // rank among the others, never both.
+  Status index_name(size_t i) {
+    const PlanTensor& tensor = plan_.tensors[i];
+    const auto buffer = buffer_index_.find(tensor.memory_id);
+    const std::optional<uint32_t> rank =
+        buffer == buffer_index_.end() ? std::nullopt : plan_.buffers[buffer->second].rank;
+    const auto also = [&](size_t other) {
+      return error(tensor_place(i), "name also used by " + at_index("tensors", other) +
+                                        (plan_.world_size != 0 ? " in the same rank's view" : ""));
+    };
+    if (!rank) {
+      if (!tensor_index_.insert(tensor.name, i)) return also(*tensor_index_.find(tensor.name));
+      const auto ranked = ranked_tensors_.find(tensor.name);
+      if (ranked != ranked_tensors_.end()) return also(ranked->second.front());
+      return Status();
+    }
+    if (const std::optional<size_t> replicated = tensor_index_.find(tensor.name)) {
+      return also(*replicated);
+    }
+    // The rank's 4 bytes, then the name: one key, never ambiguous.
+    std::string key(reinterpret_cast<const char*>(&*rank), sizeof(uint32_t));
+    key += tensor.name;
+    const auto [seen, fresh] = ranked_keys_.emplace(std::move(key), i);
+    if (!fresh) return also(seen->second);
+    ranked_tensors_[tensor.name].push_back(i);
+    return Status();
+  }
+
+  static bool is_local_tag(std::string_view device) {
+    constexpr std::string_view kLocal = ":local";
+    return device.size() > kLocal.size() &&
+           device.substr(device.size() - kLocal.size()) == kLocal &&
+           parse_device_tag(device.substr(0, device.size() - kLocal.size())).has_value();
+  }
+
   const Plan& plan_;
   const PlanValidationOptions& options_;
   std::map<uint32_t, size_t> buffer_index_;                  // memory id -> buffers index
-  NameIndex tensor_index_;                                   // name -> tensors index
+  NameIndex tensor_index_;                                   // name -> tensors index (replicated)
+  // The tensors of ranks by name (slices and experts), in plan order.
+  std::unordered_map<std::string_view, std::vector<size_t>> ranked_tensors_;
+  std::unordered_map<std::string, size_t> ranked_keys_;  // rank bytes + name -> tensors index
 };
 
 // A constant's bytes inside its buffer.
@@ -335,11 +390,9 @@ Status detail::check_plan_limits(const Plan& plan) {
 
 namespace {
 
-// A plan for several ranks is valid when each rank's view is: the view of
-// a rank that owns no buffer is the replicated part alone, checked once,
-// so a plan for 2^32 - 1 ranks costs its buffers, not its ranks.
+// A plan for several ranks: each buffer's rank below its world size, then
+// the plan as a whole.
 Status validate_ranks(const Plan& plan, const PlanValidationOptions& options) {
-  std::set<uint32_t> owners;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const PlanBuffer& b = plan.buffers[i];
     if (!b.rank) continue;
@@ -355,23 +408,10 @@ Status validate_ranks(const Plan& plan, const PlanValidationOptions& options) {
                                     std::to_string(*b.rank) + ", not below the plan's " +
                                     "world_size " + std::to_string(plan.world_size));
     }
-    owners.insert(*b.rank);
   }
-  if (plan.world_size == 0) return Validator(plan, options).run();
-  std::vector<uint32_t> ranks(owners.begin(), owners.end());
-  // A rank that owns nothing: the first one not among the owners.
-  uint32_t idle = 0;
-  while (idle < plan.world_size && owners.count(idle) != 0) ++idle;
-  if (idle < plan.world_size) ranks.push_back(idle);
-  for (uint32_t r : ranks) {
-    JobRank rank{r, plan.world_size, r, "rank " + std::to_string(r)};
-    Result<Plan> view = plan_for_rank(plan, rank);
-    if (!view.ok()) return view.status();
-    if (Status s = Validator(*view, options).run(); !s.ok()) {
-      return Status(s.code(), s.message() + " (in the view of rank " + std::to_string(r) + ")");
-    }
-  }
-  return Status();
+  // One pass over the whole plan, names unique within each rank's view
+  // (Validator::index_name): the cost of its entries, not of its ranks.
+  return Validator(plan, options).run();
 }
 
 }  // namespace

@@ -116,6 +116,13 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
     return Status(StatusCode::invalid_argument,
                   path_for_message(path.string()) + ": " + *out.error());
   }
+  // A plan read_plan would refuse is not written.
+  if (out.text().size() > kMaxPlanBytes) {
+    return Status(StatusCode::invalid_argument,
+                  path_for_message(path.string()) + ": not written: the plan is " +
+                      std::to_string(out.text().size()) + " bytes, more than a plan file may "
+                      "be (" + std::to_string(kMaxPlanBytes >> 20) + " MiB)");
+  }
   const std::span<const std::byte> parts[] = {std::as_bytes(std::span(out.text()))};
   return detail::write_file_atomically(path, parts);
 }

@@ -102,10 +102,11 @@ int run_plan(const PlanOptions& o) {
   }
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_device;  // tensors, bytes
+  std::map<uint32_t, const std::string*> device_of;  // memory id -> its buffer's device
+  for (const auto& b : plan->buffers) device_of.emplace(b.memory_id, &b.device);
   for (const auto& t : plan->tensors) {
-    for (const auto& b : plan->buffers) {
-      if (b.memory_id == t.memory_id) ++per_device[b.device].first;
-    }
+    const auto found = device_of.find(t.memory_id);
+    if (found != device_of.end()) ++per_device[*found->second].first;
   }
   for (const auto& b : plan->buffers) per_device[b.device].second += b.size;
   std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods",

@@ -97,6 +97,22 @@ TEST(PlanForRank, GivenARankPastTheWorldSize_ThenValidationNamesTheBuffer) {
   EXPECT_THAT(s.message(), HasSubstr("names rank 2, not below the plan's world_size 2"));
 }
 
+TEST(PlanForRank, GivenANamePerRank_ThenTheWholePlanValidatesOnceAndRepeatsInARankAreRefused) {
+  Plan plan = plan_for_two();
+  PlanValidationOptions no_sources{false, nullptr, true};
+  ASSERT_TRUE(validate_plan(plan, no_sources).ok()) << validate_plan(plan, no_sources).message();
+  // "w" twice in rank 1's view.
+  plan.buffers.push_back({3, "host", 32, 1, 1u});
+  plan.tensors.push_back(
+      {"w", DType::u8, {2, 16}, 3, 0, PlanSource{"m.safetensors", "w", PlanSlice{0, 2, 2}}});
+  EXPECT_THAT(validate_plan(plan, no_sources).message(),
+              HasSubstr("name also used by /tensors/2 in the same rank's view"));
+  // A replicated "w" beside the ranks' ones.
+  plan = plan_for_two();
+  plan.tensors.push_back({"w", DType::u8, {4}, 0, 0, std::nullopt});
+  EXPECT_THAT(validate_plan(plan, no_sources).message(), HasSubstr("name also used by"));
+}
+
 class LauncherEnvironment : public ::testing::Test {
  protected:
   void SetUp() override {
