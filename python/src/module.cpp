@@ -421,14 +421,15 @@ class PyRuntime {
     if (Status s = validate_plan(plan, checks); !s.ok()) raise(s);
     // A plan for several ranks: the rank given, else the launcher's (the
     // core's Runtime::load reads it from the environment).
+    std::optional<JobRank> job;
     if (rank || world_size) {
       if (!rank) raise(Status(StatusCode::invalid_argument, "world_size needs rank"));
-      JobRank job;
-      job.rank = *rank;
-      job.world_size = world_size.value_or(plan.world_size == 0 ? 1 : plan.world_size);
-      job.local_rank = job.rank;
-      job.source = "rank=" + std::to_string(job.rank);
-      plan = value_or_raise(plan_for_rank(plan, job));
+      job.emplace();
+      job->rank = *rank;
+      job->world_size = world_size.value_or(plan.world_size == 0 ? 1 : plan.world_size);
+      job->local_rank = job->rank;
+      job->source = "rank=" + std::to_string(job->rank);
+      if (Status s = check_rank(*job); !s.ok()) raise(s);
     }
 
     // The callback is this load's own, not the core runtime's: loads of one
@@ -444,7 +445,12 @@ class PyRuntime {
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     LoadReport report;
     const auto run = [&](const LoadProgress& with_progress) {
-      program = shared_runtime()->load(std::move(plan), {.methods = methods, .report = &report, .files = &files, .verify = verify, .progress = with_progress});
+      program = shared_runtime()->load(std::move(plan), {.methods = methods,
+                                                         .report = &report,
+                                                         .files = &files,
+                                                         .verify = verify,
+                                                         .progress = with_progress,
+                                                         .rank = job});
     };
     if (on_main_thread()) {
       // Python runs signal handlers (Ctrl-C's KeyboardInterrupt) on the main

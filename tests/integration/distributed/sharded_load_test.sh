@@ -37,6 +37,22 @@ torchrun)
   wait "$pid0"
   wait "$pid1"
   "$python" "$here/shard_ranks.py" check "$work" "$work/plan-2.json" 2
+  # Python with the rank given: rank 1's share, and a job of another size
+  # refused.
+  "$python" - "$work" <<'PY'
+import sys, numpy, devalloc
+from safetensors.numpy import load_file
+work = sys.argv[1]
+ref = load_file(work + "/model.safetensors")
+program = devalloc.Runtime().load(work + "/plan-2.json", rank=1, world_size=2)
+got = numpy.array(devalloc.to_numpy(program["layers.0.row.weight"]))
+assert numpy.array_equal(got, ref["layers.0.row.weight"][:, 4:]), got
+try:
+    devalloc.Runtime().load(work + "/plan-2.json", rank=0, world_size=3)
+    raise SystemExit("a plan for 2 ranks loaded in a job of 3")
+except devalloc.Error as e:
+    assert "the plan is for a job of 2 ranks, this job has 3" in str(e), str(e)
+PY
   ;;
 cli)
   make_plan 4
