@@ -34,25 +34,6 @@ class Release {
     if (auto fn = std::exchange(fn_, nullptr)) fn(user_data_);
   }
 
-  // Fires, then calls the function a second time: a broken release, only
-  // for the host_double_release test variant (PLUGIN-14, PLUGIN-21).
-  void fire_twice_on_purpose() noexcept {
-    if (auto fn = std::exchange(fn_, nullptr)) {
-      fn(user_data_);
-      fn(user_data_);
-    }
-  }
-
-  // Fires, then calls the function with a user_data one byte past the
-  // copy's: a release with a made-up user_data, only for the
-  // host_stray_release test variant (PLUGIN-14, PLUGIN-21).
-  void fire_then_stray_on_purpose() noexcept {
-    if (auto fn = std::exchange(fn_, nullptr)) {
-      fn(user_data_);
-      fn(static_cast<char*>(user_data_) + 1);
-    }
-  }
-
  private:
   devalloc_release_fn fn_ = nullptr;
   void* user_data_ = nullptr;
