@@ -7,8 +7,8 @@
 namespace devalloc {
 
 std::string slice_to_string(const PlanSlice& slice) {
-  return "dim " + std::to_string(slice.dim) + ", elements " + std::to_string(slice.start) +
-         ".." + std::to_string(slice.start + slice.length);
+  return "dim " + std::to_string(slice.dim) + ", start " + std::to_string(slice.start) +
+         ", length " + std::to_string(slice.length);
 }
 
 Result<SliceLayout> slice_layout(const PlanSlice& slice, DType dtype,

@@ -228,7 +228,10 @@ class Validator {
         std::vector<uint64_t> sliced;
         const Result<SliceLayout> layout =
             slice_layout(*slice, source->dtype, source->shape, &sliced);
-        if (!layout.ok()) return error(tensor_place(i), layout.status().message() + of_source());
+        if (!layout.ok()) {
+          return error(tensor_place(i), "source " + quote(source->name) + in_file() + ": " +
+                                            layout.status().message());
+        }
         if (sliced != tensor.shape) {
           return error(tensor_place(i), "shape " + shape_to_string(tensor.shape) +
                                             " differs from " + shape_to_string(sliced) +

@@ -62,7 +62,7 @@ cli)
   grep -q '^  rank 3: ' "$work/ranks.txt"
   "$devalloc" inspect "$work/plan-4.json" --rank 1 --tensors >"$work/rank1.txt"
   grep -q '^rank 1 of 4' "$work/rank1.txt"
-  grep -q 'dim 1, elements 2..4' "$work/rank1.txt"
+  grep -q 'dim 1, start 2, length 2' "$work/rank1.txt"
   # load: the share and the bytes read of rank 2, verified.
   "$devalloc" load "$work/plan-4.json" --rank 2 --verify --json >"$work/load.json"
   "$python" - "$work" <<'PY'

@@ -90,7 +90,7 @@ struct SliceLayout {
 Result<SliceLayout> slice_layout(const PlanSlice& slice, DType dtype,
                                  std::span<const uint64_t> source_shape,
                                  std::vector<uint64_t>* sliced_shape = nullptr);
-std::string slice_to_string(const PlanSlice& slice);  // "dim 1, elements 0..512"
+std::string slice_to_string(const PlanSlice& slice);  // "dim 1, start 0, length 512"
 
 struct PlanTensor {
   std::string name;
