@@ -5,15 +5,18 @@ include(CMakePackageConfigHelpers)
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/abi/devalloc"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
         FILES_MATCHING PATTERN "*.h")
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/loader/include/devalloc"
-        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
-        FILES_MATCHING PATTERN "*.hpp")
+foreach(part base loader)
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/${part}/include/devalloc"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT devel
+          FILES_MATCHING PATTERN "*.hpp")
+endforeach()
 
 # Three export sets, so that a plugin author's find_package(devalloc
 # COMPONENTS abi plugin_kit) needs none of the core's dependencies:
 #   abi        devalloc::abi (the header)
 #   plugin_kit devalloc::plugin_kit (static; threads and dlopen only)
-#   loader, core  devalloc::loader, devalloc::core (toml++, nlohmann-json, dlpack)
+#   loader, core  devalloc::base, devalloc::loader, devalloc::core (toml++,
+#              nlohmann-json, dlpack)
 # and, when ExecuTorch was found at configure time, a fourth:
 #   executorch devalloc::executorch (static; ExecuTorch's runtime, which the
 #              package config finds again, with the hint recorded below)
@@ -34,7 +37,7 @@ install(TARGETS devalloc_plugin_kit EXPORT devalloc-plugin-kit-targets
 install(EXPORT devalloc-plugin-kit-targets NAMESPACE devalloc::
         DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/devalloc" COMPONENT devel)
 
-set(_devalloc_export_targets devalloc_loader)
+set(_devalloc_export_targets devalloc_base devalloc_loader)
 if(TARGET devalloc_core)
   list(APPEND _devalloc_export_targets devalloc_core)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/core/include/devalloc"
