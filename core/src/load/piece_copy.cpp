@@ -63,6 +63,7 @@ Status Pipeline::staged_piece(const Piece& p) {
     }
   }
   Ticket* ticket = nullptr;
+  void* token = nullptr;  // the copy's user_data
   {
     std::lock_guard lock(ledger.mutex);
     if (read.ok()) {
@@ -80,6 +81,7 @@ Status Pipeline::staged_piece(const Piece& p) {
       ledger.rings[c.ring].free.push_back(*taken);
     } else {
       ticket = &ledger.issue(p.queue, c.ring, *taken, s, p.offset, p.nbytes);
+      token = ledger.token_of(ticket->id);
       ledger.in_flight += p.nbytes;
       ledger.max_in_flight = std::max(ledger.max_in_flight, ledger.in_flight);
     }
@@ -91,11 +93,6 @@ Status Pipeline::staged_piece(const Piece& p) {
   }
   const ResolvedDevice& device = queues_[p.queue].device;
   // The plugin releases the copy exactly once, also when this fails.
-  void* token = nullptr;
-  {
-    std::lock_guard lock(ledger.mutex);
-    token = ledger.token_of(ticket->id);
-  }
   Status copied = device.plugin->copy_to_device_until_released(
       device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
       p.nbytes, devalloc_staged_copy_released, token);
