@@ -11,6 +11,10 @@
 # --size MiB, --cols N, --ranks 1,2,4, --repeats N, --json FILE), with the
 # build's CLI and Python package and PYTHON (default: the checkout's .venv,
 # which scripts/setup.sh makes with numpy and safetensors).
+# `scripts/bench.sh --many-tensors [ARGS]` runs bench/many_tensors_bench.py:
+# `devalloc plan` and `devalloc load` of 100 000 small tensors, whole
+# process, against the reference get_tensor loop (see the script: --quick,
+# --tensors N, --repeats N, --json FILE), with PYTHON as for --shards.
 # Builds build/ (BUILD_DIR) as scripts/build.sh configures it, with its build
 # type unchanged (RelWithDebInfo unless that folder was configured otherwise):
 # a build type given here would stay in the CMake cache, make the next
@@ -26,6 +30,9 @@ if [[ "${1:-}" == "--drivers" ]]; then
 elif [[ "${1:-}" == "--shards" ]]; then
   program=shard_bench.py
   shift
+elif [[ "${1:-}" == "--many-tensors" ]]; then
+  program=many_tensors_bench.py
+  shift
 fi
 BUILD_DIR="$build" bash "$here/scripts/build.sh"
 if [[ "$program" == shard_bench.py ]]; then
@@ -33,6 +40,12 @@ if [[ "$program" == shard_bench.py ]]; then
   # The build's package and its host plugin; no other plugin is searched.
   PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" DEVALLOC_PLUGIN_PATH= \
     "$python" "$here/bench/shard_bench.py" --devalloc "$build/bin/devalloc" "$@"
+  exit
+fi
+if [[ "$program" == many_tensors_bench.py ]]; then
+  # The build's CLI and its host plugin; no other plugin is searched.
+  DEVALLOC_PLUGIN_PATH= "${PYTHON:-$here/.venv/bin/python}" \
+    "$here/bench/many_tensors_bench.py" --devalloc "$build/bin/devalloc" "$@"
   exit
 fi
 "$build/bin/$program" "$@"

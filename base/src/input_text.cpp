@@ -117,6 +117,18 @@ std::string quote(std::string_view text, size_t max_bytes) {
 std::optional<size_t> invalid_utf8_offset(std::string_view text) {
   size_t pos = 0;
   while (pos < text.size()) {
+    // ASCII eight bytes at a time.
+    while (pos + 8 <= text.size()) {
+      uint64_t word;
+      std::memcpy(&word, text.data() + pos, 8);
+      if ((word & 0x8080808080808080ull) != 0) break;
+      pos += 8;
+    }
+    if (pos == text.size()) break;
+    if (static_cast<unsigned char>(text[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
     const size_t length = utf8_sequence_length(text.substr(pos));
     if (length == 0) return pos;
     pos += length;

@@ -315,7 +315,10 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_
                              " bytes, above the limit of " + std::to_string(max_bytes) +
                              " bytes");
   }
-  std::string text(static_cast<size_t>(file->size()), '\0');
+  // One byte more than fstat said: a read that fills it finds a file that
+  // grew, and only then is the text made larger (a doubling copy of a
+  // 16 MB plan would touch 32 MB of fresh memory).
+  std::string text(static_cast<size_t>(file->size()) + 1, '\0');
   size_t done = 0;
   while (true) {
     if (done == text.size()) {

@@ -2,6 +2,7 @@
 #include <devalloc/input_text.hpp>
 
 #include <array>
+#include <cstring>
 #include <iterator>
 #include <limits>
 
@@ -51,14 +52,34 @@ DTypeInfo info(DType dtype) {
 std::string_view to_string(DType dtype) { return info(dtype).name; }
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  // Called once per tensor of a header: the names are gathered once.
-  static const auto names = [] {
-    std::array<std::string_view, std::size(kAllDTypes)> out{};
-    for (size_t i = 0; i < out.size(); ++i) out[i] = info(kAllDTypes[i]).name;
+  // Called once per tensor of a header and of a plan: each name is kept as
+  // 16 bytes, zero-padded, and compared as two words.
+  struct Packed {
+    uint64_t low = 0;
+    uint64_t high = 0;
+    bool operator==(const Packed&) const = default;
+  };
+  constexpr size_t kMaxPacked = sizeof(Packed);
+  const auto pack = [](std::string_view text) {
+    char bytes[kMaxPacked] = {};
+    std::memcpy(bytes, text.data(), text.size());
+    Packed p;
+    std::memcpy(&p.low, bytes, 8);
+    std::memcpy(&p.high, bytes + 8, 8);
+    return p;
+  };
+  static const auto names = [&] {
+    std::array<Packed, std::size(kAllDTypes)> out{};
+    for (size_t i = 0; i < out.size(); ++i) out[i] = pack(info(kAllDTypes[i]).name);
     return out;
   }();
+  // A NUL inside would pass for the padding.
+  if (name.empty() || name.size() >= kMaxPacked || name.find('\0') != std::string_view::npos) {
+    return std::nullopt;
+  }
+  const Packed wanted = pack(name);
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return kAllDTypes[i];
+    if (names[i] == wanted) return kAllDTypes[i];
   }
   return std::nullopt;
 }

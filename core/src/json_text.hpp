@@ -10,6 +10,7 @@
 
 #include <devalloc/input_text.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,17 +27,27 @@ class JsonText {
   std::string& text() { return text_; }
 
   void raw(std::string_view s) { text_ += s; }
-  void number(uint64_t n) { text_ += std::to_string(n); }
+  void number(uint64_t n) {
+    char digits[20];
+    const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+    text_.append(digits, static_cast<size_t>(end - digits));
+  }
 
   // `what()` names the string in the error: "tensor \"w\" name".
   template <typename What>
   void string(std::string_view s, What what) {
-    if (const std::optional<size_t> bad = invalid_utf8_offset(s); bad && !error_) {
-      error_ = what() + " is not valid UTF-8 at byte " + std::to_string(*bad);
-    }
     static constexpr char kHex[] = "0123456789abcdef";
     text_ += '"';
-    for (const char c : s) {
+    bool ascii = true;
+    size_t pos = 0;
+    while (pos < s.size()) {
+      // Runs that need no escape go in whole; bytes of 0x80 and above are
+      // kept as they are (and the string's UTF-8 is checked below).
+      const size_t run = plain_ascii_prefix(s.substr(pos));
+      text_.append(s.data() + pos, run);
+      pos += run;
+      if (pos == s.size()) break;
+      const char c = s[pos++];
       switch (c) {
         case '"': text_ += "\\\""; break;
         case '\\': text_ += "\\\\"; break;
@@ -52,12 +63,18 @@ class JsonText {
             text_ += kHex[byte >> 4];
             text_ += kHex[byte & 0xf];
           } else {
+            ascii = false;
             text_ += c;
           }
         }
       }
     }
     text_ += '"';
+    if (!ascii && !error_) {
+      if (const std::optional<size_t> bad = invalid_utf8_offset(s)) {
+        error_ = what() + " is not valid UTF-8 at byte " + std::to_string(*bad);
+      }
+    }
   }
 
   template <typename T>

@@ -33,6 +33,8 @@ class PlainJson {
     space();
     return p_ == end_;
   }
+  // Bytes of the text not read yet.
+  size_t left() const { return static_cast<size_t>(end_ - p_); }
   bool word(std::string_view w) {
     if (static_cast<size_t>(end_ - p_) < w.size() || std::string_view(p_, w.size()) != w) {
       return false;
@@ -47,6 +49,8 @@ class PlainJson {
     if (!take('"')) return false;
     const char* start = p_;
     while (p_ != end_) {
+      p_ += plain_ascii_prefix(std::string_view(p_, static_cast<size_t>(end_ - p_)));
+      if (p_ == end_) break;
       const auto byte = static_cast<unsigned char>(*p_);
       if (byte == '"') {
         out = std::string_view(start, static_cast<size_t>(p_ - start));

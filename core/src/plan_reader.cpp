@@ -271,6 +271,11 @@ class PlainPlanReader {
       }
       if (key == "tensors" && !tensors) {
         tensors = true;
+        // No tensor of the plain form is shorter than kShortestTensor bytes:
+        // the vector never grows and copies (reserved pages nobody writes
+        // cost no memory).
+        constexpr size_t kShortestTensor = 56;
+        plan.tensors.reserve(json_.left() / kShortestTensor + 1);
         return json_.sequence('[', ']', [&] { return read_tensor(plan.tensors.emplace_back()); });
       }
       if (key == "methods" && !methods) {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,6 +40,32 @@ size_t utf8_sequence_length(std::string_view text);
 // Offset of the first byte of `text` that does not start a valid UTF-8
 // sequence (overlong forms, surrogates, above U+10FFFF), or nullopt.
 std::optional<size_t> invalid_utf8_offset(std::string_view text);
+
+// Length of the longest prefix of `text` made of bytes that a JSON string
+// holds as they are and that are ASCII: none is '"', '\\', a control byte
+// (below 0x20) or 0x80 and above. Eight bytes at a time: the readers and
+// writers of plans and headers spend their time in names and keys.
+inline size_t plain_ascii_prefix(std::string_view text) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  constexpr uint64_t kHigh = 0x8080808080808080ull;
+  const auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHigh; };
+  size_t i = 0;
+  for (; i + 8 <= text.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, text.data() + i, 8);
+    // Bytes below 0x20 (exact for the question "is there one"), 0x80 and
+    // above, '"' and '\\'.
+    if ((((w - 0x20 * kOnes) & ~w) | w | has_zero(w ^ (0x22 * kOnes)) |
+         has_zero(w ^ (0x5c * kOnes))) & kHigh) {
+      break;
+    }
+  }
+  for (; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte >= 0x80 || byte == '"' || byte == '\\') break;
+  }
+  return i;
+}
 
 // Why `text` is unfit as a name, path or option value, or nullopt when it is
 // fine: "contains a NUL byte at offset 17" or "is not valid UTF-8 at byte 3".

@@ -54,5 +54,40 @@ TEST(CheckText, GivenNulOrInvalidUtf8_ThenTheReasonGivesTheOffset) {
   EXPECT_EQ(invalid_utf8_offset("\xf0\x9f\x98\x80"), std::nullopt);
 }
 
+// The word-at-a-time scan stops at the first byte a JSON string cannot
+// hold as it is, or that is not ASCII, wherever it lies in a word of eight:
+// checked at every position of texts of 1 to 24 bytes against a byte loop.
+TEST(PlainAsciiPrefix, GivenEachStopByteAtEachPosition_ThenThePrefixEndsThere) {
+  const char stops[] = {'"', '\\', '\0', '\x01', '\x1f', '\x80', '\xc3', '\xff'};
+  const char keeps[] = {' ', '!', '#', '[', ']', '~', '\x7f', 'a'};
+  for (size_t length = 1; length <= 24; ++length) {
+    for (size_t at = 0; at < length; ++at) {
+      for (const char keep : keeps) {
+        std::string text(length, keep);
+        EXPECT_EQ(plain_ascii_prefix(text), length) << int(keep);
+        for (const char stop : stops) {
+          text[at] = stop;
+          EXPECT_EQ(plain_ascii_prefix(text), at) << length << " " << at << " " << int(stop);
+          text[at] = keep;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(plain_ascii_prefix(""), 0u);
+}
+
+// Past eight ASCII bytes at a time, a bad byte is still found at its offset.
+TEST(CheckText, GivenLongAsciiRunsAroundABadByte_ThenItsOffsetIsExact) {
+  for (size_t at = 0; at < 40; ++at) {
+    std::string text(48, 'x');
+    text[at] = '\xff';
+    EXPECT_EQ(invalid_utf8_offset(text), at);
+    text[at] = '\xc3';  // a lead byte cut short by the 'x' after it
+    EXPECT_EQ(invalid_utf8_offset(text), at);
+    text.replace(at, 2, "\xc3\xa9");  // a whole "é"
+    EXPECT_EQ(invalid_utf8_offset(text), std::nullopt) << at;
+  }
+}
+
 }  // namespace
 }  // namespace devalloc

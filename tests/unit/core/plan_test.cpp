@@ -845,6 +845,32 @@ TEST_F(PlanTest, GivenNamesThatNeedEscaping_WhenWritten_ThenEachLineIsTheJsonOfI
   EXPECT_EQ(again->methods[0].tensors, (std::vector<std::string>{odd, "plain"}));
 }
 
+// Long runs of plain bytes go into the text whole (eight at a time): every
+// byte that needs an escape is still escaped wherever it falls in a run.
+TEST_F(PlanTest, GivenLongNamesWithEscapesAtEveryPosition_WhenWritten_ThenTheTextIsTheJsonOfEachAndReadsBack) {
+  Plan plan;
+  plan.path = dir_ / "long.json";
+  plan.buffers = {{0, "host", 64, 64, std::nullopt}};
+  std::vector<std::string> names;
+  for (size_t at = 0; at < 24; ++at) {
+    std::string name(30, static_cast<char>('a' + at % 26));
+    name[at] = "\"\\\n\x01\x7f\xc3"[at % 6];
+    if (name[at] == '\xc3') name[at + 1] = '\xa9';  // "é"
+    names.push_back(name);
+    plan.tensors.push_back(PlanTensor{name, DType::u8, {1}, 0, 0, std::nullopt});
+  }
+  plan.methods = {PlanMethod{"main", {0}, names}};
+  ASSERT_TRUE(write_plan(plan, plan.path).ok());
+  const std::string text = test::read_file(plan.path);
+  for (const std::string& name : names) {
+    EXPECT_THAT(text, HasSubstr("{\"name\":" + nlohmann::json(name).dump() + ",")) << name;
+  }
+  Result<Plan> again = read_plan(plan.path);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_EQ(again->tensors.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(again->tensors[i].name, names[i]);
+}
+
 TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothingWritten) {
   Plan plan;
   plan.path = dir_ / "bad.json";
