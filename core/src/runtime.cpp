@@ -7,7 +7,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
-#include "address_text.hpp"
+#include <devalloc/address_text.hpp>
 #include "load/load_transaction.hpp"
 #include "plan_checks.hpp"
 #include "plan_errors.hpp"

@@ -6,6 +6,10 @@
 #include "guarded_call.hpp"
 #include "plugin_status.hpp"
 #include "plugin_layer.hpp"
+#include "release_tracker.hpp"
+#include "staging_registry.hpp"
+
+#include <devalloc/address_text.hpp>
 
 #include <cstring>
 
@@ -42,7 +46,10 @@ struct WithSlack {
 
 Plugin::Plugin(std::shared_ptr<const PluginLibrary> library,
                devalloc_instance* instance)
-    : library_(std::move(library)), api_(&library_->api()), instance_(instance) {}
+    : library_(std::move(library)),
+      releases_(std::make_unique<detail::ReleaseTracker>(library_->name())),
+      api_(&library_->api()),
+      instance_(instance) {}
 
 Plugin::~Plugin() {
   // Destroy before the library reference goes: the instance's code lives in
@@ -54,6 +61,9 @@ Plugin::~Plugin() {
       return DEVALLOC_STATUS_OK;
     });
   }
+  // The staging the host kept (a load a breach ended) went with the
+  // instance (PLUGIN-9): no longer held.
+  detail::let_go_of_staging_of(this);
 }
 
 std::optional<LayerCounters> Plugin::layer_counters() const {
@@ -245,6 +255,7 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
     plugin->devices_.push_back(std::move(info));
   }
   plugin->synchronizes_.resize(plugin->devices_.size());
+  plugin->live_allocations_.resize(plugin->devices_.size());
   return {std::move(plugin), {PluginOutcome::loaded, Status()}};
 }
 
@@ -259,13 +270,73 @@ Result<uint64_t> Plugin::allocate(uint32_t device, uint64_t nbytes,
   Status s = call_checked(
       "allocate", [&](devalloc_error* e) { return api().allocate(instance_, &args, e); });
   if (!s.ok()) return s;
-  return args.address;
+  const uint64_t base = args.address;
+  if (nbytes == 0 || device >= live_allocations_.size()) return base;
+  // PLUGIN-11, on every call (the validation layer checks more): a tensor
+  // placed from a misaligned, null or wrapping base would be silently
+  // misplaced, and a host-addressable device's base is written through as
+  // a pointer.
+  const uint64_t need = alignment == 0 ? kNaturalAlignment : alignment;
+  std::string wrong;
+  if (base == 0) {
+    wrong = "returned address 0";
+  } else if (base % need != 0) {
+    wrong = "returned address " + detail::hex_address(base) + ", not aligned to " +
+            std::to_string(need);
+  } else if (base > UINT64_MAX - (nbytes - 1)) {
+    wrong = "returned address " + detail::hex_address(base) + ", whose " +
+            std::to_string(nbytes) + " bytes run past the end of the address space";
+  }
+  if (!wrong.empty()) {
+    // Handed back as the plugin gave it; 0 is a no-op (PLUGIN-12). When
+    // that fails too, the error says so.
+    const Status handed_back = call_checked("deallocate", [&](devalloc_error* e) {
+      return api().deallocate(instance_, device, base, e);
+    });
+    return Status(StatusCode::device_error,
+                  "plugin " + name() + " broke PLUGIN-11: allocate " + wrong +
+                      (handed_back.ok() ? std::string()
+                                        : "; handing it back failed too (" +
+                                              handed_back.message() +
+                                              "): the memory stays allocated until the plugin "
+                                              "is destroyed"));
+  }
+  // PLUGIN-11/12: live allocations of a device never overlap, whoever made
+  // them; overlapping ones would take each other's bytes, silently.
+  std::lock_guard lock(allocations_mutex_);
+  auto& live = live_allocations_[device];
+  const uint64_t end = base + nbytes;  // no wrap: checked above (end 0 is 2^64)
+  const auto ends_after = [](uint64_t a_end, uint64_t b) { return a_end == 0 || a_end > b; };
+  auto next = live.lower_bound(base);
+  auto overlapping = live.end();
+  if (next != live.end() && (end == 0 || next->first < end)) {
+    overlapping = next;
+  } else if (next != live.begin() && ends_after(std::prev(next)->second, base)) {
+    overlapping = std::prev(next);
+  }
+  if (overlapping != live.end()) {
+    // Not handed back: this plugin could free the allocation it overlaps.
+    return Status(StatusCode::device_error,
+                  "plugin " + name() + " broke PLUGIN-11: allocate returned " +
+                      detail::address_range(base, end) + ", which overlaps " +
+                      detail::address_range(overlapping->first, overlapping->second) +
+                      ", allocated earlier on device " + std::to_string(device) +
+                      " and not freed; it is not handed back (that could free the other) "
+                      "and stays allocated until the plugin is destroyed");
+  }
+  live.emplace(base, end);
+  return base;
 }
 
 Status Plugin::deallocate(uint32_t device, uint64_t address) {
-  return call_checked("deallocate", [&](devalloc_error* e) {
+  Status status = call_checked("deallocate", [&](devalloc_error* e) {
     return api().deallocate(instance_, device, address, e);
   });
+  if (status.ok() && device < live_allocations_.size()) {
+    std::lock_guard lock(allocations_mutex_);
+    live_allocations_[device].erase(address);
+  }
+  return status;
 }
 
 Status Plugin::copy_to_device(uint32_t device, uint64_t dst, const void* src,
@@ -300,6 +371,38 @@ Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst,
   });
 }
 
+Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst, const void* src,
+                                             uint64_t nbytes, CopyCompletion done,
+                                             const void* owner) {
+  void* token = nullptr;
+  try {
+    token = releases_->issue(device, dst, nbytes, owner, std::move(done));
+  } catch (...) {
+    // Not issued: the completion is still run, once, with the failure.
+    CopyOutcome outcome;
+    outcome.call = Status(StatusCode::out_of_host_memory,
+                          "plugin " + name() + ": copy_host_to_device: no host memory to "
+                                               "account the copy; it was not issued");
+    if (done) done(CopyOutcome(outcome));
+    return outcome.call;
+  }
+  Status status = copy_to_device_until_released(device, dst, src, nbytes,
+                                                detail::tracked_release_callback(), token);
+  releases_->returned(token, status);
+  return status;
+}
+
+ReleaseWait Plugin::wait_released(uint32_t device, std::chrono::milliseconds timeout,
+                                  const void* owner, const std::atomic<bool>* stop) {
+  return releases_->wait_owed(device, timeout, owner, stop);
+}
+
+uint64_t Plugin::release_breach_count() const { return releases_->breach_count(); }
+
+std::vector<ReleaseBreach> Plugin::release_breaches_since(uint64_t mark) const {
+  return releases_->breaches_since(mark);
+}
+
 Status Plugin::copy_to_host(uint32_t device, void* dst, uint64_t src,
                             uint64_t nbytes) {
   devalloc_copy_to_host_args args{};
@@ -328,6 +431,9 @@ Status Plugin::synchronize_or_throw(uint32_t device) {
   };
   if (device >= synchronizes_.size()) return call();  // the plugin refuses it
   SynchronizeRecord& record = synchronizes_[device];
+  // The tracked copies whose calls returned before it began: owed a
+  // release once it returned (PLUGIN-20).
+  const uint64_t covered = releases_->returned_calls();
   uint64_t number = 0;
   {
     std::lock_guard lock(sync_mutex_);
@@ -338,6 +444,7 @@ Status Plugin::synchronize_or_throw(uint32_t device) {
     number = record.began++;
   }
   Status status = call();
+  releases_->synchronized(device, covered);
   {
     std::lock_guard lock(sync_mutex_);
     record.running.erase(number);
@@ -436,6 +543,26 @@ Result<void*> Plugin::allocate_host(uint64_t nbytes) {
                   "plugin " + name() + ": allocate_host(nbytes " + std::to_string(nbytes) +
                       ") returned OK without memory (a null pointer)");
   }
+  if (host == nullptr) return host;
+  std::string overlaps;
+  try {
+    overlaps = detail::hold_staging(host, nbytes, this);
+  } catch (...) {
+    static_cast<void>(free_host_unheld(host));
+    throw;
+  }
+  if (!overlaps.empty()) {
+    // Not handed back: freeing it could free the buffer it overlaps, which
+    // a copy may still read. The plugin frees it at destroy (PLUGIN-9).
+    const auto at = reinterpret_cast<uintptr_t>(host);
+    return Status(StatusCode::internal,
+                  "plugin " + name() + " broke PLUGIN-18: allocate_host(nbytes " +
+                      std::to_string(nbytes) + ") returned " +
+                      detail::address_range(at, at + nbytes) +
+                      ", which overlaps staging memory still in use: " + overlaps +
+                      " earlier and the host has not freed; a copy would read one "
+                      "buffer's bytes over another's");
+  }
   return host;
 }
 
@@ -444,6 +571,13 @@ Status Plugin::free_host(void* host) {
     return Status(StatusCode::unsupported,
                   "plugin " + name() + " has no host staging memory");
   }
+  // Let go of first: the plugin may hand the buffer out again as soon as
+  // free_host freed it, to another caller.
+  detail::let_go_of_staging(host);
+  return free_host_unheld(host);
+}
+
+Status Plugin::free_host_unheld(void* host) {
   return call_checked("free_host",
                       [&](devalloc_error* e) { return api().free_host(instance_, host, e); });
 }

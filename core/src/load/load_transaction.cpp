@@ -4,7 +4,6 @@
 
 #include <devalloc/input_text.hpp>
 
-#include "../address_text.hpp"
 #include "../plan_errors.hpp"
 
 #include <algorithm>
@@ -19,59 +18,6 @@ namespace {
 std::string where(const PlanTensor& t) {
   return "tensor " + quote(t.name) + " (buffer " + std::to_string(t.memory_id) +
          ", offset " + std::to_string(t.offset) + ")";
-}
-
-// PLUGIN-11/12, checked on every load (cheaply: a sort): the buffers this
-// load allocated overlap neither each other nor the program's live buffers
-// on their device. Overlapping allocations take each other's constants,
-// silently. Buffers of other programs are the validation layer's to check.
-Status check_no_overlap(const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& fresh,
-                        const std::map<uint32_t, std::shared_ptr<DeviceBuffer>>& live,
-                        uint32_t* blamed_id) {
-  struct Extent {
-    const Plugin* plugin;
-    uint32_t device;
-    uint64_t begin;
-    uint64_t nbytes;
-    const DeviceBuffer* buffer;
-    bool fresh;
-  };
-  std::vector<Extent> extents;
-  for (const auto* buffers : {&fresh, &live}) {
-    for (const auto& [id, b] : *buffers) {
-      if (b->nbytes() == 0) continue;
-      extents.push_back(Extent{b->device().plugin.get(), b->device().device, b->address(),
-                               b->nbytes(), b.get(), buffers == &fresh});
-    }
-  }
-  if (extents.empty()) return Status();
-  const auto key = [](const Extent& e) {
-    return std::tie(e.plugin, e.device, e.begin, e.buffer);
-  };
-  std::sort(extents.begin(), extents.end(),
-            [&](const Extent& a, const Extent& b) { return key(a) < key(b); });
-  // Sorted by start: if any two overlap, two neighbours do.
-  for (size_t k = 1; k < extents.size(); ++k) {
-    const Extent& prior = extents[k - 1];
-    const Extent& next = extents[k];
-    if (prior.plugin != next.plugin || prior.device != next.device) continue;
-    if (!prior.fresh && !next.fresh) continue;  // both checked when allocated
-    if (next.begin - prior.begin >= prior.nbytes) continue;
-    // Blame a buffer of this load: the later one when both are.
-    const Extent& blamed = next.fresh ? next : prior;
-    const Extent& other = next.fresh ? prior : next;
-    const ResolvedDevice& d = blamed.buffer->device();
-    *blamed_id = blamed.buffer->memory_id();
-    return Status(StatusCode::device_error,
-                  "allocating buffer " + std::to_string(blamed.buffer->memory_id()) + " (" +
-                      std::to_string(blamed.nbytes) + " bytes) on " + d.describe() +
-                      ": plugin " + d.plugin_name + " broke PLUGIN-11: allocate returned " +
-                      detail::address_range(blamed.begin, blamed.begin + blamed.nbytes) +
-                      ", which overlaps buffer " + std::to_string(other.buffer->memory_id()) +
-                      " at " + detail::address_range(other.begin, other.begin + other.nbytes) +
-                      " on the same device");
-  }
-  return Status();
 }
 
 }  // namespace
@@ -147,13 +93,6 @@ Status LoadTransaction::allocate() {
     auto buffer = DeviceBuffer::allocate(p.device, b.memory_id, b.nbytes, b.alignment);
     if (!buffer.ok()) return buffer.status().with_context(buffer_place(plan_, b));
     fresh_.emplace(b.memory_id, std::move(*buffer));
-  }
-  uint32_t blamed_id = 0;
-  if (Status s = check_no_overlap(fresh_, live_, &blamed_id); !s.ok()) {
-    for (const BufferPlacement& p : placements_) {
-      if (p.buffer.memory_id == blamed_id) return s.with_context(buffer_place(plan_, p.buffer));
-    }
-    return s;
   }
   return Status();
 }

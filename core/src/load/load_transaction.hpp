@@ -3,7 +3,7 @@
 //             extent inside its buffer (a plan built in code skipped
 //             validate_plan)
 //   place     the buffers not yet live onto devices; the fit check
-//   allocate  them, and check that no two overlap (PLUGIN-11/12)
+//   allocate  them (the plugin handle refuses overlapping ones, PLUGIN-11/12)
 //   gather    the copy requests of constants not yet on their device,
 //             each checked against the header the copies take offsets from
 //   execute   the copy schedule (every device synchronized), then verify

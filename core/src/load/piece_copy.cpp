@@ -3,6 +3,7 @@
 #include "pipeline.hpp"
 
 #include "copy_texts.hpp"
+#include "staged_copies.hpp"
 #include "staging_ring.hpp"
 
 #include <devalloc/input_text.hpp>
@@ -30,10 +31,11 @@ Status Pipeline::direct_piece(const Piece& p) {
 Status Pipeline::staged_piece(const Piece& p) {
   const CopyStep& s = *p.step;
   const QueueContext& c = contexts_[p.queue];
-  auto taken = take_slot(*ledger_, c.ring, stop_);
+  auto taken = take_slot(*staged_, c.ring, stop_);
   if (!taken.ok()) return taken.status();
-  Ledger& ledger = *ledger_;
-  const Slot slot = ledger.rings[c.ring].slots[*taken];
+  StagedCopies& staged = *staged_;
+  Ring& ring = staged.rings[c.ring];
+  const Slot slot = ring.slots[*taken];
   const uint64_t offset = s.file_offset + p.offset;
 
   const std::byte* payload = slot.memory;
@@ -55,68 +57,55 @@ Status Pipeline::staged_piece(const Piece& p) {
     // The block read left the piece where the plugin would bounce it
     // (PLUGIN-23): one move within the slot puts it on the slot's start,
     // which is aligned for it.
-    const uint64_t alignment = source_alignment(ledger.rings[c.ring].plugin->capabilities());
+    const uint64_t alignment = source_alignment(ring.plugin->capabilities());
     if (read.ok() && reinterpret_cast<uintptr_t>(payload) % alignment != 0) {
       std::memmove(slot.memory, payload, p.nbytes);
       payload = slot.memory;
       ++realigned_pieces_;
     }
   }
-  Ticket* ticket = nullptr;
-  void* token = nullptr;  // the copy's user_data
+  SlotCopy& copy = staged.copies[staged.ring_base[c.ring] + *taken];
   {
-    std::lock_guard lock(ledger.mutex);
-    if (read.ok()) {
-      // The one allocation here, first: if it fails, nothing is
-      // registered and the slot goes back (free never outgrows its
-      // capacity, all the ring's slots).
-      try {
-        ledger.unreleased[p.queue].insert(ledger.next_id);
-      } catch (...) {
-        ledger.rings[c.ring].free.push_back(*taken);
-        throw;
-      }
-    }
+    std::lock_guard lock(staged.mutex);
     if (!read.ok()) {
-      ledger.rings[c.ring].free.push_back(*taken);
+      ring.free.push_back(*taken);  // free never outgrows its capacity, all the ring's slots
     } else {
-      ticket = &ledger.issue(p.queue, c.ring, *taken, s, p.offset, p.nbytes);
-      token = ledger.token_of(ticket->id);
-      ledger.in_flight += p.nbytes;
-      ledger.max_in_flight = std::max(ledger.max_in_flight, ledger.in_flight);
+      copy.busy = true;
+      copy.queue = p.queue;
+      copy.step = &s;
+      copy.offset = p.offset;
+      copy.nbytes = p.nbytes;
+      staged.in_flight += p.nbytes;
+      staged.max_in_flight = std::max(staged.max_in_flight, staged.in_flight);
     }
   }
   if (!read.ok()) {
-    ledger.changed.notify_all();
+    staged.changed.notify_all();
     return read.with_context("reading tensor " +
                              tensors_text(piece_of(s, p.offset, p.nbytes, requests_)));
   }
   const ResolvedDevice& device = queues_[p.queue].device;
-  // The plugin releases the copy exactly once, also when this fails.
+  // The plugin handle accounts the release; the completion gives the slot
+  // back, once the plugin released it and the call returned.
   Status copied = device.plugin->copy_to_device_until_released(
-      device.device, s.buffer->address() + s.buffer_offset + p.offset, payload,
-      p.nbytes, devalloc_staged_copy_released, token);
-  bool failed = false;  // waiting threads must see the new failure, or the slot
-  {
-    std::lock_guard lock(ledger.mutex);
-    ticket->in_call = false;
-    ticket->returned = ++ledger.calls_returned;
-    if (!copied.ok()) {
-      ticket->copy_failed = true;
-      if (!ticket->breach_in_call.empty()) {
-        copied = Status(copied.code(), copied.message() + "; then " + ticket->breach_in_call);
+      device.device, s.buffer->address() + s.buffer_offset + p.offset, payload, p.nbytes,
+      StagedCopies::completion(staged_, c.ring, *taken), staged_.get());
+  if (!copied.ok()) {
+    bool given_back = false;
+    {
+      std::lock_guard lock(staged.mutex);
+      // Released twice during the failed call: the breach follows the
+      // call's own error (PLUGIN-21), and the slot goes back now.
+      if (!copy.breach_after_call.empty()) {
+        copied = Status(copied.code(), copied.message() + "; then " + copy.breach_after_call);
+        copy.breach_after_call.clear();
+        copy.busy = false;
+        ring.free.push_back(*taken);
+        given_back = true;
       }
-    } else if (!ticket->breach_in_call.empty()) {
-      ledger.fail_also(Status(StatusCode::device_error, ticket->breach_in_call));
-      failed = true;
     }
-    // Released during the call: its slot goes back now.
-    if (ticket->released) {
-      ledger.retire(*ticket);
-      failed = true;
-    }
+    if (given_back) staged.changed.notify_all();
   }
-  if (failed) ledger.changed.notify_all();
   return copied;
 }
 

@@ -20,49 +20,36 @@ Pipeline::Pipeline(const std::vector<CopyRequest>& requests,
                    const std::vector<DeviceCopyQueue>& queues, const PipelineOptions& options,
                    const LoadProgress& progress)
     : requests_(requests), queues_(queues), options_(options), progress_(progress),
-      ledger_(std::make_unique<Ledger>()) {
-  ledger_->requests = &requests_;
-  ledger_->release_timeout = options.release_timeout;
-  ledger_->sync_after = options.sync_after;
+      staged_(std::make_shared<StagedCopies>()) {
+  staged_->requests = &requests_;
+  staged_->release_timeout = options.release_timeout;
+  staged_->sync_after = options.sync_after;
 }
 
 Pipeline::~Pipeline() {
-  if (ledger_ != nullptr) {
-    // However run() ended (an exception included): a ledger that a
-    // release may still reach (a breach: a release may still come, and a
-    // copy may still read its slot) is kept, never freed; otherwise its
-    // slots are freed.
-    stop_running(*ledger_);
-    if (ledger_->breach) {
-      // A copy never released may still be running: the buffers it
-      // copies into must not be freed under it either.
-      {
-        std::lock_guard lock(ledger_->mutex);
-        for (const std::set<uint64_t>& ids : ledger_->unreleased) {
-          for (uint64_t id : ids) {
-            if (const Ticket* t = ledger_->ticket_of(id)) t->step->buffer->keep_allocated();
-          }
-        }
-      }
-      abandon(std::move(ledger_));
-    } else {
-      for (Ring& r : ledger_->rings) r.free_slots();
-    }
+  // However run() ended (an exception included). A copy never released
+  // may still be running: the buffers it copies into must not be freed
+  // under it, nor the plugin's staging it reads; its completion holds the
+  // rest until its release comes, or its plugin is closed.
+  std::lock_guard lock(staged_->mutex);
+  staged_->running = false;
+  for (const SlotCopy& c : staged_->copies) {
+    if (!c.busy) continue;
+    c.step->buffer->keep_allocated();
+    staged_->keep_plugin_slots = true;
   }
 }
 
 Status Pipeline::set_up() {
   read_ = options_.read;
-  Ledger& ledger = *ledger_;
-  ledger.unreleased.resize(queues_.size());
-  ledger.late_releases.resize(queues_.size());
-  ledger.late_wait.resize(queues_.size());
-  ledger.late_waiters.resize(queues_.size());
-  ledger.late_wait_since.resize(queues_.size());
+  StagedCopies& staged = *staged_;
+  staged.late_releases.resize(queues_.size());
+  staged.late_wait.resize(queues_.size());
+  staged.late_wait_until.resize(queues_.size());
   std::map<Plugin*, size_t> ring_of;
   for (size_t qi = 0; qi < queues_.size(); ++qi) {
     const DeviceCopyQueue& q = queues_[qi];
-    ledger.devices.push_back(&q.device);
+    staged.devices.push_back(&q.device);
     QueueContext c;
     c.queue = &q;
     const Capabilities& caps = q.device.plugin->capabilities();
@@ -71,13 +58,13 @@ Status Pipeline::set_up() {
     if (!c.direct) {
       c.synchronize_mark = q.device.plugin->synchronize_failures(q.device.device);
       Plugin* plugin = q.device.plugin.get();
-      auto [it, fresh] = ring_of.emplace(plugin, ledger.rings.size());
+      auto [it, fresh] = ring_of.emplace(plugin, staged.rings.size());
       if (fresh) {
-        ledger.rings.emplace_back();
-        ledger.rings.back().plugin = plugin;
+        staged.rings.emplace_back();
+        staged.rings.back().plugin = plugin;
       }
       c.ring = it->second;
-      ledger.rings[c.ring].queues.push_back(qi);
+      staged.rings[c.ring].queues.push_back(qi);
     }
     contexts_.push_back(c);
   }
@@ -99,22 +86,22 @@ Status Pipeline::set_up() {
   // says: pieces are at most one slot, and each costs a copy call, so
   // smaller slots would make millions of calls of a few bytes.
   const uint64_t budget =
-      ledger.rings.empty()
+      staged.rings.empty()
           ? 0
-          : std::max<uint64_t>(kMinSlotBytes, options_.staging_bytes / ledger.rings.size());
-  for (Ring& ring : ledger.rings) {
+          : std::max<uint64_t>(kMinSlotBytes, options_.staging_bytes / staged.rings.size());
+  for (Ring& ring : staged.rings) {
     if (Status s = make_ring(ring, budget, queues_, &read_, &direct_io_fallback_); !s.ok()) return s;
   }
 
   std::vector<uint64_t> piece_bytes(queues_.size());
   for (size_t qi = 0; qi < queues_.size(); ++qi) {
     piece_bytes[qi] =
-        contexts_[qi].direct ? kDirectPieceBytes : ledger.rings[contexts_[qi].ring].payload;
+        contexts_[qi].direct ? kDirectPieceBytes : staged.rings[contexts_[qi].ring].payload;
   }
   pieces_.emplace(queues_, std::move(piece_bytes));
   total_ = pieces_->total_bytes();
-  // A ticket per slot, never reallocated from here on.
-  ledger.make_tickets();
+  // A record per slot, never reallocated from here on.
+  staged.make_slot_copies();
 
   // The files, each once (steps of one file mostly follow each other: one
   // comparison per step, a lookup per change of file), and the last thing
@@ -157,8 +144,8 @@ void Pipeline::stop_for_exception() noexcept {
   stop_ = true;
   // Threads waiting for a slot look at stop_ when woken; the lock orders
   // the store before their check.
-  { std::lock_guard lock(ledger_->mutex); }
-  ledger_->changed.notify_all();
+  { std::lock_guard lock(staged_->mutex); }
+  staged_->changed.notify_all();
 }
 
 Status Pipeline::exception_status() {
@@ -227,20 +214,20 @@ void Pipeline::work_claims() {
         return;
       }
       const CopyStep piece = piece_of(*p.step, p.offset, p.nbytes, requests_);
-      std::lock_guard lock(ledger_->mutex);
-      ledger_->fail(s.with_context("copying tensor " + tensors_text(piece) + " (" +
+      std::lock_guard lock(staged_->mutex);
+      staged_->fail(s.with_context("copying tensor " + tensors_text(piece) + " (" +
                                    range_text(piece) + ") from " +
                                    path_for_message(piece.file->path().string()) + " to " +
                                    queues_[p.queue].device.describe()));
       stop_ = true;
-      ledger_->changed.notify_all();
+      staged_->changed.notify_all();
     }
     if (claim_bytes == 0 || stop_) continue;
     if (Status reported = report_progress(claim_bytes); !reported.ok()) {
-      std::lock_guard lock(ledger_->mutex);
-      ledger_->fail(std::move(reported));
+      std::lock_guard lock(staged_->mutex);
+      staged_->fail(std::move(reported));
       stop_ = true;
-      ledger_->changed.notify_all();
+      staged_->changed.notify_all();
     }
   }
   add_counts();
@@ -277,35 +264,26 @@ Status Pipeline::report_progress(uint64_t nbytes) {
 
 // Synchronizes every device, then waits for every release.
 void Pipeline::finish() {
-  Ledger& ledger = *ledger_;
+  StagedCopies& staged = *staged_;
   // Every loading thread is done writing through the mappings.
   if (Status s = mappings_.unmap_all(); !s.ok()) {
-    std::lock_guard lock(ledger.mutex);
-    ledger.fail(std::move(s));
+    std::lock_guard lock(staged.mutex);
+    staged.fail(std::move(s));
   }
   for (size_t qi = 0; qi < queues_.size(); ++qi) {
     const ResolvedDevice& device = queues_[qi].device;
-    uint64_t last = 0;
-    bool any = false;
-    {
-      std::lock_guard lock(ledger.mutex);
-      if (!ledger.unreleased[qi].empty()) {
-        last = *ledger.unreleased[qi].rbegin();
-        any = true;
-      }
-    }
+    // Every loading thread has finished: every copy call returned, and
+    // this synchronize covers them all.
     Status synced = device.plugin->synchronize(device.device);
-    std::unique_lock lock(ledger.mutex);
     if (!synced.ok()) {
-      ledger.fail(synced.with_context("synchronizing " + device.describe()));
+      std::lock_guard lock(staged.mutex);
+      staged.fail(synced.with_context("synchronizing " + device.describe()));
     }
-    if (any) {
-      // Every loading thread has finished: every copy call returned.
-      if (Status s = wait_released(ledger, lock, qi, ledger.calls_returned, last); !s.ok()) {
-        ledger.fail_also(s);
-      }
-    }
-    const bool copied_ok = ledger.failure.ok() && per_device_[qi].copies > 0;
+    Status released = wait_released(staged, qi);
+    std::unique_lock lock(staged.mutex);
+    if (!released.ok()) staged.fail_also(released);
+    staged.take_breaches();
+    const bool copied_ok = staged.failure.ok() && per_device_[qi].copies > 0;
     lock.unlock();
     // The plugin reports a copy that failed asynchronously to the next
     // synchronize of the device (PLUGIN-17), which may have been another
@@ -316,8 +294,8 @@ void Pipeline::finish() {
       const Status other =
           device.plugin->synchronize_failure_since(device.device, contexts_[qi].synchronize_mark);
       if (!other.ok()) {
-        std::lock_guard relock(ledger.mutex);
-        ledger.fail(Status(
+        std::lock_guard relock(staged.mutex);
+        staged.fail(Status(
             StatusCode::device_error,
             "synchronizing " + device.describe() +
                 ": while this load's copies were in flight, a synchronize of the device by "
@@ -344,7 +322,6 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
   Status status = set_up();
   uint32_t threads = 0;
   if (status.ok()) {
-    register_ledger(*ledger_);
     const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
     threads = options_.threads != 0
                   ? options_.threads
@@ -357,7 +334,7 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     bool any_direct = false;
     for (const QueueContext& c : contexts_) any_direct |= c.direct;
     uint64_t slots = 0;
-    for (const Ring& r : ledger_->rings) slots += r.slots.size();
+    for (const Ring& r : staged_->rings) slots += r.slots.size();
     const uint64_t useful = slots + (any_direct ? std::max(cores, 4u) : 0);
     threads = static_cast<uint32_t>(std::min<uint64_t>(threads, std::max<uint64_t>(1, useful)));
     std::vector<std::thread> pool;
@@ -383,21 +360,17 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
         failed = Status(StatusCode::out_of_host_memory, std::string());
       }
       if (!failed.ok()) {
-        std::lock_guard lock(ledger_->mutex);
-        ledger_->fail(std::move(failed));
+        std::lock_guard lock(staged_->mutex);
+        staged_->fail(std::move(failed));
       }
     };
     fail_for_exception();
     try {
       finish();
     } catch (...) {
-      // Part of the devices synchronized: a release may still come, so the
-      // ledger and its slots are kept, never freed (as for a breach).
+      // Part of the devices synchronized: a copy still in flight keeps its
+      // slot and buffer (~Pipeline).
       stop_for_exception();
-      {
-        std::lock_guard lock(ledger_->mutex);
-        ledger_->breach = true;
-      }
       fail_for_exception();
     }
     // Every copy landed and was released: a file written in place during
@@ -406,32 +379,29 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
     // is reported; its buffers are freed with it.
     bool copied = false;
     {
-      std::lock_guard lock(ledger_->mutex);
-      copied = ledger_->failure.ok();
+      std::lock_guard lock(staged_->mutex);
+      copied = staged_->failure.ok();
     }
     if (copied) {
       if (Status s = check_files("while it was being loaded"); !s.ok()) {
-        std::lock_guard lock(ledger_->mutex);
-        ledger_->fail(std::move(s));
+        std::lock_guard lock(staged_->mutex);
+        staged_->fail(std::move(s));
       }
     }
   }
 
-  Ledger& ledger = *ledger_;
-  // From here no release makes a text: texts name the schedule, which may
-  // be gone once run() returns (an abandoned ledger stays).
-  stop_running(ledger);
+  StagedCopies& staged = *staged_;
   if (pipeline != nullptr) {
-    std::lock_guard lock(ledger.mutex);
+    std::lock_guard lock(staged.mutex);
     *pipeline = PipelineStats{};
     pipeline->threads = threads;
-    for (const Ring& r : ledger.rings) {
+    for (const Ring& r : staged.rings) {
       pipeline->staging_slots += r.slots.size();
       pipeline->slot_bytes = std::max(pipeline->slot_bytes, r.payload);
       for (const Slot& s : r.slots) pipeline->pinned |= s.from_plugin;
     }
-    pipeline->max_in_flight_bytes = ledger.max_in_flight;
-    pipeline->forced_synchronizes = ledger.forced_synchronizes;
+    pipeline->max_in_flight_bytes = staged.max_in_flight;
+    pipeline->forced_synchronizes = staged.forced_synchronizes;
     // direct_io when some staged pieces were read with O_DIRECT.
     pipeline->read = read_ == ReadMode::direct_io && direct_io_.any_open() ? ReadMode::direct_io
                                                                           : chooser_.current();
@@ -447,19 +417,20 @@ Status Pipeline::run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipelin
   }
   if (stats != nullptr) {
     {
-      std::lock_guard lock(ledger.mutex);
-      for (size_t qi = 0; qi < per_device_.size() && qi < ledger.late_releases.size(); ++qi) {
-        per_device_[qi].late_releases = ledger.late_releases[qi];
+      std::lock_guard lock(staged.mutex);
+      for (size_t qi = 0; qi < per_device_.size() && qi < staged.late_releases.size(); ++qi) {
+        per_device_[qi].late_releases = staged.late_releases[qi];
         per_device_[qi].late_release_seconds =
-            std::chrono::duration<double>(ledger.late_wait[qi]).count();
+            std::chrono::duration<double>(staged.late_wait[qi]).count();
       }
     }
     *stats = per_device_;
   }
-  // The slots are freed, or the ledger kept after a breach, by ~Pipeline.
+  // The slots are freed with staged_: by ~Pipeline, or by the completion
+  // of the last copy still in flight.
   if (!status.ok()) return status;
-  std::lock_guard lock(ledger.mutex);
-  return ledger.failure;
+  std::lock_guard lock(staged.mutex);
+  return staged.failure;
 }
 
 }  // namespace devalloc::load

@@ -8,7 +8,7 @@
 #include "copy_schedule.hpp"
 #include "file_reader.hpp"
 #include "piece_list.hpp"
-#include "release_ledger.hpp"
+#include "staged_copies.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -41,8 +41,9 @@ class Pipeline {
            const PipelineOptions& options, const LoadProgress& progress);
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
-  // Frees the staging, or keeps the ledger and its slots for ever when a
-  // release may still come (a breach); ends the mappings left.
+  // Lets go of the staged copies' state (freed now, or by the completion of
+  // the last copy still in flight) and keeps the buffers such a copy writes
+  // allocated; ends the mappings left.
   ~Pipeline();
 
   Status run(std::vector<DeviceLoadStats>* stats, PipelineStats* pipeline);
@@ -69,7 +70,7 @@ class Pipeline {
   const std::vector<DeviceCopyQueue>& queues_;
   const PipelineOptions& options_;
   const LoadProgress& progress_;
-  std::unique_ptr<Ledger> ledger_;
+  std::shared_ptr<StagedCopies> staged_;
   std::vector<QueueContext> contexts_;
   BufferMappings mappings_;
   std::vector<const MappedFile*> files_;  // the steps' files, each once

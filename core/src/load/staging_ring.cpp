@@ -1,14 +1,9 @@
 #include "staging_ring.hpp"
 
-#include "../address_text.hpp"
 #include "file_reader.hpp"
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
 
 namespace devalloc::load {
@@ -16,64 +11,6 @@ namespace devalloc::load {
 namespace {
 
 constexpr uint64_t kMaxSourceAlignment = uint64_t{64} << 10;
-
-// PLUGIN-18: staging memory from a plugin's allocate_host is the host's
-// until it calls free_host. A plugin that hands out memory it gave before
-// and the host still holds (a pool that reuses a buffer in use) would have
-// the host read a piece over another one a copy still reads: wrong bytes on
-// the device, silently. Every load checks each staging buffer against
-// those held, process-wide: loads run side by side, and instances of one
-// library may share a pool.
-struct HeldStaging {
-  uintptr_t end = 0;
-  std::string plugin;                  // its name, for the message
-  std::weak_ptr<const Plugin> owner;  // the instance that gave it
-};
-std::mutex g_staging_mutex;
-std::map<uintptr_t, HeldStaging>& held_staging() {  // by start
-  static auto* held = new std::map<uintptr_t, HeldStaging>();
-  return *held;
-}
-
-// Records [at, at + nbytes) as held, or says which held buffer it overlaps
-// ("" when none, and recorded). Throws (an allocation) with nothing
-// recorded.
-std::string hold_staging(const void* at, uint64_t nbytes, const std::shared_ptr<Plugin>& plugin) {
-  const auto begin = reinterpret_cast<uintptr_t>(at);
-  // A range that would run past the address space overlaps what is at its
-  // start: it is clamped, never wrapped.
-  const uintptr_t end = nbytes > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + nbytes;
-  std::lock_guard lock(g_staging_mutex);
-  auto& held = held_staging();
-  for (;;) {
-    // Sorted by start: if any held buffer overlaps, the first one starting
-    // at or after begin does, or the one before it.
-    auto next = held.lower_bound(begin);
-    auto overlapping = held.end();
-    if (next != held.end() && next->first < end) {
-      overlapping = next;
-    } else if (next != held.begin() && std::prev(next)->second.end > begin) {
-      overlapping = std::prev(next);
-    }
-    if (overlapping == held.end()) break;
-    // The staging kept by a load that a plugin's breach ended (never freed
-    // by the host) was freed by its instance's destroy (PLUGIN-9), once
-    // the instance was dropped: no longer held, and free to come again.
-    if (overlapping->second.owner.expired()) {
-      held.erase(overlapping);
-      continue;
-    }
-    return detail::address_range(overlapping->first, overlapping->second.end) +
-           ", which plugin " + overlapping->second.plugin + " gave";
-  }
-  held.emplace(begin, HeldStaging{end, plugin->name(), plugin});
-  return std::string();
-}
-
-void let_go_of_staging(const void* at) {
-  std::lock_guard lock(g_staging_mutex);
-  held_staging().erase(reinterpret_cast<uintptr_t>(at));
-}
 
 }  // namespace
 
@@ -85,9 +22,6 @@ uint64_t source_alignment(const Capabilities& caps) {
 void Ring::free_slots() {
   for (Slot& s : slots) {
     if (s.from_plugin) {
-      // Let go of first: the plugin may hand the buffer out again as soon
-      // as free_host frees it, to another load.
-      let_go_of_staging(s.allocation);
       (void)plugin->free_host(s.allocation);
     } else {
       std::free(s.allocation);
@@ -160,33 +94,12 @@ Status make_ring(Ring& ring, uint64_t budget, const std::vector<DeviceCopyQueue>
     Slot slot;
     slot.capacity = capacity;
     if (pinned) {
+      // The plugin handle refuses a buffer that overlaps staging still held
+      // (PLUGIN-18).
       auto memory = ring.plugin->allocate_host(capacity + slack);
       if (!memory.ok()) {
         return memory.status().with_context("allocating " + std::to_string(capacity + slack) +
                                             " bytes of staging memory");
-      }
-      std::string overlaps;
-      try {
-        overlaps = hold_staging(*memory, capacity + slack,
-                                queues[ring.queues.front()].device.plugin);
-      } catch (...) {
-        (void)ring.plugin->free_host(*memory);
-        throw;
-      }
-      if (!overlaps.empty()) {
-        // Not handed back: freeing it could free the buffer it overlaps,
-        // which a copy may still read. The plugin frees it at destroy
-        // (PLUGIN-9).
-        const uint64_t n = capacity + slack;
-        return Status(StatusCode::internal,
-                      "allocating " + std::to_string(n) + " bytes of staging memory: plugin " +
-                          ring.plugin->name() + " broke PLUGIN-18: allocate_host(nbytes " +
-                          std::to_string(n) + ") returned " +
-                          detail::address_range(reinterpret_cast<uintptr_t>(*memory),
-                                                reinterpret_cast<uintptr_t>(*memory) + n) +
-                          ", which overlaps staging memory still in use: " + overlaps +
-                          " earlier and the host has not freed; the load would read one "
-                          "piece over another still being copied");
       }
       slot.allocation = static_cast<std::byte*>(*memory);
       slot.memory = slot.allocation;

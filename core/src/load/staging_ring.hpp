@@ -1,8 +1,7 @@
 // The staging ring: a fixed set of host buffers (slots) that staged pieces
 // are read into and copied from, sized once per load to fit [load]
-// staging, from the plugin's allocate_host when it offers HOST_STAGING.
-// Staging a plugin hands out is recorded process-wide, so that a buffer
-// handed out twice while the host holds it (PLUGIN-18) fails the load.
+// staging, from the plugin's allocate_host when it offers HOST_STAGING
+// (whose handle refuses a buffer handed out twice while held, PLUGIN-18).
 #pragma once
 
 #include "copy_schedule.hpp"
@@ -39,8 +38,7 @@ struct Ring {
   std::vector<size_t> free;  // indices into slots
   std::vector<size_t> queues;  // the device queues it serves
 
-  // Frees the slots; only once nothing may read them. A ring that is never
-  // freed (its ledger abandoned) keeps its staging held.
+  // Frees the slots; only once nothing may read them (StagedCopies).
   void free_slots();
 };
 

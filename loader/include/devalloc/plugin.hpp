@@ -9,11 +9,15 @@
 #include <devalloc/plugin_abi.h>
 #include <devalloc/plugin_layer.hpp>
 #include <devalloc/status.hpp>
+#include <devalloc/unique_function.hpp>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,6 +45,9 @@ const char* to_string(PluginOutcome outcome);
 
 class PluginLibrary;
 class PluginLayer;
+namespace detail {
+class ReleaseTracker;
+}
 class RegularFile;
 
 // The failure of opening or creating a plugin: its outcome and a message that
@@ -92,6 +99,54 @@ struct MemoryInfo {
 
 using PluginOptions = std::vector<std::pair<std::string, std::string>>;
 
+// The end of an until-released copy made with a completion
+// (Plugin::copy_to_device_until_released): the plugin released it and its
+// copy call returned.
+struct CopyOutcome {
+  Status call;  // what the copy call returned
+  // Released after a synchronize that covered it had returned (PLUGIN-20
+  // allows it; the caller may count it).
+  bool late = false;
+  // Released a second time before its call returned (PLUGIN-14): the
+  // caller says so (a second release after this is a ReleaseBreach).
+  bool released_twice = false;
+};
+// Runs once per copy, on the thread that came last: the caller's, before
+// the copy call returns, or the plugin's, in its on_release. It must not
+// throw nor call into the same plugin (PLUGIN-14 forbids that in an
+// on_release). Small callables (up to 48 bytes) are held without an
+// allocation.
+using CopyCompletion = UniqueFunction<void(CopyOutcome&&)>;
+
+// A release rule the plugin broke that no completion was told of: a copy
+// released again after its completion ran, or a release for no copy.
+struct ReleaseBreach {
+  uint32_t device = 0;   // with `copy`: the copy's device, destination and size
+  uint64_t dst = 0;
+  uint64_t nbytes = 0;
+  bool copy = false;
+  std::string text;  // "plugin x broke PLUGIN-14 (PLUGIN-21 release accounting): ..."
+};
+// Breaches a Plugin keeps, the last ones; older ones are counted only.
+inline constexpr size_t kReleaseBreachesKept = 64;
+
+// A copy that a synchronize covered and whose release had not come when a
+// wait gave up (PLUGIN-20; PLUGIN-14 when its call failed).
+struct OwedRelease {
+  uint32_t device = 0;
+  uint64_t dst = 0;
+  uint64_t nbytes = 0;
+  bool call_failed = false;
+};
+struct ReleaseWait {
+  bool waited = false;  // some covered copy was still unreleased when the wait began
+  std::optional<OwedRelease> owed;  // set when one still is: the oldest
+};
+
+// What allocate's alignment 0 asks for at least (PLUGIN-11: the natural
+// alignment, at least 256).
+inline constexpr uint64_t kNaturalAlignment = 256;
+
 // Plugin::create refuses a plugin that reports more devices than this.
 inline constexpr uint32_t kMaxPluginDevices = 4096;
 
@@ -120,18 +175,49 @@ class Plugin {
   const Capabilities& capabilities() const { return capabilities_; }
   const std::vector<DeviceInfo>& devices() const { return devices_; }
 
+  // An address that breaks PLUGIN-11 (0, not aligned to `alignment` or,
+  // for 0, to kNaturalAlignment, wrapping past 2^64 within nbytes) is handed
+  // back and refused as a device_error; so is one that overlaps a live
+  // allocation of the device made through this handle (not handed back).
   Result<uint64_t> allocate(uint32_t device, uint64_t nbytes,
                             uint64_t alignment);
   Status deallocate(uint32_t device, uint64_t address);
   // src may be reused as soon as the call returns.
   Status copy_to_device(uint32_t device, uint64_t dst, const void* src,
                         uint64_t nbytes);
-  // src stays readable until on_release(user_data) ran (exactly once, also
-  // when this returns an error).
+  // src stays readable until the plugin released the copy. The handle
+  // gives the copy its user_data and accounts its release (PLUGIN-14,
+  // PLUGIN-21): `done` runs exactly once, with the outcome, when the plugin
+  // released the copy and the call returned, also when the call failed
+  // (and at once when the copy could not be issued). A second release, or
+  // one that names no copy, is kept as a ReleaseBreach. Returns what the
+  // call returned.
+  // `owner`, when given, names the caller's series of copies (a load) for
+  // wait_released.
+  Status copy_to_device_until_released(uint32_t device, uint64_t dst, const void* src,
+                                       uint64_t nbytes, CopyCompletion done,
+                                       const void* owner = nullptr);
+  // The same with the caller's own on_release and user_data, passed to the
+  // plugin untouched and accounted by no one: for the conformance suite and
+  // the plugins' own tests, which watch what the plugin itself does. src
+  // stays readable until on_release(user_data) ran (exactly once, also when
+  // this returns an error).
   Status copy_to_device_until_released(uint32_t device, uint64_t dst,
                                        const void* src, uint64_t nbytes,
                                        devalloc_release_fn on_release,
                                        void* user_data);
+  // Waits until every copy of `device` made with a completion that a
+  // synchronize of the device covered (its call had returned when the
+  // synchronize began, and the synchronize returned) is released: at most
+  // `timeout`, or until *stop is set. Such a copy released late makes its
+  // outcome's `late` true. With `owner`, only that owner's copies.
+  ReleaseWait wait_released(uint32_t device, std::chrono::milliseconds timeout,
+                            const void* owner = nullptr,
+                            const std::atomic<bool>* stop = nullptr);
+  // Release breaches so far (ReleaseBreach), and the ones since a count
+  // (the last kReleaseBreachesKept of them).
+  uint64_t release_breach_count() const;
+  std::vector<ReleaseBreach> release_breaches_since(uint64_t mark) const;
   Status copy_to_host(uint32_t device, void* dst, uint64_t src,
                       uint64_t nbytes);
   Status synchronize(uint32_t device);
@@ -156,7 +242,11 @@ class Plugin {
   // through it are on the device once unmap_from_host returned.
   Result<void*> map_to_host(uint32_t device, uint64_t address, uint64_t nbytes);
   Status unmap_from_host(uint32_t device, void* host);
-  // unsupported when the plugin has no host staging.
+  // unsupported when the plugin has no host staging. Staging memory is the
+  // host's from allocate_host to free_host (PLUGIN-18): a buffer that
+  // overlaps one any plugin handed out and the host still holds, in this
+  // process, is refused (never handed back: the plugin frees it at
+  // destroy).
   Result<void*> allocate_host(uint64_t nbytes);
   Status free_host(void* host);
 
@@ -183,6 +273,9 @@ class Plugin {
   Status call_checked(const char* function, Call&& call) const;
 
   std::shared_ptr<const PluginLibrary> library_;
+  // Declared before the instance's table: destroyed after ~Plugin destroyed
+  // the instance, so no release of a live instance finds it gone.
+  std::unique_ptr<detail::ReleaseTracker> releases_;
   const devalloc_plugin_api_v1* api_ = nullptr;
   devalloc_instance* instance_ = nullptr;
   PluginLayer* layer_ = nullptr;  // owned by instance_ when set
@@ -190,6 +283,8 @@ class Plugin {
   std::vector<DeviceInfo> devices_;
   // synchronize(), which may throw (an allocation that fails).
   Status synchronize_or_throw(uint32_t device);
+  // free_host without letting go of the buffer in the staging registry.
+  Status free_host_unheld(void* host);
 
   // Per device (indexed like devices_), under sync_mutex_: the synchronize
   // calls running now (by number), how many failed, and the last failure.
@@ -202,6 +297,10 @@ class Plugin {
   mutable std::mutex sync_mutex_;
   mutable std::condition_variable sync_returned_;
   std::vector<SynchronizeRecord> synchronizes_;
+  // Per device (indexed like devices_): live allocations, start -> end (0:
+  // 2^64), under allocations_mutex_.
+  std::mutex allocations_mutex_;
+  std::vector<std::map<uint64_t, uint64_t>> live_allocations_;
 };
 
 // An opened and negotiated plugin library.

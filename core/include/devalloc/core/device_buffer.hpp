@@ -14,9 +14,8 @@ namespace devalloc {
 class DeviceBuffer {
  public:
   // Allocates nbytes aligned to alignment on device. The error names the
-  // memory id, the device and the plugin's reason. An address that breaks
-  // PLUGIN-11 (0, not aligned, or wrapping past 2^64 within nbytes) is
-  // handed back to the plugin and refused as a DEVICE_ERROR.
+  // memory id, the device and the plugin's reason; an address that breaks
+  // PLUGIN-11 is refused by the plugin handle (Plugin::allocate).
   static Result<std::shared_ptr<DeviceBuffer>> allocate(ResolvedDevice device,
                                                         uint32_t memory_id,
                                                         uint64_t nbytes,

@@ -1,0 +1,308 @@
+#include "release_tracker.hpp"
+
+#include <devalloc/address_text.hpp>
+
+#include <algorithm>
+
+namespace devalloc::detail {
+
+namespace {
+
+// A copy's user_data: the tracker's serial (24 bits) and the copy's number
+// (40 bits), multiplied by an odd constant, so that a made-up value or one
+// off by a little (user_data + 1) names no copy in flight, not the next.
+constexpr uint32_t kMaxSerial = (uint32_t{1} << 24) - 1;
+constexpr uint64_t kIdBits = 40;
+constexpr uint64_t kTokenFactor = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t inverse_of(uint64_t odd) {
+  uint64_t inverse = odd;  // Newton's iteration: 5 steps reach 64 bits
+  for (int i = 0; i < 5; ++i) inverse *= 2 - odd * inverse;
+  return inverse;
+}
+constexpr uint64_t kTokenInverse = inverse_of(kTokenFactor);
+static_assert(kTokenFactor * kTokenInverse == 1);
+
+// Released copies remembered, at most, to name a second release of one.
+constexpr size_t kRetiredKept = 4096;
+
+}  // namespace
+
+// The live trackers, by serial: a release looks its user_data up here, with
+// the registry's mutex held throughout (then a tracker's; never the other
+// way round), so a release that comes after its plugin was closed, or a
+// made-up one, is never followed.
+struct TrackerRegistry {
+  std::mutex mutex;
+  std::vector<ReleaseTracker*> live;
+  uint32_t last_serial = 0;
+
+  static TrackerRegistry& get() {
+    static auto* registry = new TrackerRegistry();  // never destroyed: releases may come late
+    return *registry;
+  }
+};
+
+extern "C" {
+static void devalloc_tracked_copy_released(void* user_data) { ReleaseTracker::release(user_data); }
+}
+
+ReleaseTracker::ReleaseTracker(std::string plugin) : plugin_(std::move(plugin)) {
+  TrackerRegistry& registry = TrackerRegistry::get();
+  std::lock_guard lock(registry.mutex);
+  // A serial no live tracker has.
+  for (;;) {
+    registry.last_serial = registry.last_serial % kMaxSerial + 1;
+    const uint32_t candidate = registry.last_serial;
+    if (std::none_of(registry.live.begin(), registry.live.end(),
+                     [&](const ReleaseTracker* t) { return t->serial_ == candidate; })) {
+      serial_ = candidate;
+      break;
+    }
+  }
+  registry.live.push_back(this);
+}
+
+ReleaseTracker::~ReleaseTracker() {
+  TrackerRegistry& registry = TrackerRegistry::get();
+  std::lock_guard lock(registry.mutex);
+  auto& live = registry.live;
+  live.erase(std::remove(live.begin(), live.end(), this), live.end());
+}
+
+void* ReleaseTracker::token_of(uint64_t id) const {
+  const uint64_t token = ((uint64_t{serial_} << kIdBits) | id) * kTokenFactor;
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(token));
+}
+
+ReleaseTracker::Copy* ReleaseTracker::find(uint64_t id) {
+  for (Copy& c : copies_) {
+    if (c.id == id) return &c;
+  }
+  return nullptr;
+}
+
+void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, const void* owner,
+                            CopyCompletion&& done) {
+  std::lock_guard lock(mutex_);
+  if (free_.empty()) {
+    // Room first, so that a failure leaves nothing half recorded.
+    free_.reserve(copies_.size() + 1);
+    copies_.emplace_back();
+    free_.push_back(copies_.size() - 1);
+  }
+  Copy& c = copies_[free_.back()];
+  free_.pop_back();
+  c.id = next_id_++;
+  c.device = device;
+  c.dst = dst;
+  c.nbytes = nbytes;
+  c.owner = owner;
+  c.done = std::move(done);
+  c.released = false;
+  c.released_twice = false;
+  c.in_call = true;
+  c.call_failed = false;
+  c.owed = false;
+  c.returned = 0;
+  ++in_flight_;
+  return token_of(c.id);
+}
+
+CopyCompletion ReleaseTracker::retire(Copy& c, CopyOutcome& outcome) {
+  outcome.late = c.owed;
+  outcome.released_twice = c.released_twice;
+  if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
+  retired_[retired_next_] = Retired{c.id, c.device, c.dst, c.nbytes, c.released_twice};
+  retired_next_ = (retired_next_ + 1) % retired_.size();
+  CopyCompletion done = std::move(c.done);
+  c.done.reset();
+  c.id = 0;
+  free_.push_back(static_cast<size_t>(&c - copies_.data()));  // reserved at issue
+  --in_flight_;
+  return done;
+}
+
+void ReleaseTracker::returned(void* token, const Status& call) {
+  const uint64_t id = (reinterpret_cast<uintptr_t>(token) * kTokenInverse) &
+                      ((uint64_t{1} << kIdBits) - 1);
+  CopyCompletion done;
+  CopyOutcome outcome;
+  {
+    std::lock_guard lock(mutex_);
+    Copy* c = find(id);
+    if (c == nullptr) return;  // not ours: never happens
+    c->in_call = false;
+    c->returned = ++returned_;
+    c->call_failed = !call.ok();
+    if (c->released) {
+      outcome.call = call;
+      done = retire(*c, outcome);
+    }
+  }
+  released_.notify_all();
+  if (done) done(std::move(outcome));
+}
+
+uint64_t ReleaseTracker::returned_calls() const {
+  std::lock_guard lock(mutex_);
+  return returned_;
+}
+
+void ReleaseTracker::synchronized(uint32_t device, uint64_t covered) {
+  std::lock_guard lock(mutex_);
+  for (Copy& c : copies_) {
+    if (c.id != 0 && c.device == device && !c.in_call && c.returned <= covered && !c.released) {
+      c.owed = true;
+    }
+  }
+}
+
+ReleaseWait ReleaseTracker::wait_owed(uint32_t device, std::chrono::milliseconds timeout,
+                                      const void* owner, const std::atomic<bool>* stop) {
+  const auto oldest_owed = [&]() -> const Copy* {
+    const Copy* oldest = nullptr;
+    for (const Copy& c : copies_) {
+      if (c.id != 0 && c.device == device && c.owed && !c.released &&
+          (owner == nullptr || c.owner == owner) && (oldest == nullptr || c.id < oldest->id)) {
+        oldest = &c;
+      }
+    }
+    return oldest;
+  };
+  ReleaseWait wait;
+  std::unique_lock lock(mutex_);
+  if (oldest_owed() == nullptr) return wait;
+  wait.waited = true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // In slices, so that `stop` is seen without a notification.
+  constexpr auto kSlice = std::chrono::milliseconds(10);
+  while (oldest_owed() != nullptr && (stop == nullptr || !stop->load())) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    released_.wait_until(lock, std::min(deadline, now + kSlice));
+  }
+  if (const Copy* c = oldest_owed()) {
+    wait.owed = OwedRelease{c->device, c->dst, c->nbytes, c->call_failed};
+  }
+  return wait;
+}
+
+std::string ReleaseTracker::copy_text(uint32_t device, uint64_t dst, uint64_t nbytes) const {
+  return "copy_host_to_device(device " + std::to_string(device) + ", dst " + hex_address(dst) + ", " +
+         std::to_string(nbytes) + " bytes)";
+}
+
+void ReleaseTracker::add_breach(ReleaseBreach breach) {
+  breaches_.push_back(std::move(breach));
+  if (breaches_.size() > kReleaseBreachesKept) breaches_.pop_front();
+  ++breach_count_;
+}
+
+uint64_t ReleaseTracker::breach_count() const {
+  std::lock_guard lock(mutex_);
+  return breach_count_;
+}
+
+std::vector<ReleaseBreach> ReleaseTracker::breaches_since(uint64_t mark) const {
+  std::lock_guard lock(mutex_);
+  const uint64_t first_kept = breach_count_ - breaches_.size();
+  std::vector<ReleaseBreach> out;
+  for (uint64_t n = std::max(mark, first_kept); n < breach_count_; ++n) {
+    out.push_back(breaches_[static_cast<size_t>(n - first_kept)]);
+  }
+  return out;
+}
+
+uint64_t ReleaseTracker::in_flight() const {
+  std::lock_guard lock(mutex_);
+  return in_flight_;
+}
+
+void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
+  CopyCompletion done;
+  CopyOutcome outcome;
+  {
+    std::lock_guard lock(mutex_);
+    Copy* c = id == 0 ? nullptr : find(id);
+    if (c != nullptr && !c->released) {
+      c->released = true;
+      if (!c->in_call) done = retire(*c, outcome);
+    } else if (c != nullptr) {
+      // Released again while its call runs: the completion says so.
+      c->released_twice = true;
+    } else {
+      const std::string rule =
+          "plugin " + plugin_ + " broke PLUGIN-14 (PLUGIN-21 release accounting): ";
+      Retired* old = nullptr;
+      for (Retired& r : retired_) {
+        if (r.id == id && id != 0) old = &r;
+      }
+      if (old != nullptr) {
+        if (!old->said_twice) {
+          old->said_twice = true;
+          add_breach(ReleaseBreach{old->device, old->dst, old->nbytes, true,
+                                   rule + copy_text(old->device, old->dst, old->nbytes) +
+                                       " was released twice"});
+        }
+      } else if (id != 0 && id < next_id_) {
+        add_breach(ReleaseBreach{0, 0, 0, false,
+                                 rule + "on_release came for copy " + std::to_string(id) +
+                                     ", released long before (a second release)"});
+      } else {
+        add_breach(ReleaseBreach{0, 0, 0, false,
+                                 rule + "on_release came with user_data " +
+                                     hex_address(reinterpret_cast<uintptr_t>(user_data)) +
+                                     ", which no copy was given"});
+      }
+    }
+  }
+  released_.notify_all();
+  if (done) done(std::move(outcome));
+}
+
+void ReleaseTracker::release(void* user_data) noexcept {
+  const uint64_t value = reinterpret_cast<uintptr_t>(user_data) * kTokenInverse;
+  const auto serial = static_cast<uint32_t>(value >> kIdBits);
+  const uint64_t id = value & ((uint64_t{1} << kIdBits) - 1);
+  TrackerRegistry& registry = TrackerRegistry::get();
+  std::unique_lock lock(registry.mutex);
+  ReleaseTracker* tracker = nullptr;
+  for (ReleaseTracker* t : registry.live) {
+    if (t->serial_ == serial && serial != 0) tracker = t;
+  }
+  try {
+    if (tracker == nullptr) {
+      // No tracker's: made up, or of a plugin closed since. While exactly
+      // one plugin has copies in flight it is the likely sender; otherwise
+      // no one can be told (its missing release ends that load).
+      int count = 0;
+      for (ReleaseTracker* t : registry.live) {
+        if (t->in_flight() != 0) {
+          tracker = t;
+          ++count;
+        }
+      }
+      if (count != 1) return;
+      std::lock_guard tracker_lock(tracker->mutex_);
+      tracker->add_breach(ReleaseBreach{
+          0, 0, 0, false,
+          "plugin " + tracker->plugin_ +
+              " (or a plugin closed before) broke PLUGIN-14 (PLUGIN-21 release accounting): "
+              "on_release came with user_data " + hex_address(reinterpret_cast<uintptr_t>(user_data)) +
+              ", which no copy was given"});
+      tracker->released_.notify_all();
+      return;
+    }
+    // The completion runs with the registry held: the tracker (and its
+    // Plugin) cannot go while it runs.
+    tracker->on_release(id, user_data);
+  } catch (...) {
+    // Wording a breach allocates; without memory the breach is counted
+    // with no text, never thrown into the plugin.
+  }
+}
+
+// The C callback the Plugin hands with every tracked copy.
+devalloc_release_fn tracked_release_callback() { return devalloc_tracked_copy_released; }
+
+}  // namespace devalloc::detail

@@ -1,0 +1,115 @@
+// Release accounting of one plugin instance's until-released copies
+// (PLUGIN-14, PLUGIN-20, PLUGIN-21), owned by its Plugin handle: every
+// caller's copies are accounted here, once, whoever makes them.
+//
+// Each copy gets a token as its user_data (the tracker's serial and the
+// copy's number, times an odd constant: no pointer, so a made-up user_data
+// or one off by a little names no copy). Its completion runs once, when the
+// plugin released it and its call returned. A second release, or one for
+// no copy, is a breach kept for the callers to find (breaches_since). A
+// synchronize of a device makes the copies it covered (their calls had
+// returned when it began) owed: wait_owed waits for their releases.
+#pragma once
+
+#include <devalloc/plugin.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace devalloc::detail {
+
+class ReleaseTracker {
+ public:
+  // `plugin` names the plugin in breach texts ("plugin NAME").
+  explicit ReleaseTracker(std::string plugin);
+  ~ReleaseTracker();
+  ReleaseTracker(const ReleaseTracker&) = delete;
+  ReleaseTracker& operator=(const ReleaseTracker&) = delete;
+
+  // A copy about to be handed to the plugin: its token (the user_data).
+  // Allocates only when more copies are in flight than ever before; throws
+  // then, with nothing recorded and `done` not taken.
+  void* issue(uint32_t device, uint64_t dst, uint64_t nbytes, const void* owner,
+              CopyCompletion&& done);
+  // Its copy call returned `call`: runs the completion when the copy was
+  // released already. Returns `call`.
+  void returned(void* token, const Status& call);
+
+  // The number of copy calls returned so far: a synchronize that begins now
+  // covers those (synchronized).
+  uint64_t returned_calls() const;
+  // A synchronize of `device` that began when returned_calls() said
+  // `covered` returned: its copies whose calls had returned by then are
+  // owed a release now (PLUGIN-20).
+  void synchronized(uint32_t device, uint64_t covered);
+  // See Plugin::wait_released.
+  ReleaseWait wait_owed(uint32_t device, std::chrono::milliseconds timeout, const void* owner,
+                        const std::atomic<bool>* stop);
+
+  uint64_t breach_count() const;
+  std::vector<ReleaseBreach> breaches_since(uint64_t mark) const;
+  uint64_t in_flight() const;
+
+  // The on_release of every copy made through a Plugin.
+  static void release(void* user_data) noexcept;
+
+ private:
+  struct Copy {
+    uint64_t id = 0;  // 0: a free record
+    uint32_t device = 0;
+    uint64_t dst = 0;
+    uint64_t nbytes = 0;
+    const void* owner = nullptr;
+    CopyCompletion done;
+    bool released = false;
+    bool released_twice = false;
+    bool in_call = true;
+    bool call_failed = false;
+    bool owed = false;      // a synchronize that covered it returned
+    uint64_t returned = 0;  // returned_ when its call returned
+  };
+  struct Retired {
+    uint64_t id = 0;
+    uint32_t device = 0;
+    uint64_t dst = 0;
+    uint64_t nbytes = 0;
+    bool said_twice = false;
+  };
+
+  void* token_of(uint64_t id) const;
+  Copy* find(uint64_t id);
+  // The copy is done: its completion, moved out to be run with no lock held.
+  CopyCompletion retire(Copy& c, CopyOutcome& outcome);
+  void add_breach(ReleaseBreach breach);
+  void on_release(uint64_t id, const void* user_data);
+  void stray(const void* user_data);
+  std::string copy_text(uint32_t device, uint64_t dst, uint64_t nbytes) const;
+
+  const std::string plugin_;
+  uint32_t serial_ = 0;
+  mutable std::mutex mutex_;
+  std::condition_variable released_;
+  std::vector<Copy> copies_;
+  std::vector<size_t> free_;  // indices of free records in copies_
+  uint64_t next_id_ = 1;
+  uint64_t returned_ = 0;
+  uint64_t in_flight_ = 0;
+  std::vector<Retired> retired_;  // the last ones, oldest overwritten first
+  size_t retired_next_ = 0;
+  std::deque<ReleaseBreach> breaches_;  // the last kReleaseBreachesKept
+  uint64_t breach_count_ = 0;
+
+  friend struct TrackerRegistry;
+};
+
+// The on_release a Plugin hands with every tracked copy.
+devalloc_release_fn tracked_release_callback();
+
+}  // namespace devalloc::detail
