@@ -112,7 +112,7 @@ CopyCompletion ReleaseTracker::retire(Copy& c, CopyOutcome& outcome) {
   outcome.late = c.owed;
   outcome.released_twice = c.released_twice;
   if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
-  retired_[retired_next_] = Retired{c.id, c.device, c.dst, c.nbytes, c.released_twice};
+  retired_[retired_next_] = Retired{c.id, c.device, c.dst, c.nbytes, c.owner, c.released_twice};
   retired_next_ = (retired_next_ + 1) % retired_.size();
   CopyCompletion done = std::move(c.done);
   c.done.reset();
@@ -240,16 +240,16 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
       if (old != nullptr) {
         if (!old->said_twice) {
           old->said_twice = true;
-          add_breach(ReleaseBreach{old->device, old->dst, old->nbytes, true,
+          add_breach(ReleaseBreach{old->device, old->dst, old->nbytes, old->owner, true,
                                    rule + copy_text(old->device, old->dst, old->nbytes) +
                                        " was released twice"});
         }
       } else if (id != 0 && id < next_id_) {
-        add_breach(ReleaseBreach{0, 0, 0, false,
+        add_breach(ReleaseBreach{0, 0, 0, nullptr, false,
                                  rule + "on_release came for copy " + std::to_string(id) +
                                      ", released long before (a second release)"});
       } else {
-        add_breach(ReleaseBreach{0, 0, 0, false,
+        add_breach(ReleaseBreach{0, 0, 0, nullptr, false,
                                  rule + "on_release came with user_data " +
                                      hex_address(reinterpret_cast<uintptr_t>(user_data)) +
                                      ", which no copy was given"});
@@ -285,7 +285,7 @@ void ReleaseTracker::release(void* user_data) noexcept {
       if (count != 1) return;
       std::lock_guard tracker_lock(tracker->mutex_);
       tracker->add_breach(ReleaseBreach{
-          0, 0, 0, false,
+          0, 0, 0, nullptr, false,
           "plugin " + tracker->plugin_ +
               " (or a plugin closed before) broke PLUGIN-14 (PLUGIN-21 release accounting): "
               "on_release came with user_data " + hex_address(reinterpret_cast<uintptr_t>(user_data)) +

@@ -80,6 +80,7 @@ class ReleaseTracker {
     uint32_t device = 0;
     uint64_t dst = 0;
     uint64_t nbytes = 0;
+    const void* owner = nullptr;
     bool said_twice = false;
   };
 

@@ -105,9 +105,10 @@ TEST_F(ReleaseAccounting, GivenACompletionHoldingState_WhenItRan_ThenTheStateIsL
 // host_double_release releases every copy twice: the completion runs once,
 // the second release is a breach naming the copy.
 TEST_F(ReleaseAccounting, GivenAPluginReleasingTwice_ThenTheCompletionRunsOnceAndTheSecondIsABreach) {
-  auto plugin = open_plugin(variant("host_double_release"));
+  auto plugin = open_plugin(variant("host_double_release"), {{"async", "true"}});
   Outcomes outcomes;
-  copy_n(*plugin, 3, outcomes);
+  int owner = 0;
+  copy_n(*plugin, 3, outcomes, &owner);
   ASSERT_TRUE(plugin->synchronize(0).ok());
   plugin->wait_released(0, std::chrono::seconds(5));
   EXPECT_EQ(outcomes.done, 3);
@@ -119,6 +120,7 @@ TEST_F(ReleaseAccounting, GivenAPluginReleasingTwice_ThenTheCompletionRunsOnceAn
     ASSERT_FALSE(told.empty());
     EXPECT_TRUE(told[0].copy);
     EXPECT_EQ(told[0].dst, base_);
+    EXPECT_EQ(told[0].owner, &owner) << "the breach names whose copy it was";
     EXPECT_THAT(told[0].text, AllOf(HasSubstr("plugin host_double_release broke PLUGIN-14"),
                                     HasSubstr("was released twice")));
   }

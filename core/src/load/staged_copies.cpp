@@ -116,22 +116,26 @@ bool StagedCopies::take_breaches() {
     Plugin* plugin = rings[r].plugin;
     const uint64_t count = plugin->release_breach_count();
     if (count == breach_marks[r]) continue;
-    const std::vector<ReleaseBreach> breaches = plugin->release_breaches_since(breach_marks[r]);
-    const uint64_t more = count - breach_marks[r] - 1;
+    std::vector<ReleaseBreach> breaches = plugin->release_breaches_since(breach_marks[r]);
     breach_marks[r] = count;
+    // A second release of another load's copy is that load's to report;
+    // one for no copy may be anyone's, and ends every load of the plugin.
+    std::erase_if(breaches, [&](const ReleaseBreach& b) { return b.copy && b.owner != this; });
+    if (breaches.empty()) continue;
     any = true;
     // The first one is said; a plugin that breaks a rule per copy would
     // otherwise make a message per copy.
-    std::string text = breaches.empty() ? "plugin " + plugin->name() + " broke PLUGIN-14"
-                                        : breaches.front().text;
-    if (!breaches.empty() && breaches.front().copy) {
-      const ReleaseBreach& b = breaches.front();
-      if (const SlotCopy* copy = find(plugin, b.device, b.dst, b.nbytes)) {
+    const ReleaseBreach& first = breaches.front();
+    std::string text = first.text;
+    if (first.copy) {
+      if (const SlotCopy* copy = find(plugin, first.device, first.dst, first.nbytes)) {
         text = "plugin " + plugin->name() + " broke PLUGIN-14 (PLUGIN-21 release accounting): " +
                copy_of(*copy) + " was released twice";
       }
     }
-    if (more != 0) text += " (and " + std::to_string(more) + " more release breaches)";
+    if (breaches.size() > 1) {
+      text += " (and " + std::to_string(breaches.size() - 1) + " more release breaches)";
+    }
     fail_also(Status(StatusCode::device_error, text));
   }
   return any;

@@ -121,9 +121,10 @@ using CopyCompletion = UniqueFunction<void(CopyOutcome&&)>;
 // A release rule the plugin broke that no completion was told of: a copy
 // released again after its completion ran, or a release for no copy.
 struct ReleaseBreach {
-  uint32_t device = 0;   // with `copy`: the copy's device, destination and size
-  uint64_t dst = 0;
+  uint32_t device = 0;   // with `copy`: the copy's device, destination, size
+  uint64_t dst = 0;      // and owner (copy_to_device_until_released's)
   uint64_t nbytes = 0;
+  const void* owner = nullptr;
   bool copy = false;
   std::string text;  // "plugin x broke PLUGIN-14 (PLUGIN-21 release accounting): ..."
 };
