@@ -44,6 +44,8 @@
 #include <devalloc/core/runtime.hpp>
 #include <devalloc/core/safetensors.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/mman.h>
@@ -583,6 +585,39 @@ std::string json_ratios(const Spread& r) {
   return o.str();
 }
 
+// nlohmann's SAX interface with a handler that only counts: what a reader
+// built on it would pay at least, before any check or value (issue 31 item
+// 6 compares it with devalloc's readers on the same texts).
+struct CountingSax : nlohmann::json_sax<nlohmann::json> {
+  uint64_t events = 0;
+  bool null() override { return ++events, true; }
+  bool boolean(bool) override { return ++events, true; }
+  bool number_integer(number_integer_t) override { return ++events, true; }
+  bool number_unsigned(number_unsigned_t) override { return ++events, true; }
+  bool number_float(number_float_t, const string_t&) override { return ++events, true; }
+  bool string(string_t&) override { return ++events, true; }
+  bool binary(binary_t&) override { return ++events, true; }
+  bool start_object(std::size_t) override { return ++events, true; }
+  bool key(string_t&) override { return ++events, true; }
+  bool end_object() override { return ++events, true; }
+  bool start_array(std::size_t) override { return ++events, true; }
+  bool end_array() override { return ++events, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
+
+uint64_t sax_events(const std::string& text) {
+  CountingSax sax;
+  if (!nlohmann::json::sax_parse(text, &sax)) die("nlohmann SAX refused the text");
+  return sax.events;
+}
+
+std::string read_whole(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 void row(const char* what, const Figure& f, uint64_t bytes) {
   std::printf("  %-38s %8.4f %8.4f %8.4f s  %7.2f GB/s\n", what, f.min(), f.median(), f.max(),
               static_cast<double>(bytes) / f.median() / 1e9);
@@ -902,6 +937,17 @@ int main(int argc, char** argv) {
     auto runtime = Runtime::create(host_config(64 << 20, true, ReadMode::automatic));
     devalloc_load(m, *runtime);  // opens the plugin
     Figure plan_fig, load_fig, together_fig, bare, scan_fig, ordered_fig, write_fig, read_fig;
+    // Item 6: each format through each reader, on the same text.
+    Figure header_fast, header_strict, header_sax, plan_fast, plan_strict, plan_sax;
+    if (Status s = write_plan(m.plan, dir / "plan.json"); !s.ok()) die(s.message());
+    const std::string plan_text = read_whole(dir / "plan.json");
+    std::string header_text;
+    {
+      const std::string whole = read_whole(m.file);
+      uint64_t n = 0;
+      std::memcpy(&n, whole.data(), 8);
+      header_text = whole.substr(8, n);
+    }
     NameIndex scanned_names;
     std::vector<std::pair<uint64_t, uint64_t>> scanned_offsets;
     auto file = MappedFile::open(m.file);
@@ -949,6 +995,24 @@ int main(int argc, char** argv) {
           die("scan_header found " + std::to_string(scanned_offsets.size()) + " tensors");
         }
       });
+      measure(header_fast, [&] {
+        auto f = SafetensorsFile::open(m.file, detail::HeaderReading::fast_only);
+        if (!f.ok()) die(f.status().message());
+      });
+      measure(header_strict, [&] {
+        auto f = SafetensorsFile::open(m.file, detail::HeaderReading::strict);
+        if (!f.ok()) die(f.status().message());
+      });
+      measure(header_sax, [&] { escape(reinterpret_cast<void*>(sax_events(header_text))); });
+      measure(plan_fast, [&] {
+        auto plan = read_plan(dir / "plan.json", detail::PlanReading::fast_only);
+        if (!plan.ok()) die(plan.status().message());
+      });
+      measure(plan_strict, [&] {
+        auto plan = read_plan(dir / "plan.json", detail::PlanReading::strict);
+        if (!plan.ok()) die(plan.status().message());
+      });
+      measure(plan_sax, [&] { escape(reinterpret_cast<void*>(sax_events(plan_text))); });
       measure(ordered_fig, [&] {
         if (scan_header_in_order(**file, m.tensors, scanned_offsets) != m.tensors.size()) {
           die("scan_header_in_order matched " + std::to_string(scanned_offsets.size()) +
@@ -965,6 +1029,14 @@ int main(int argc, char** argv) {
     row("header: one pass, names in file order", ordered_fig, m.bytes);
     row("plan file: write_plan", write_fig, m.bytes);
     row("plan file: read_plan + validate_plan", read_fig, m.bytes);
+    std::printf("  readers (issue 31 item 6), the %.1f MB header and the %.1f MB plan:\n",
+                header_text.size() / 1e6, plan_text.size() / 1e6);
+    row("header: fast reader (fast_only)", header_fast, m.bytes);
+    row("header: strict reader", header_strict, m.bytes);
+    row("header: nlohmann SAX, count only", header_sax, m.bytes);
+    row("plan: fast reader (fast_only)", plan_fast, m.bytes);
+    row("plan: strict reader", plan_strict, m.bytes);
+    row("plan: nlohmann SAX, count only", plan_sax, m.bytes);
     std::printf("  peak anonymous memory, once in a fresh process: build_plan %+.1f MiB, "
                 "load %+.1f MiB above its destination\n",
                 mib_of(small_plan_anon), mib_of(small_load_anon));
@@ -1007,6 +1079,12 @@ int main(int argc, char** argv) {
          << ",\"plan_and_load_over_bare\":" << plan_and_load / bare.median()
          << ",\"one_cache_over_bare\":" << one_cache / bare.median()
          << ",\"floors\":[" << floors_json.str() << "]"
+         << ",\"readers\":{\"header_fast\":" << json_figure(header_fast)
+         << ",\"header_strict\":" << json_figure(header_strict)
+         << ",\"header_nlohmann_sax\":" << json_figure(header_sax)
+         << ",\"plan_fast\":" << json_figure(plan_fast)
+         << ",\"plan_strict\":" << json_figure(plan_strict)
+         << ",\"plan_nlohmann_sax\":" << json_figure(plan_sax) << "}"
          << ",\"write_plan\":" << json_figure(write_fig)
          << ",\"read_plan\":" << json_figure(read_fig)
          << ",\"peak_anon\":{\"plan\":" << small_plan_anon
