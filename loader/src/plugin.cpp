@@ -272,6 +272,20 @@ Result<uint64_t> Plugin::allocate(uint32_t device, uint64_t nbytes,
   if (!s.ok()) return s;
   const uint64_t base = args.address;
   if (nbytes == 0 || device >= live_allocations_.size()) return base;
+  try {
+    return checked_allocation(device, base, nbytes, alignment);
+  } catch (const std::bad_alloc&) {
+    // No host memory to word a breach or record the allocation: handed
+    // back, never handed out unchecked.
+    static_cast<void>(call_checked("deallocate", [&](devalloc_error* e) {
+      return api().deallocate(instance_, device, base, e);
+    }));
+    return Status(StatusCode::out_of_host_memory, std::string());
+  }
+}
+
+Result<uint64_t> Plugin::checked_allocation(uint32_t device, uint64_t base, uint64_t nbytes,
+                                            uint64_t alignment) {
   // PLUGIN-11, on every call (the validation layer checks more): a tensor
   // placed from a misaligned, null or wrapping base would be silently
   // misplaced, and a host-addressable device's base is written through as
@@ -324,17 +338,33 @@ Result<uint64_t> Plugin::allocate(uint32_t device, uint64_t nbytes,
                       " and not freed; it is not handed back (that could free the other) "
                       "and stays allocated until the plugin is destroyed");
   }
-  live.emplace(base, end);
+  live.emplace(base, end);  // throws with nothing recorded
   return base;
 }
 
 Status Plugin::deallocate(uint32_t device, uint64_t address) {
+  // Let go of first: once the plugin freed it, another thread's allocate
+  // may get the same memory. Back in when the plugin refused to free it.
+  std::optional<uint64_t> end;
+  if (device < live_allocations_.size()) {
+    std::lock_guard lock(allocations_mutex_);
+    auto& live = live_allocations_[device];
+    if (const auto it = live.find(address); it != live.end()) {
+      end = it->second;
+      live.erase(it);
+    }
+  }
   Status status = call_checked("deallocate", [&](devalloc_error* e) {
     return api().deallocate(instance_, device, address, e);
   });
-  if (status.ok() && device < live_allocations_.size()) {
+  if (!status.ok() && end) {
     std::lock_guard lock(allocations_mutex_);
-    live_allocations_[device].erase(address);
+    try {
+      live_allocations_[device].emplace(address, *end);
+    } catch (const std::bad_alloc&) {
+      // Still allocated, no longer checked against: a later allocation
+      // that overlaps it goes unnoticed, no more.
+    }
   }
   return status;
 }

@@ -108,18 +108,30 @@ void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, cons
   return token_of(c.id);
 }
 
-CopyCompletion ReleaseTracker::retire(Copy& c, CopyOutcome& outcome) {
+CopyCompletion ReleaseTracker::take_completion(Copy& c, CopyOutcome& outcome) {
   outcome.late = c.owed;
   outcome.released_twice = c.released_twice;
-  if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
-  retired_[retired_next_] = Retired{c.id, c.device, c.dst, c.nbytes, c.owner, c.released_twice};
-  retired_next_ = (retired_next_ + 1) % retired_.size();
   CopyCompletion done = std::move(c.done);
   c.done.reset();
-  c.id = 0;
-  free_.push_back(static_cast<size_t>(&c - copies_.data()));  // reserved at issue
-  --in_flight_;
   return done;
+}
+
+void ReleaseTracker::complete(size_t index, CopyCompletion done, CopyOutcome&& outcome) {
+  if (done) done(std::move(outcome));
+  // Gone, with what it holds, before a wait for the copy can end.
+  done.reset();
+  {
+    std::lock_guard lock(mutex_);
+    Copy& c = copies_[index];
+    if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
+    retired_[retired_next_] =
+        Retired{c.id, c.device, c.dst, c.nbytes, c.owner, c.released_twice || c.said_twice};
+    retired_next_ = (retired_next_ + 1) % retired_.size();
+    c.id = 0;
+    free_.push_back(index);  // reserved at issue
+    --in_flight_;
+  }
+  released_.notify_all();
 }
 
 void ReleaseTracker::returned(void* token, const Status& call) {
@@ -127,6 +139,8 @@ void ReleaseTracker::returned(void* token, const Status& call) {
                       ((uint64_t{1} << kIdBits) - 1);
   CopyCompletion done;
   CopyOutcome outcome;
+  size_t index = 0;
+  bool finished = false;
   {
     std::lock_guard lock(mutex_);
     Copy* c = find(id);
@@ -136,11 +150,12 @@ void ReleaseTracker::returned(void* token, const Status& call) {
     c->call_failed = !call.ok();
     if (c->released) {
       outcome.call = call;
-      done = retire(*c, outcome);
+      done = take_completion(*c, outcome);
+      index = static_cast<size_t>(c - copies_.data());
+      finished = true;
     }
   }
-  released_.notify_all();
-  if (done) done(std::move(outcome));
+  if (finished) complete(index, std::move(done), std::move(outcome));
 }
 
 uint64_t ReleaseTracker::returned_calls() const {
@@ -159,10 +174,12 @@ void ReleaseTracker::synchronized(uint32_t device, uint64_t covered) {
 
 ReleaseWait ReleaseTracker::wait_owed(uint32_t device, std::chrono::milliseconds timeout,
                                       const void* owner, const std::atomic<bool>* stop) {
-  const auto oldest_owed = [&]() -> const Copy* {
+  // The oldest owed copy of the device (and owner) not released yet; with
+  // `completing`, also one released whose completion has not run yet.
+  const auto oldest_owed = [&](bool completing) -> const Copy* {
     const Copy* oldest = nullptr;
     for (const Copy& c : copies_) {
-      if (c.id != 0 && c.device == device && c.owed && !c.released &&
+      if (c.id != 0 && c.device == device && c.owed && (completing || !c.released) &&
           (owner == nullptr || c.owner == owner) && (oldest == nullptr || c.id < oldest->id)) {
         oldest = &c;
       }
@@ -171,17 +188,17 @@ ReleaseWait ReleaseTracker::wait_owed(uint32_t device, std::chrono::milliseconds
   };
   ReleaseWait wait;
   std::unique_lock lock(mutex_);
-  if (oldest_owed() == nullptr) return wait;
-  wait.waited = true;
+  if (oldest_owed(true) == nullptr) return wait;
+  wait.waited = oldest_owed(false) != nullptr;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // In slices, so that `stop` is seen without a notification.
   constexpr auto kSlice = std::chrono::milliseconds(10);
-  while (oldest_owed() != nullptr && (stop == nullptr || !stop->load())) {
+  while (oldest_owed(true) != nullptr && (stop == nullptr || !stop->load())) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
     released_.wait_until(lock, std::min(deadline, now + kSlice));
   }
-  if (const Copy* c = oldest_owed()) {
+  if (const Copy* c = oldest_owed(false)) {
     wait.owed = OwedRelease{c->device, c->dst, c->nbytes, c->call_failed};
   }
   return wait;
@@ -221,18 +238,32 @@ uint64_t ReleaseTracker::in_flight() const {
 void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
   CopyCompletion done;
   CopyOutcome outcome;
+  size_t index = 0;
+  bool finished = false;
   {
     std::lock_guard lock(mutex_);
+    const std::string rule =
+        "plugin " + plugin_ + " broke PLUGIN-14 (PLUGIN-21 release accounting): ";
     Copy* c = id == 0 ? nullptr : find(id);
     if (c != nullptr && !c->released) {
       c->released = true;
-      if (!c->in_call) done = retire(*c, outcome);
-    } else if (c != nullptr) {
+      if (!c->in_call) {
+        done = take_completion(*c, outcome);
+        index = static_cast<size_t>(c - copies_.data());
+        finished = true;
+      }
+    } else if (c != nullptr && c->in_call) {
       // Released again while its call runs: the completion says so.
       c->released_twice = true;
+    } else if (c != nullptr) {
+      // Released again after its completion was handed over.
+      if (!c->said_twice) {
+        c->said_twice = true;
+        add_breach(ReleaseBreach{c->device, c->dst, c->nbytes, c->owner, true,
+                                 rule + copy_text(c->device, c->dst, c->nbytes) +
+                                     " was released twice"});
+      }
     } else {
-      const std::string rule =
-          "plugin " + plugin_ + " broke PLUGIN-14 (PLUGIN-21 release accounting): ";
       Retired* old = nullptr;
       for (Retired& r : retired_) {
         if (r.id == id && id != 0) old = &r;
@@ -257,7 +288,7 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
     }
   }
   released_.notify_all();
-  if (done) done(std::move(outcome));
+  if (finished) complete(index, std::move(done), std::move(outcome));
 }
 
 void ReleaseTracker::release(void* user_data) noexcept {

@@ -73,6 +73,7 @@ class ReleaseTracker {
     bool in_call = true;
     bool call_failed = false;
     bool owed = false;      // a synchronize that covered it returned
+    bool said_twice = false;  // a second release after its completion was handed over
     uint64_t returned = 0;  // returned_ when its call returned
   };
   struct Retired {
@@ -86,8 +87,12 @@ class ReleaseTracker {
 
   void* token_of(uint64_t id) const;
   Copy* find(uint64_t id);
-  // The copy is done: its completion, moved out to be run with no lock held.
-  CopyCompletion retire(Copy& c, CopyOutcome& outcome);
+  // The copy was released and its call returned: its completion, moved
+  // out to be run with no lock held. The record stays (a wait for owed
+  // copies waits for the completion too) until complete() ran it.
+  CopyCompletion take_completion(Copy& c, CopyOutcome& outcome);
+  // Runs the completion taken from copies_[index], then retires the record.
+  void complete(size_t index, CopyCompletion done, CopyOutcome&& outcome);
   void add_breach(ReleaseBreach breach);
   void on_release(uint64_t id, const void* user_data);
   void stray(const void* user_data);

@@ -31,12 +31,22 @@ Pipeline::~Pipeline() {
   // may still be running: the buffers it copies into must not be freed
   // under it, nor the plugin's staging it reads; its completion holds the
   // rest until its release comes, or its plugin is closed.
-  std::lock_guard lock(staged_->mutex);
-  staged_->running = false;
-  for (const SlotCopy& c : staged_->copies) {
-    if (!c.busy) continue;
-    c.step->buffer->keep_allocated();
-    staged_->keep_plugin_slots = true;
+  bool busy = false;
+  {
+    std::lock_guard lock(staged_->mutex);
+    staged_->running = false;
+    for (const SlotCopy& c : staged_->copies) {
+      if (!c.busy) continue;
+      c.step->buffer->keep_allocated();
+      busy = true;
+    }
+  }
+  // Every copy was released: the plugin's staging goes back now, from this
+  // thread (the last completion may run on the plugin's, which must not
+  // call into it, PLUGIN-14), and not under the mutex (a completion may
+  // wait for it inside the plugin).
+  if (!busy) {
+    for (Ring& r : staged_->rings) r.free_slots();
   }
 }
 

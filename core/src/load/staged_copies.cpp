@@ -33,12 +33,10 @@ std::string late_text(const StagedCopies& staged, const ResolvedDevice& device,
 
 StagedCopies::~StagedCopies() {
   for (Ring& r : rings) {
-    if (keep_plugin_slots) {
-      // Only the host's own slots go; the plugin's stay with its instance.
-      r.slots.erase(std::remove_if(r.slots.begin(), r.slots.end(),
-                                   [](const Slot& s) { return s.from_plugin; }),
-                    r.slots.end());
-    }
+    // Only the host's own slots go here (std::free calls no plugin).
+    r.slots.erase(std::remove_if(r.slots.begin(), r.slots.end(),
+                                 [](const Slot& s) { return s.from_plugin; }),
+                  r.slots.end());
     r.free_slots();
   }
 }

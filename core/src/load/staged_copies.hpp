@@ -37,12 +37,12 @@ struct SlotCopy {
 };
 
 struct StagedCopies {
-  // Frees the rings' slots: no copy reads them any more. Unless
-  // keep_plugin_slots: then the plugin's staging stays, for its instance
-  // to free (PLUGIN-9); this may run in a late release's completion, on the
-  // plugin's thread, which must not call into the plugin (PLUGIN-14).
+  // Frees the host's own slots. The plugin's staging (allocate_host) is
+  // freed by ~Pipeline once every copy was released, or else kept, for its
+  // instance to free (PLUGIN-9): this may run in a late release's
+  // completion, on the plugin's thread, which must not call into the
+  // plugin (PLUGIN-14).
   ~StagedCopies();
-  bool keep_plugin_slots = false;  // under mutex
 
   // From the load's options: how long a release may come after the
   // synchronize that covered it, and how long a wait for a slot sees no

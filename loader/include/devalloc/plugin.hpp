@@ -284,6 +284,10 @@ class Plugin {
   std::vector<DeviceInfo> devices_;
   // synchronize(), which may throw (an allocation that fails).
   Status synchronize_or_throw(uint32_t device);
+  // allocate's checks of an address the plugin returned (PLUGIN-11);
+  // throws bad_alloc with nothing recorded.
+  Result<uint64_t> checked_allocation(uint32_t device, uint64_t base, uint64_t nbytes,
+                                      uint64_t alignment);
   // free_host without letting go of the buffer in the staging registry.
   Status free_host_unheld(void* host);
 
