@@ -3,8 +3,8 @@
 // plugin handle accounts the releases (Plugin::copy_to_device_until_released,
 // loader/src/release_tracker.hpp); each copy's completion gives its slot
 // back here. The completions share this state: a copy whose release never
-// came keeps it, and the slots with it, for as long as the plugin may still
-// read them (PLUGIN-20); the slots are freed with the state.
+// came keeps it for as long as its plugin may still call back (PLUGIN-20);
+// the plugin's staging it reads is then never freed by the host.
 #pragma once
 
 #include "copy_schedule.hpp"
