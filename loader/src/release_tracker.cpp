@@ -75,24 +75,65 @@ void* ReleaseTracker::token_of(uint64_t id) const {
 }
 
 ReleaseTracker::Copy* ReleaseTracker::find(uint64_t id) {
-  for (Copy& c : copies_) {
-    if (c.id == id) return &c;
+  if (id == 0 || index_.empty()) return nullptr;
+  for (size_t i = home(id);; i = (i + 1) & index_mask_) {
+    if (index_[i].id == id) return &copies_[index_[i].index];
+    if (index_[i].id == 0) return nullptr;
   }
-  return nullptr;
+}
+
+void ReleaseTracker::index_insert(uint64_t id, size_t index) {
+  size_t i = home(id);
+  while (index_[i].id != 0) i = (i + 1) & index_mask_;
+  index_[i] = IndexEntry{id, index};
+}
+
+void ReleaseTracker::index_erase(uint64_t id) {
+  size_t i = home(id);
+  while (index_[i].id != id) {
+    if (index_[i].id == 0) return;
+    i = (i + 1) & index_mask_;
+  }
+  // Backward shift: entries after the hole that may live in it move up,
+  // so that a lookup never stops at a hole before its entry.
+  for (size_t j = (i + 1) & index_mask_; index_[j].id != 0; j = (j + 1) & index_mask_) {
+    const size_t want = home(index_[j].id);
+    // j's entry may fill the hole at i unless its home lies in (i, j].
+    const bool stays = i <= j ? (i < want && want <= j) : (i < want || want <= j);
+    if (!stays) {
+      index_[i] = index_[j];
+      i = j;
+    }
+  }
+  index_[i] = IndexEntry{};
 }
 
 void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, const void* owner,
                             CopyCompletion&& done) {
   std::lock_guard lock(mutex_);
+  // Room first, so that a failure (bad_alloc) leaves nothing half recorded
+  // and no later step allocates.
+  if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
   if (free_.empty()) {
-    // Room first, so that a failure leaves nothing half recorded.
     free_.reserve(copies_.size() + 1);
+    if (2 * (copies_.size() + 1) > index_.size()) {
+      size_t capacity = 16;
+      while (capacity < 4 * (copies_.size() + 1)) capacity *= 2;
+      std::vector<IndexEntry> bigger(capacity);
+      index_.swap(bigger);
+      index_mask_ = capacity - 1;
+      for (size_t k = 0; k < copies_.size(); ++k) {
+        if (copies_[k].id != 0) index_insert(copies_[k].id, k);
+      }
+    }
     copies_.emplace_back();
     free_.push_back(copies_.size() - 1);
   }
-  Copy& c = copies_[free_.back()];
+  const size_t index = free_.back();
+  Copy& c = copies_[index];
   free_.pop_back();
   c.id = next_id_++;
+  index_insert(c.id, index);
   c.device = device;
   c.dst = dst;
   c.nbytes = nbytes;
@@ -103,6 +144,7 @@ void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, cons
   c.in_call = true;
   c.call_failed = false;
   c.owed = false;
+  c.said_twice = false;
   c.returned = 0;
   ++in_flight_;
   return token_of(c.id);
@@ -123,10 +165,10 @@ void ReleaseTracker::complete(size_t index, CopyCompletion done, CopyOutcome&& o
   {
     std::lock_guard lock(mutex_);
     Copy& c = copies_[index];
-    if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
     retired_[retired_next_] =
         Retired{c.id, c.device, c.dst, c.nbytes, c.owner, c.released_twice || c.said_twice};
     retired_next_ = (retired_next_ + 1) % retired_.size();
+    index_erase(c.id);
     c.id = 0;
     free_.push_back(index);  // reserved at issue
     --in_flight_;

@@ -86,7 +86,13 @@ class ReleaseTracker {
   };
 
   void* token_of(uint64_t id) const;
+  // The record of copy id while it is in flight, or nullptr: through an
+  // open-addressing table of copy numbers, so a release costs the same with
+  // 10 or 100 000 copies in flight.
   Copy* find(uint64_t id);
+  void index_insert(uint64_t id, size_t index);
+  void index_erase(uint64_t id);
+  size_t home(uint64_t id) const { return (id * 0x9E3779B97F4A7C15ull >> 17) & index_mask_; }
   // The copy was released and its call returned: its completion, moved
   // out to be run with no lock held. The record stays (a wait for owed
   // copies waits for the completion too) until complete() ran it.
@@ -104,6 +110,13 @@ class ReleaseTracker {
   std::condition_variable released_;
   std::vector<Copy> copies_;
   std::vector<size_t> free_;  // indices of free records in copies_
+  // Copy number -> index + 1 into copies_ (0: empty); at most half full.
+  struct IndexEntry {
+    uint64_t id = 0;
+    size_t index = 0;
+  };
+  std::vector<IndexEntry> index_;
+  size_t index_mask_ = 0;
   uint64_t next_id_ = 1;
   uint64_t returned_ = 0;
   uint64_t in_flight_ = 0;

@@ -156,6 +156,23 @@ TEST_F(ReleaseAccounting, GivenReleasesInsideSynchronize_ThenNoneIsLateOrOwed) {
   EXPECT_EQ(outcomes.late, 0);
 }
 
+// Many copies in flight at once (all released only at synchronize): each
+// is found by its token and completed once, however many there are.
+TEST_F(ReleaseAccounting, GivenTwentyThousandCopiesInFlight_ThenEachCompletesOnceAtSynchronize) {
+  auto plugin = open_plugin(variant("host_release_on_sync"));
+  Outcomes outcomes;
+  copy_n(*plugin, 20000, outcomes);
+  EXPECT_EQ(outcomes.done, 0);
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  EXPECT_EQ(outcomes.done, 20000);
+  EXPECT_EQ(outcomes.twice, 0);
+  EXPECT_EQ(plugin->release_breach_count(), 0u);
+  // A second round, through the records of the first.
+  copy_n(*plugin, 20000, outcomes);
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  EXPECT_EQ(outcomes.done, 40000);
+}
+
 // Releases that come after the synchronize covering them returned are late;
 // wait_released waits for them, and only for those of the owner asked.
 TEST_F(ReleaseAccounting, GivenLateReleases_ThenTheWaitWaitsForThemAndTheyAreLate) {
