@@ -690,12 +690,14 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
             error);
   DEVALLOC_LAYER_ENTRY(call)
   bool known = false;
+  uint64_t known_bytes = 0;
   {
     std::unique_lock lock(layer.mutex_);
     auto d = layer.allocations_.find(device);
     const auto allocation =
         d != layer.allocations_.end() ? d->second.find(address) : decltype(d->second.end()){};
     known = d != layer.allocations_.end() && allocation != d->second.end();
+    if (known) known_bytes = allocation->second;
     // Before the plugin frees it: it may hand the range out again at once,
     // to another thread whose bytes a read-back would then see.
     if (known && layer.checks_sources()) {
@@ -712,29 +714,38 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
                             });
       });
     }
+    // No longer live from here: once the plugin freed it, another thread's
+    // allocate may get the same range, which must not look like an overlap
+    // (PLUGIN-11). Back in below if the plugin refuses to free it.
+    if (known) layer.allocations_[device].erase(address);
   }
   call.status = layer.real_.deallocate(layer.real_instance_, device, address, &call.mine);
   layer.finish(call);
-  if (call.status != DEVALLOC_STATUS_OK || address == 0) return call.status;
+  if (call.status != DEVALLOC_STATUS_OK || address == 0) {
+    if (known) {
+      std::lock_guard lock(layer.mutex_);
+      try {
+        layer.allocations_[device].emplace(address, known_bytes);
+      } catch (const std::bad_alloc&) {
+        // Still allocated, no longer checked: an overlap with it goes unseen.
+      }
+    }
+    return call.status;
+  }
   if (!known) {
     return layer.fail_breach(call, "PLUGIN-12",
                              "accepted an address that allocate did not return on this device "
                              "or that was freed already");
   }
   std::lock_guard lock(layer.mutex_);
-  auto& live = layer.allocations_[device];
-  auto it = live.find(address);
-  if (it != live.end()) {
-    // Its mappings end with it (PLUGIN-22), and what was copied into it
-    // is no longer there to be read back.
-    if (auto m = layer.mappings_.find(device); m != layer.mappings_.end()) {
-      std::erase_if(m->second, [&](const auto& mapping) {
-        return mapping.second.first - address < it->second;
-      });
-    }
-    layer.live_bytes_ -= it->second;
-    live.erase(it);
+  // Its mappings end with it (PLUGIN-22), and what was copied into it is no
+  // longer there to be read back.
+  if (auto m = layer.mappings_.find(device); m != layer.mappings_.end()) {
+    std::erase_if(m->second, [&](const auto& mapping) {
+      return mapping.second.first - address < known_bytes;
+    });
   }
+  layer.live_bytes_ -= known_bytes;
   return call.status;
 }
 
