@@ -99,7 +99,7 @@ std::string StagedCopies::copy_of(const SlotCopy& c) const {
 const SlotCopy* StagedCopies::find(const Plugin* plugin, uint32_t device, uint64_t dst,
                                    uint64_t nbytes) const {
   for (const SlotCopy& c : copies) {
-    if (!c.busy && c.step == nullptr) continue;
+    if (c.step == nullptr) continue;  // never used
     const ResolvedDevice& d = *devices[c.queue];
     if (d.plugin.get() != plugin || d.device != device) continue;
     const uint64_t at = c.step->buffer->address() + c.step->buffer_offset + c.offset;

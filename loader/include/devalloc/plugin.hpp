@@ -211,7 +211,8 @@ class Plugin {
   // synchronize of the device covered (its call had returned when the
   // synchronize began, and the synchronize returned) is released: at most
   // `timeout`, or until *stop is set. Such a copy released late makes its
-  // outcome's `late` true. With `owner`, only that owner's copies.
+  // outcome's `late` true. Returns once those were released and their
+  // completions ran. With `owner`, only that owner's copies.
   ReleaseWait wait_released(uint32_t device, std::chrono::milliseconds timeout,
                             const void* owner = nullptr,
                             const std::atomic<bool>* stop = nullptr);
