@@ -407,14 +407,20 @@ Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst, cons
   void* token = nullptr;
   try {
     token = releases_->issue(device, dst, nbytes, owner, std::move(done));
-  } catch (...) {
-    // Not issued: the completion is still run, once, with the failure.
+  } catch (const std::bad_alloc&) {
+    // Not issued: the completion is still run, once, with the failure
+    // (worded only if there is memory to word it).
+    Status result(StatusCode::out_of_host_memory, std::string());
+    try {
+      result = Status(StatusCode::out_of_host_memory,
+                      "plugin " + name() + ": copy_host_to_device: no host memory to account "
+                                           "the copy; it was not issued");
+    } catch (const std::bad_alloc&) {
+    }
     CopyOutcome outcome;
-    outcome.call = Status(StatusCode::out_of_host_memory,
-                          "plugin " + name() + ": copy_host_to_device: no host memory to "
-                                               "account the copy; it was not issued");
-    if (done) done(CopyOutcome(outcome));
-    return outcome.call;
+    outcome.call = Status(StatusCode::out_of_host_memory, std::string());
+    if (done) done(std::move(outcome));
+    return result;
   }
   Status status = copy_to_device_until_released(device, dst, src, nbytes,
                                                 detail::tracked_release_callback(), token);
@@ -577,9 +583,10 @@ Result<void*> Plugin::allocate_host(uint64_t nbytes) {
   std::string overlaps;
   try {
     overlaps = detail::hold_staging(host, nbytes, this);
-  } catch (...) {
+  } catch (const std::bad_alloc&) {
+    // Unrecorded, it would escape the PLUGIN-18 check: handed back.
     static_cast<void>(free_host_unheld(host));
-    throw;
+    return Status(StatusCode::out_of_host_memory, std::string());
   }
   if (!overlaps.empty()) {
     // Not handed back: freeing it could free the buffer it overlaps, which
