@@ -115,16 +115,64 @@ thread_local int t_taking_gil = 0;
 // `awaited` (a loading thread of a load started inside a callback or by the
 // thread that ran the hook). Parking those would keep the callback from
 // returning, and the hook (or the atexit handlers after it) from ending.
+// Whether a thread would be parked taking the GIL now. g_exit_mutex held.
+bool parks_now(bool awaited) {
+  return g_exiting && !awaited && t_taking_gil == 0 &&
+         std::this_thread::get_id() != g_exit_thread;
+}
+
 void start_taking_gil(bool awaited = false) {
   std::unique_lock lock(g_exit_mutex);
-  if (g_exiting && !awaited && t_taking_gil == 0 &&
-      std::this_thread::get_id() != g_exit_thread) {
+  if (parks_now(awaited)) {
     lock.unlock();
     for (;;) pause();
   }
   ++g_taking_gil;
   ++t_taking_gil;
 }
+
+// The same for a progress callback, which may be skipped instead: false
+// (and nothing counted) where start_taking_gil would park the thread. A
+// loading thread parked would keep its load from ending; skipped, the load
+// ends, and the exit waits for that (g_core_loads).
+bool start_taking_gil_unless_exiting(bool awaited) {
+  std::lock_guard lock(g_exit_mutex);
+  if (parks_now(awaited)) return false;
+  ++g_taking_gil;
+  ++t_taking_gil;
+  return true;
+}
+
+// Loads running in the core (the GIL let go): at exit they must end before
+// the process runs its static destructors, which their threads would
+// otherwise use (a loading thread waiting for a slot calls the plugin every
+// 15 ms). Under g_exit_mutex.
+int g_core_loads = 0;
+// The longest the exit waits for them: a load held up by a plugin that
+// never releases would otherwise hold the exit for its release_timeout.
+constexpr auto kExitWaitForLoads = std::chrono::seconds(10);
+
+// Around a load in the core. A load that starts once the exit began (a
+// thread the hook let run) is not counted: the exit does not wait for it.
+class CoreLoad {
+ public:
+  CoreLoad() {
+    std::lock_guard lock(g_exit_mutex);
+    counted_ = !g_exiting;
+    if (counted_) ++g_core_loads;
+  }
+  ~CoreLoad() {
+    if (!counted_) return;
+    std::lock_guard lock(g_exit_mutex);
+    --g_core_loads;
+    g_exit_changed.notify_all();
+  }
+  CoreLoad(const CoreLoad&) = delete;
+  CoreLoad& operator=(const CoreLoad&) = delete;
+
+ private:
+  bool counted_ = false;
+};
 
 // Whether this thread ran the atexit hook (so the exit waits for it).
 bool is_exit_thread() {
@@ -154,6 +202,9 @@ void stop_taking_gil_at_exit() {
   nb::gil_scoped_release no_gil;  // those on their way need it
   std::unique_lock lock(g_exit_mutex);
   g_exit_changed.wait(lock, [] { return g_taking_gil == 0; });
+  // Then the loads still running in the core, whose progress callbacks are
+  // skipped from here: they end, and their threads with them.
+  g_exit_changed.wait_for(lock, kExitWaitForLoads, [] { return g_core_loads == 0; });
 }
 
 // The GIL let go for a blocking call and taken back after it.
@@ -363,10 +414,12 @@ struct ProgressRelay {
   std::optional<nb::python_error> error;
 
   void operator()(uint64_t done, uint64_t total) {
+    // Once the process exits the callback is skipped, not waited for: the
+    // load goes on to its end (the exit waits for that).
+    if (!start_taking_gil_unless_exiting(awaited)) return;
     struct TakingGil {
-      explicit TakingGil(bool awaited) { start_taking_gil(awaited); }
       ~TakingGil() { done_taking_gil(); }  // after the GIL is given back
-    } taking(awaited);
+    } taking;
     nb::gil_scoped_acquire gil;
     {
       std::lock_guard lock(mutex);
@@ -445,6 +498,7 @@ class PyRuntime {
     Result<std::shared_ptr<LoadedProgram>> program = Status();
     LoadReport report;
     const auto run = [&](const LoadProgress& with_progress) {
+      const CoreLoad counted;
       program = shared_runtime()->load(std::move(plan), {.methods = methods,
                                                          .report = &report,
                                                          .files = &files,
