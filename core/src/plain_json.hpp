@@ -33,8 +33,8 @@ class PlainJson {
     space();
     return p_ == end_;
   }
-  // Bytes of the text not read yet.
-  size_t left() const { return static_cast<size_t>(end_ - p_); }
+  // The text not read yet.
+  std::string_view rest() const { return std::string_view(p_, static_cast<size_t>(end_ - p_)); }
   bool word(std::string_view w) {
     if (static_cast<size_t>(end_ - p_) < w.size() || std::string_view(p_, w.size()) != w) {
       return false;

@@ -7,7 +7,9 @@
 #include "plan_checks.hpp"
 #include <devalloc/no_exceptions.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 
@@ -271,11 +273,20 @@ class PlainPlanReader {
       }
       if (key == "tensors" && !tensors) {
         tensors = true;
-        // No tensor of the plain form is shorter than kShortestTensor bytes:
-        // the vector never grows and copies (reserved pages nobody writes
-        // cost no memory).
+        // Room for a tensor per line left (write_plan writes one per line),
+        // but no more than the shortest tensor of the plain form allows:
+        // a plan written so does not grow the vector and copy it, and a
+        // text of few lines reserves little.
         constexpr size_t kShortestTensor = 56;
-        plan.tensors.reserve(json_.left() / kShortestTensor + 1);
+        const std::string_view rest = json_.rest();
+        size_t lines = 1;
+        for (const char* p = rest.data(), *end = p + rest.size();
+             (p = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)))) !=
+             nullptr;
+             ++p) {
+          ++lines;
+        }
+        plan.tensors.reserve(std::min(lines, rest.size() / kShortestTensor + 1));
         return json_.sequence('[', ']', [&] { return read_tensor(plan.tensors.emplace_back()); });
       }
       if (key == "methods" && !methods) {
