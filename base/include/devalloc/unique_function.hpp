@@ -47,6 +47,11 @@ class UniqueFunction<R(Args...)> {
   UniqueFunction(const UniqueFunction&) = delete;
   UniqueFunction& operator=(const UniqueFunction&) = delete;
   ~UniqueFunction() { reset(); }
+  // Destroys the target (and what it owns) now.
+  UniqueFunction& operator=(std::nullptr_t) noexcept {
+    reset();
+    return *this;
+  }
 
   explicit operator bool() const noexcept { return ops_ != nullptr; }
 
