@@ -91,10 +91,22 @@ class Validator {
   // Places in messages are made only for the message: a plan of 100 000
   // tensors that is fine builds none of them.
   Status check_tensors() {
-    tensor_index_.reserve(plan_.tensors.size());
+    // Names in ascending order in a plan without ranks (as write_plan
+    // writes them) are unique: the name index waits for a method that
+    // lists its tensors out of plan order.
+    names_unique_ =
+        std::none_of(plan_.buffers.begin(), plan_.buffers.end(),
+                     [](const PlanBuffer& b) { return b.rank.has_value(); }) &&
+        std::adjacent_find(plan_.tensors.begin(), plan_.tensors.end(),
+                           [](const PlanTensor& a, const PlanTensor& b) {
+                             return !(a.name < b.name);
+                           }) == plan_.tensors.end();
+    if (!names_unique_) tensor_index_.reserve(plan_.tensors.size());
     for (size_t i = 0; i < plan_.tensors.size(); ++i) {
       const PlanTensor& tensor = plan_.tensors[i];
-      if (Status s = index_name(i); !s.ok()) return s;
+      if (!names_unique_) {
+        if (Status s = index_name(i); !s.ok()) return s;
+      }
       Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
       if (!nbytes.ok()) return error(tensor_place(i), nbytes.status().message());
       const auto buffer = buffer_index_.find(tensor.memory_id);
@@ -149,10 +161,12 @@ class Validator {
           return error(at, who + " lists memory id " + std::to_string(id) + " twice");
         }
       }
+      size_t guess = 0;
       for (size_t k = 0; k < method.tensors.size(); ++k) {
         const std::string& name = method.tensors[k];
         const auto at = [&] { return prefix + "/tensors/" + std::to_string(k); };
-        const std::optional<size_t> tensor = tensor_index_.find(name);
+        const std::optional<size_t> tensor = find_tensor(name, guess);
+        if (tensor) guess = *tensor + 1;
         if (!tensor) {
           // A tensor of ranks (a slice or an expert): one per rank that has
           // it, each in one of the method's buffers.
@@ -247,6 +261,22 @@ class Validator {
     return Status();
   }
 
+  // The tensor of that name among the replicated ones. With names_unique_,
+  // plan_.tensors[guess] is looked at first, and the index is built at the
+  // first miss.
+  std::optional<size_t> find_tensor(const std::string& name, size_t guess) {
+    if (names_unique_) {
+      if (guess < plan_.tensors.size() && plan_.tensors[guess].name == name) return guess;
+      if (tensor_index_.empty() && !plan_.tensors.empty()) {
+        tensor_index_.reserve(plan_.tensors.size());
+        for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+          tensor_index_.insert(plan_.tensors[i].name, i);
+        }
+      }
+    }
+    return tensor_index_.find(name);
+  }
+
   // In a plan for several ranks a name is unique within each rank's view:
   // once among the replicated tensors (buffers without a rank), or once per
   // rank among the others, never both.
@@ -287,7 +317,8 @@ class Validator {
   const Plan& plan_;
   const PlanValidationOptions& options_;
   std::map<uint32_t, size_t> buffer_index_;                  // memory id -> buffers index
-  NameIndex tensor_index_;                                   // name -> tensors index (replicated)
+  bool names_unique_ = false;  // no ranks, names ascending: index_name was not needed
+  NameIndex tensor_index_;     // name -> tensors index (replicated)
   // The tensors of ranks by name (slices and experts), in plan order.
   std::unordered_map<std::string_view, std::vector<size_t>> ranked_tensors_;
   std::unordered_map<std::string, size_t> ranked_keys_;  // rank bytes + name -> tensors index

@@ -335,6 +335,13 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   // the tiling check below; ties (empty tensors at one offset) go by name:
   // the order never depends on the order of the header's entries.
   const auto arrange = [&] {
+    // Writers mostly list names in ascending order, which proves them
+    // unique without an index.
+    const bool ascending = std::adjacent_find(tensors.begin(), tensors.end(),
+                                              [](const SafetensorsTensor& a,
+                                                 const SafetensorsTensor& b) {
+                                                return !(a.name < b.name);
+                                              }) == tensors.end();
     const auto by_place = [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
       return std::tie(a.offset, a.nbytes, a.name) < std::tie(b.offset, b.nbytes, b.name);
     };
@@ -342,12 +349,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     if (!std::is_sorted(tensors.begin(), tensors.end(), by_place)) {
       std::sort(tensors.begin(), tensors.end(), by_place);
     }
-    result->index_.clear();
-    result->index_.reserve(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!result->index_.insert(tensors[i].name, i)) return false;
-    }
-    return true;
+    return ascending || result->build_index();
   };
   // The fast path first; anything outside it, a name given twice included,
   // is read again by the strict reader, which says what is wrong. No entry
@@ -365,6 +367,8 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     }
     tensors.clear();
     result->metadata_.clear();
+    result->index_.clear();
+    result->indexed_.store(false, std::memory_order_relaxed);
     if (Status s = read_header_strict(header, data_offset, reader, tensors, result->metadata_);
         !s.ok()) {
       return s;
@@ -412,7 +416,20 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   return std::shared_ptr<const SafetensorsFile>(std::move(result));
 }
 
+bool SafetensorsFile::build_index() const {
+  index_.clear();
+  index_.reserve(tensors_.size());
+  bool unique = true;
+  for (size_t i = 0; i < tensors_.size(); ++i) unique = index_.insert(tensors_[i].name, i) && unique;
+  indexed_.store(true, std::memory_order_release);
+  return unique;
+}
+
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
+  if (!indexed_.load(std::memory_order_acquire)) {
+    const std::lock_guard<std::mutex> lock(index_mutex_);
+    if (!indexed_.load(std::memory_order_relaxed)) build_index();
+  }
   const std::optional<size_t> found = index_.find(name);
   return found ? &tensors_[*found] : nullptr;
 }

@@ -524,6 +524,36 @@ TEST_F(PlanTest, GivenMethodWithUnknownTensor_ThenRejected) {
             "is not in the plan");
 }
 
+// Tensors in ascending name order (as write_plan writes them) are known
+// unique without an index; methods that list them out of order, twice, or
+// a name the plan lacks are still found out, with the same words.
+TEST_F(PlanTest, GivenTensorsInNameOrder_WhenMethodsListThemInAnyOrder_ThenCheckedAlike) {
+  json sorted = json::array();
+  for (const char* name : {"blk.0.attn.weight", "blk.0.norm", "scratch", "tok.weight"}) {
+    for (const json& tensor : plan_["tensors"]) {
+      if (tensor["name"] == name) sorted.push_back(tensor);
+    }
+  }
+  plan_["tensors"] = sorted;
+  plan_["methods"][0]["tensors"] = {"tok.weight", "scratch", "blk.0.norm", "blk.0.attn.weight"};
+  EXPECT_TRUE(validate().ok()) << validate().message();
+
+  plan_["methods"][1]["tensors"] = {"tok.weight", "blk.0.attn.weights"};
+  EXPECT_EQ(validation_error(),
+            "/methods/1/tensors/1: method \"decode\" lists tensor \"blk.0.attn.weights\", "
+            "which is not in the plan");
+  plan_["methods"][1]["tensors"] = {"blk.0.attn.weight", "tok.weight", "blk.0.attn.weight"};
+  EXPECT_EQ(validation_error(),
+            "/methods/1/tensors/2: method \"decode\" lists tensor \"blk.0.attn.weight\" twice");
+  plan_["methods"][1]["tensors"] = {"blk.0.norm"};
+  EXPECT_EQ(validation_error(),
+            "/methods/1/tensors/0: method \"decode\" uses tensor \"blk.0.norm\" in memory id 2, "
+            "which is not in its memory_ids");
+  plan_["tensors"][1]["name"] = "blk.0.attn.weight";  // equal neighbours: not ascending
+  EXPECT_EQ(validation_error(),
+            "/tensors/1 \"blk.0.attn.weight\": name also used by /tensors/0");
+}
+
 TEST_F(PlanTest, GivenMethodListingTensorTwice_ThenRejected) {
   plan_["methods"][1]["tensors"][1] = "tok.weight";
   EXPECT_EQ(validation_error(),

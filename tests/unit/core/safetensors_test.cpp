@@ -745,6 +745,49 @@ TEST_F(SafetensorsReader, GivenAnyHint_WhenFindingByName_ThenTheSameTensorAsWith
   EXPECT_EQ(file->find("a", 1), &tensors[2]);  // a wrong hint: the index
 }
 
+// Names in ascending header order need no index to be known unique; the
+// index is then built by the first find that needs it, whichever thread
+// that is (run under TSan in the full gate).
+TEST_F(SafetensorsReader, GivenAscendingNames_WhenFoundFromSeveralThreadsAtOnce_ThenEachFindsIt) {
+  std::string header = "{";
+  std::vector<std::string> names;
+  for (int i = 0; i < 64; ++i) {
+    char name[8];
+    std::snprintf(name, sizeof name, "t%02d", i);
+    names.emplace_back(name);
+    header += std::string(i == 0 ? "" : ", ") + "\"" + name +
+              "\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [" +
+              std::to_string(i) + ", " + std::to_string(i + 1) + "]}";
+  }
+  header += "}";
+  auto file = opened(header, names.size());
+  ASSERT_NE(file, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < names.size(); ++k) {
+        const std::string& name = names[(names.size() - 1 - k + static_cast<size_t>(t)) % names.size()];
+        const SafetensorsTensor* found = file->find(name);
+        if (found == nullptr || found->name != name) ++wrong;
+      }
+      if (file->find("t64") != nullptr || file->find("") != nullptr) ++wrong;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// A name given twice apart (so the names are not in ascending order) is
+// found by the index the open builds.
+TEST_F(SafetensorsReader, GivenANameRepeatedApart_ThenRejected) {
+  EXPECT_THAT(error(R"({"b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},)"
+                    R"( "a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]},)"
+                    R"( "b": {"dtype": "U8", "shape": [1], "data_offsets": [2, 3]}})",
+                    3),
+              HasSubstr("tensor \"b\" appears twice"));
+}
+
 TEST_F(SafetensorsReader, GivenMissingFile_ThenErrorNamesIt) {
   EXPECT_EQ(error_of_file(dir_ / "nope.safetensors", StatusCode::not_found),
             "cannot open: No such file or directory");

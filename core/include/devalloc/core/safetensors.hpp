@@ -8,6 +8,7 @@
 #include <devalloc/core/name_index.hpp>
 #include <devalloc/status.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -91,11 +92,19 @@ class SafetensorsFile {
       const std::filesystem::path& path, detail::HeaderReading mode,
       const std::filesystem::path& beneath);
 
+  // (Re)builds index_ from tensors_; false when a name appears twice (then
+  // index_ holds the first of each name).
+  bool build_index() const;
+
   std::shared_ptr<const MappedFile> mapping_;
   std::vector<SafetensorsTensor> tensors_;
   // name -> tensors_ index; the names are tensors_'s, which never change
-  // after open.
-  NameIndex index_;
+  // after open. Built at open when the header's names could repeat, else
+  // at the first find that its hint misses: a file read in order (a plan's
+  // load) never builds it.
+  mutable std::mutex index_mutex_;
+  mutable std::atomic<bool> indexed_{false};
+  mutable NameIndex index_;
   std::map<std::string, std::string> metadata_;
   uint64_t data_offset_ = 0;
 };
