@@ -7,6 +7,7 @@
 // stderr nor move the cursor, recolour or reorder what follows it.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -53,10 +54,16 @@ inline size_t plain_ascii_prefix(std::string_view text) {
   for (; i + 8 <= text.size(); i += 8) {
     uint64_t w;
     std::memcpy(&w, text.data() + i, 8);
-    // Bytes below 0x20 (exact for the question "is there one"), 0x80 and
-    // above, '"' and '\\'.
-    if ((((w - 0x20 * kOnes) & ~w) | w | has_zero(w ^ (0x22 * kOnes)) |
-         has_zero(w ^ (0x5c * kOnes))) & kHigh) {
+    // Bytes below 0x20, 0x80 and above, '"' and '\\'. A borrow can flag
+    // a byte above the first one found, never one below it: the lowest
+    // flag is the first such byte (little-endian: the lowest address).
+    const uint64_t found = (((w - 0x20 * kOnes) & ~w) | w | has_zero(w ^ (0x22 * kOnes)) |
+                            has_zero(w ^ (0x5c * kOnes))) &
+                           kHigh;
+    if (found != 0) {
+      if constexpr (std::endian::native == std::endian::little) {
+        return i + static_cast<size_t>(std::countr_zero(found) / 8);
+      }
       break;
     }
   }

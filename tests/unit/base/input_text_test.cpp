@@ -76,6 +76,37 @@ TEST(PlainAsciiPrefix, GivenEachStopByteAtEachPosition_ThenThePrefixEndsThere) {
   EXPECT_EQ(plain_ascii_prefix(""), 0u);
 }
 
+// With several stop bytes in one word (a borrow from one can flag bytes
+// above it), the first is still the one found: random texts of bytes
+// around each boundary, against a byte loop.
+TEST(PlainAsciiPrefix, GivenRandomTextsOfBoundaryBytes_ThenThePrefixMatchesAByteLoop) {
+  const char bytes[] = {'\0', '\x01', '\x1f', ' ', '!', '"', '#', '[', '\\', ']',
+                        '\x7f', '\x80', '\xa2', '\xdc', '\xff', 'a'};
+  const auto expected = [](const std::string& text) {
+    size_t i = 0;
+    while (i < text.size()) {
+      const auto byte = static_cast<unsigned char>(text[i]);
+      if (byte < 0x20 || byte >= 0x80 || byte == '"' || byte == '\\') break;
+      ++i;
+    }
+    return i;
+  };
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  const auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  for (int round = 0; round < 200000; ++round) {
+    std::string text(1 + next() % 24, 'a');
+    // Some texts mostly plain (long prefixes), some dense with stops.
+    const uint64_t density = 1 + round % 4;
+    for (char& c : text) c = next() % density == 0 ? bytes[next() % sizeof bytes] : 'a';
+    ASSERT_EQ(plain_ascii_prefix(text), expected(text)) << testing::PrintToString(text);
+  }
+}
+
 // Past eight ASCII bytes at a time, a bad byte is still found at its offset.
 TEST(CheckText, GivenLongAsciiRunsAroundABadByte_ThenItsOffsetIsExact) {
   for (size_t at = 0; at < 40; ++at) {
