@@ -1,3 +1,4 @@
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
@@ -318,7 +319,10 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_
   // One byte more than fstat said: a read that fills it finds a file that
   // grew, and only then is the text made larger (a doubling copy of a
   // 16 MB plan would touch 32 MB of fresh memory).
-  std::string text(static_cast<size_t>(file->size()) + 1, '\0');
+  std::string text;
+  text.reserve(static_cast<size_t>(file->size()) + 1);
+  advise_huge_pages(text.data(), text.capacity());
+  text.resize(static_cast<size_t>(file->size()) + 1);
   size_t done = 0;
   while (true) {
     if (done == text.size()) {

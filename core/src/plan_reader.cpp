@@ -1,4 +1,5 @@
 #include <devalloc/core/plan.hpp>
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/regular_file.hpp>
 
@@ -287,6 +288,7 @@ class PlainPlanReader {
           ++lines;
         }
         plan.tensors.reserve(std::min(lines, rest.size() / kShortestTensor + 1));
+        advise_huge_pages(plan.tensors.data(), plan.tensors.capacity() * sizeof(PlanTensor));
         return json_.sequence('[', ']', [&] { return read_tensor(plan.tensors.emplace_back()); });
       }
       if (key == "methods" && !methods) {

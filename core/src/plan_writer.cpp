@@ -1,4 +1,5 @@
 #include <devalloc/core/plan.hpp>
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
@@ -100,6 +101,7 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
   // About what a tensor's line takes with a short name, so that a plan of
   // 100 000 tensors is not copied each time the text doubles.
   out.text().reserve(256 + 64 * plan.buffers.size() + 192 * plan.tensors.size());
+  advise_huge_pages(out.text().data(), out.text().capacity());
   out.raw("{\n  \"format\": ");
   out.string(kPlanFormat, [] { return std::string("format"); });
   out.raw(",\n  \"version\": ");

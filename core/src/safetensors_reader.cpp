@@ -1,5 +1,6 @@
 #include <devalloc/core/safetensors.hpp>
 
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 
 #include "json_parse.hpp"
@@ -324,6 +325,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   const uint64_t data_offset = 8 + header_size;
   // Not zero-filled: copy_to writes every byte or fails.
   const auto header_copy = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(header_size));
+  advise_huge_pages(header_copy.get(), static_cast<size_t>(header_size));
   if (Status s = (*mapped)->copy_to(8, header_size, header_copy.get()); !s.ok()) return s;
   const std::string_view header(header_copy.get(), static_cast<size_t>(header_size));
 
@@ -358,6 +360,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   // (reserved pages nobody writes cost no memory).
   constexpr size_t kShortestEntry = 48;
   tensors.reserve(header.size() / kShortestEntry + 1);
+  advise_huge_pages(tensors.data(), tensors.capacity() * sizeof(SafetensorsTensor));
   if (mode == detail::HeaderReading::strict ||
       !PlainHeaderScanner(header, data_offset, bytes.size() - data_offset)
            .read(tensors, result->metadata_) ||
