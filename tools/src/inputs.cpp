@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <utility>
+#include <vector>
 
 namespace devalloc::cli {
 
@@ -91,6 +93,17 @@ Result<Plan> valid_plan_from(const std::string& path, SafetensorsCache& cache,
   options.external_files = config.load.external_files;
   if (Status s = validate_plan(*plan, options); !s.ok()) return s;
   return plan;
+}
+
+void keep_until_exit(std::shared_ptr<const void> held) noexcept {
+  // Never freed: reachable from here until the process ends.
+  static auto* kept = new (std::nothrow) std::vector<std::shared_ptr<const void>>();
+  if (kept == nullptr) return;
+  try {
+    kept->push_back(std::move(held));
+  } catch (const std::bad_alloc&) {
+    // Not kept: freed here, as it would have been without this.
+  }
 }
 
 int report_failure(const char* command, const Status& status) {

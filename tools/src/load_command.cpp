@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -137,8 +138,11 @@ int run_load(const LoadCommandOptions& o) {
   auto config = config_from(o.config, o.trust_paths);
   if (!config.ok()) return report_failure("load", config.status());
   if (o.verify) config->load.verify = true;
-  SafetensorsCache cache;
-  auto full = valid_plan_from(o.plan, cache, *config);
+  // The plan and the headers are kept until exit (keep_until_exit), not
+  // freed one tensor at a time after the load.
+  const auto cache = std::make_shared<SafetensorsCache>();
+  keep_until_exit(cache);
+  auto full = valid_plan_from(o.plan, *cache, *config);
   if (!full.ok()) return report_failure("load", full.status());
   // A plan for several ranks: this rank's share of it.
   auto rank = rank_for(*full, o.ranks);
@@ -158,7 +162,9 @@ int run_load(const LoadCommandOptions& o) {
   }
   LoadReport report;
   // The mappings opened to validate the plan serve the load too.
-  auto program = runtime->load(std::move(*plan), {.methods = split_commas(o.methods), .report = &report, .files = &cache});
+  auto shared_plan = std::make_shared<const Plan>(std::move(*plan));
+  keep_until_exit(shared_plan);
+  auto program = runtime->load(shared_plan, {.methods = split_commas(o.methods), .report = &report, .files = cache.get()});
   bar.finish();
   if (!program.ok()) return report_failure("load", program.status());
   const std::vector<std::string> fallbacks = fallback_lines(**program);
