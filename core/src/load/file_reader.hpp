@@ -35,11 +35,13 @@ Status pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const MappedFil
 // kSamples pieces of at least kMinBytes, such pieces alternate between the
 // two (smaller ones use mmap); then the mode with more bytes per second
 // serves the rest of the load. Both read the same page cache into the same
-// kind of destination, so the figures compare like with like.
+// kind of destination, so the figures compare like with like. Four pieces
+// each: with two, loads onto huge-page memory, where pread is about 8 %
+// faster than mmap, kept mmap in two model sizes out of three.
 class ReadChooser {
  public:
   static constexpr uint64_t kMinBytes = uint64_t{1} << 20;
-  static constexpr int kSamples = 2;
+  static constexpr int kSamples = 4;
 
   // A fixed mode (anything but automatic), or automatic to measure.
   void start(ReadMode mode) {

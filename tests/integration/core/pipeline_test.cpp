@@ -284,16 +284,17 @@ TEST_F(PipelineLoad, GivenReadAuto_WhenTheLoadHasEnoughLargePieces_ThenBothModes
   EXPECT_FALSE(small.pipeline.read_measured);
   EXPECT_EQ(small.pipeline.read, ReadMode::mmap);
 
-  // Six tensors of 1 MiB in one buffer, staged through 1 MiB slots: six
-  // pieces, four of them measured.
+  // Ten tensors of 1 MiB in one buffer, staged through 1 MiB slots: ten
+  // pieces, eight of them measured.
   constexpr uint64_t kMiB = 1 << 20;
+  constexpr uint64_t kBig = 10;
   std::vector<SafetensorsWriteTensor> out;
-  std::vector<std::vector<std::byte>> data(6, std::vector<std::byte>(kMiB));
+  std::vector<std::vector<std::byte>> data(kBig, std::vector<std::byte>(kMiB));
   Plan plan;
   plan.path = dir_ / "big-plan.json";
-  plan.buffers = {{0, "host", 6 * kMiB, 4096, std::nullopt}};
+  plan.buffers = {{0, "host", kBig * kMiB, 4096, std::nullopt}};
   PlanMethod method{"main", {0}, {}};
-  for (uint64_t i = 0; i < 6; ++i) {
+  for (uint64_t i = 0; i < kBig; ++i) {
     for (uint64_t b = 0; b < kMiB; ++b) data[i][b] = static_cast<std::byte>((b * 31 + i) >> 3);
     const std::string n = "big" + std::to_string(i);
     out.push_back({n, DType::u8, {kMiB}, data[i]});
@@ -319,7 +320,7 @@ TEST_F(PipelineLoad, GivenReadAuto_WhenTheLoadHasEnoughLargePieces_ThenBothModes
     }
     EXPECT_TRUE(report.pipeline.read == ReadMode::mmap || report.pipeline.read == ReadMode::pread)
         << to_string(report.pipeline.read);
-    for (uint64_t i = 0; i < 6; ++i) {
+    for (uint64_t i = 0; i < kBig; ++i) {
       const std::optional<LoadedTensor> t = (*program)->find("big" + std::to_string(i));
       ASSERT_TRUE(t.has_value());
       std::vector<std::byte> back(kMiB);
