@@ -10,6 +10,8 @@
 
 #include <devalloc/plugin_abi.h>
 
+#include <malloc.h>
+
 namespace {
 
 int run(int argc, char** argv) {
@@ -48,6 +50,13 @@ int main(int argc, char** argv) {
   // A write past RLIMIT_FSIZE then fails with EFBIG, an error that names the
   // file, instead of SIGXFSZ ending the process with a temporary file left.
   std::signal(SIGXFSZ, SIG_IGN);
+  // One command, then exit: what a stage frees (the plan's text once read,
+  // a header's copy once parsed) serves the next stage's allocations from
+  // the heap, instead of going back to the kernel and coming back as fresh
+  // pages to fault in and clear. Blocks above 32 MiB (the most glibc
+  // allows here) are still mapped and unmapped on their own.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   int code = devalloc::cli::kExitFailure;
   try {
     code = run(argc, argv);
