@@ -380,42 +380,50 @@ Status detail::check_constant_overlaps(const Plan& plan) {
 
 Status detail::check_plan_limits(const Plan& plan) {
   // "device \"...\" (N bytes) is longer than a device tag may be (256 bytes)";
-  // quote() cuts the value and gives its length.
+  // quote() cuts the value and gives its length. Only a value over its
+  // limit builds a message: a plan of 100 000 tensors that is fine builds
+  // none.
   const auto too_long = [](const std::string& what, const std::string& value, size_t limit,
                            const char* kind) {
-    return value.size() <= limit
-               ? std::string()
-               : what + " " + quote(value) + " is longer than " + kind + " may be (" +
-                     std::to_string(limit) + " bytes)";
+    return what + " " + quote(value) + " is longer than " + kind + " may be (" +
+           std::to_string(limit) + " bytes)";
   };
   const auto fail = [&](const std::string& place, const std::string& reason) {
     return plan_error(plan, place, reason);
   };
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const PlanBuffer& buffer = plan.buffers[i];
-    const std::string reason = too_long("device", buffer.device, kMaxDeviceTagBytes, "a device tag");
-    if (!reason.empty()) return fail(at_index("buffers", i), reason);
+    if (buffer.device.size() > kMaxDeviceTagBytes) {
+      return fail(at_index("buffers", i),
+                  too_long("device", buffer.device, kMaxDeviceTagBytes, "a device tag"));
+    }
   }
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const PlanTensor& tensor = plan.tensors[i];
-    std::string reason = too_long("name", tensor.name, kMaxPlanNameBytes, "a name");
-    if (!reason.empty()) return fail(at_index("tensors", i), reason);
-    if (!tensor.source) continue;
-    reason = too_long("source file", tensor.source->file, kMaxPlanPathBytes, "a path");
-    if (reason.empty()) {
-      reason = too_long("source key", tensor.source->key, kMaxPlanNameBytes, "a name");
+    if (tensor.name.size() > kMaxPlanNameBytes) {
+      return fail(at_index("tensors", i),
+                  too_long("name", tensor.name, kMaxPlanNameBytes, "a name"));
     }
-    if (!reason.empty()) return fail(named_place("tensors", i, tensor.name), reason);
+    if (!tensor.source) continue;
+    if (tensor.source->file.size() > kMaxPlanPathBytes) {
+      return fail(named_place("tensors", i, tensor.name),
+                  too_long("source file", tensor.source->file, kMaxPlanPathBytes, "a path"));
+    }
+    if (tensor.source->key.size() > kMaxPlanNameBytes) {
+      return fail(named_place("tensors", i, tensor.name),
+                  too_long("source key", tensor.source->key, kMaxPlanNameBytes, "a name"));
+    }
   }
   for (size_t m = 0; m < plan.methods.size(); ++m) {
     const PlanMethod& method = plan.methods[m];
-    const std::string reason = too_long("name", method.name, kMaxPlanNameBytes, "a name");
-    if (!reason.empty()) return fail(at_index("methods", m), reason);
+    if (method.name.size() > kMaxPlanNameBytes) {
+      return fail(at_index("methods", m),
+                  too_long("name", method.name, kMaxPlanNameBytes, "a name"));
+    }
     for (size_t k = 0; k < method.tensors.size(); ++k) {
-      const std::string listed =
-          too_long("tensor", method.tensors[k], kMaxPlanNameBytes, "a name");
-      if (!listed.empty()) {
-        return fail(at_index("methods", m) + "/tensors/" + std::to_string(k), listed);
+      if (method.tensors[k].size() > kMaxPlanNameBytes) {
+        return fail(at_index("methods", m) + "/tensors/" + std::to_string(k),
+                    too_long("tensor", method.tensors[k], kMaxPlanNameBytes, "a name"));
       }
     }
   }
