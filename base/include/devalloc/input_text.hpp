@@ -7,6 +7,10 @@
 // stderr nor move the cursor, recolour or reorder what follows it.
 #pragma once
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -44,13 +48,28 @@ std::optional<size_t> invalid_utf8_offset(std::string_view text);
 
 // Length of the longest prefix of `text` made of bytes that a JSON string
 // holds as they are and that are ASCII: none is '"', '\\', a control byte
-// (below 0x20) or 0x80 and above. Eight bytes at a time: the readers and
-// writers of plans and headers spend their time in names and keys.
+// (below 0x20) or 0x80 and above. Sixteen bytes at a time with SSE2, then
+// eight (and on other machines eight): the readers and writers of plans
+// and headers spend their time in names and keys.
 inline size_t plain_ascii_prefix(std::string_view text) {
+  size_t i = 0;
+#ifdef __SSE2__
+  // Signed bytes: 0x80 and above are negative, so "below 0x20" takes them
+  // with the control bytes.
+  const __m128i below = _mm_set1_epi8(0x20);
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  for (; i + 16 <= text.size(); i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + i));
+    const int found = _mm_movemask_epi8(_mm_or_si128(
+        _mm_cmplt_epi8(v, below),
+        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash))));
+    if (found != 0) return i + static_cast<size_t>(std::countr_zero(static_cast<unsigned>(found)));
+  }
+#endif
   constexpr uint64_t kOnes = 0x0101010101010101ull;
   constexpr uint64_t kHigh = 0x8080808080808080ull;
   const auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHigh; };
-  size_t i = 0;
   for (; i + 8 <= text.size(); i += 8) {
     uint64_t w;
     std::memcpy(&w, text.data() + i, 8);
