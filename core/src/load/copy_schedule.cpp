@@ -2,6 +2,7 @@
 
 #include "pipeline.hpp"
 
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/no_exceptions.hpp>
 
 #include <algorithm>
@@ -47,6 +48,7 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
     DeviceCopyQueue queue;
     queue.device = list.front()->buffer->device();
     queue.steps.reserve(list.size());
+    advise_huge_pages(queue.steps.data(), queue.steps.capacity() * sizeof(CopyStep));
     for (const CopyRequest* request : list) {
       const CopyRequest& r = *request;
       ++queue.tensors;

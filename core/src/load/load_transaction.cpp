@@ -2,6 +2,7 @@
 
 #include "verify.hpp"
 
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 
 #include "../plan_errors.hpp"
@@ -114,6 +115,7 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   // the plan index of requests[k].
   std::vector<CopyRequest> requests;
   requests.reserve(needs_->tensors.size());
+  advise_huge_pages(requests.data(), requests.capacity() * sizeof(CopyRequest));
   request_tensor_.reserve(needs_->tensors.size());
   // Each file is opened once by this load, whatever order the plan lists
   // its tensors in: every tensor of a file is checked against the one
