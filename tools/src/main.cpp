@@ -55,8 +55,10 @@ int main(int argc, char** argv) {
   // the heap, instead of going back to the kernel and coming back as fresh
   // pages to fault in and clear. Blocks above 32 MiB (the most glibc
   // allows here) are still mapped and unmapped on their own.
+#if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)  // glibc
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
   int code = devalloc::cli::kExitFailure;
   try {
     code = run(argc, argv);
