@@ -1,8 +1,8 @@
-#include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
 #include <devalloc/input_text.hpp>
 
 #include "plan_errors.hpp"
+#include "tensors_by_name.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -83,20 +83,10 @@ Result<std::filesystem::path> detail::resolve_source(const Plan& plan, const Pla
 
 Result<PlanSelection> Plan::tensors_for_methods(
     std::span<const std::string> method_names) const {
-  // Methods mostly list the plan's tensors in plan order: each name is
-  // first compared with the tensor after the one found last, and only a
-  // miss builds the name index. (In a plan that repeats a name, which
-  // validate_plan refuses, the guess may select a later tensor of that name
-  // as well as the first; nothing else depends on it.)
-  NameIndex tensor_index;
-  const auto index_of = [&](const std::string& name, size_t guess) -> std::optional<size_t> {
-    if (guess < tensors.size() && tensors[guess].name == name) return guess;
-    if (tensor_index.empty()) {
-      tensor_index.reserve(tensors.size());
-      for (size_t i = 0; i < tensors.size(); ++i) tensor_index.insert(tensors[i].name, i);
-    }
-    return tensor_index.find(name);
-  };
+  // Methods mostly list the plan's tensors in plan order (a repeated name,
+  // which validate_plan refuses, may select a later tensor of that name as
+  // well as the first; nothing else depends on it).
+  detail::TensorsByName by_name(*this);
   std::set<uint32_t> known_ids;
   for (const PlanBuffer& buffer : buffers) known_ids.insert(buffer.memory_id);
 
@@ -133,7 +123,7 @@ Result<PlanSelection> Plan::tensors_for_methods(
     }
     size_t guess = 0;
     for (const std::string& tensor : method->tensors) {
-      const std::optional<size_t> found = index_of(tensor, guess);
+      const std::optional<size_t> found = by_name.find(tensor, guess);
       if (!found) {
         return plan_error(*this, "", "method " + quote(name) + " lists tensor " + quote(tensor) +
                                      ", which is not in the plan");

@@ -8,6 +8,7 @@
 #include "plan_checks.hpp"
 #include "plan_errors.hpp"
 #include "source_files.hpp"
+#include "tensors_by_name.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -261,20 +262,9 @@ class Validator {
     return Status();
   }
 
-  // The tensor of that name among the replicated ones. With names_unique_,
-  // plan_.tensors[guess] is looked at first, and the index is built at the
-  // first miss.
+  // The tensor of that name among the replicated ones.
   std::optional<size_t> find_tensor(const std::string& name, size_t guess) {
-    if (names_unique_) {
-      if (guess < plan_.tensors.size() && plan_.tensors[guess].name == name) return guess;
-      if (tensor_index_.empty() && !plan_.tensors.empty()) {
-        tensor_index_.reserve(plan_.tensors.size());
-        for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-          tensor_index_.insert(plan_.tensors[i].name, i);
-        }
-      }
-    }
-    return tensor_index_.find(name);
+    return names_unique_ ? by_name_.find(name, guess) : tensor_index_.find(name);
   }
 
   // In a plan for several ranks a name is unique within each rank's view:
@@ -318,7 +308,8 @@ class Validator {
   const PlanValidationOptions& options_;
   std::map<uint32_t, size_t> buffer_index_;                  // memory id -> buffers index
   bool names_unique_ = false;  // no ranks, names ascending: index_name was not needed
-  NameIndex tensor_index_;     // name -> tensors index (replicated)
+  detail::TensorsByName by_name_{plan_};  // with names_unique_
+  NameIndex tensor_index_;                // name -> tensors index (replicated), without
   // The tensors of ranks by name (slices and experts), in plan order.
   std::unordered_map<std::string_view, std::vector<size_t>> ranked_tensors_;
   std::unordered_map<std::string, size_t> ranked_keys_;  // rank bytes + name -> tensors index
