@@ -320,8 +320,7 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, uint64_
   // grew, and only then is the text made larger (a doubling copy of a
   // 16 MB plan would touch 32 MB of fresh memory).
   std::string text;
-  text.reserve(static_cast<size_t>(file->size()) + 1);
-  advise_huge_pages(text.data(), text.capacity());
+  reserve_on_huge_pages(text, static_cast<size_t>(file->size()) + 1);
   text.resize(static_cast<size_t>(file->size()) + 1);
   size_t done = 0;
   while (true) {

@@ -287,8 +287,7 @@ class PlainPlanReader {
              ++p) {
           ++lines;
         }
-        plan.tensors.reserve(std::min(lines, rest.size() / kShortestTensor + 1));
-        advise_huge_pages(plan.tensors.data(), plan.tensors.capacity() * sizeof(PlanTensor));
+        reserve_on_huge_pages(plan.tensors, std::min(lines, rest.size() / kShortestTensor + 1));
         return json_.sequence('[', ']', [&] { return read_tensor(plan.tensors.emplace_back()); });
       }
       if (key == "methods" && !methods) {

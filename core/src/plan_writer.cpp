@@ -100,8 +100,7 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
   PlanText out;
   // About what a tensor's line takes with a short name, so that a plan of
   // 100 000 tensors is not copied each time the text doubles.
-  out.text().reserve(256 + 64 * plan.buffers.size() + 192 * plan.tensors.size());
-  advise_huge_pages(out.text().data(), out.text().capacity());
+  reserve_on_huge_pages(out.text(), 256 + 64 * plan.buffers.size() + 192 * plan.tensors.size());
   out.raw("{\n  \"format\": ");
   out.string(kPlanFormat, [] { return std::string("format"); });
   out.raw(",\n  \"version\": ");

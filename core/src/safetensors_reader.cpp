@@ -359,8 +359,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   // at least what the header holds: the vector never grows and copies
   // (reserved pages nobody writes cost no memory).
   constexpr size_t kShortestEntry = 48;
-  tensors.reserve(header.size() / kShortestEntry + 1);
-  advise_huge_pages(tensors.data(), tensors.capacity() * sizeof(SafetensorsTensor));
+  reserve_on_huge_pages(tensors, header.size() / kShortestEntry + 1);
   if (mode == detail::HeaderReading::strict ||
       !PlainHeaderScanner(header, data_offset, bytes.size() - data_offset)
            .read(tensors, result->metadata_) ||

@@ -33,4 +33,12 @@ inline void advise_huge_pages(void* data, size_t bytes) noexcept {
 #endif
 }
 
+// c.reserve(n), then the advice over all of c's capacity: for a vector or a
+// string about to be filled.
+template <class Container>
+void reserve_on_huge_pages(Container& c, size_t n) {
+  c.reserve(n);
+  advise_huge_pages(c.data(), c.capacity() * sizeof(typename Container::value_type));
+}
+
 }  // namespace devalloc

@@ -47,8 +47,7 @@ CopySchedule CopySchedule::build(std::vector<CopyRequest> requests) {
     }
     DeviceCopyQueue queue;
     queue.device = list.front()->buffer->device();
-    queue.steps.reserve(list.size());
-    advise_huge_pages(queue.steps.data(), queue.steps.capacity() * sizeof(CopyStep));
+    reserve_on_huge_pages(queue.steps, list.size());
     for (const CopyRequest* request : list) {
       const CopyRequest& r = *request;
       ++queue.tensors;

@@ -114,8 +114,7 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   // Copy requests: constants not yet on their device; request_tensor[k] is
   // the plan index of requests[k].
   std::vector<CopyRequest> requests;
-  requests.reserve(needs_->tensors.size());
-  advise_huge_pages(requests.data(), requests.capacity() * sizeof(CopyRequest));
+  reserve_on_huge_pages(requests, needs_->tensors.size());
   request_tensor_.reserve(needs_->tensors.size());
   // Each file is opened once by this load, whatever order the plan lists
   // its tensors in: every tensor of a file is checked against the one

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace devalloc {
 namespace {
@@ -75,6 +76,17 @@ TEST_F(HugePages, GivenARangeHoldingNoWholeHugePage_ThenNothingIsAdvised) {
   for (size_t offset = 0; offset < kBytes; offset += kHugePage / 2) {
     EXPECT_EQ(vm_flags_at(at(offset)).find(" hg"), std::string::npos) << offset;
   }
+}
+
+// A vector about to be filled: reserved, and its whole 2 MiB pages advised.
+TEST_F(HugePages, GivenAVectorReservedOnHugePages_ThenItHoldsTheRoomAndItsInsideIsAdvised) {
+  std::vector<uint64_t> values;
+  reserve_on_huge_pages(values, kBytes / sizeof(uint64_t));
+  EXPECT_GE(values.capacity(), kBytes / sizeof(uint64_t));
+  const uintptr_t inside =
+      (reinterpret_cast<uintptr_t>(values.data()) + 2 * kHugePage - 1) & ~(kHugePage - 1);
+  EXPECT_NE(vm_flags_at(reinterpret_cast<void*>(inside)).find(" hg"), std::string::npos)
+      << vm_flags_at(reinterpret_cast<void*>(inside));
 }
 
 }  // namespace
