@@ -229,10 +229,16 @@ bool on_main_thread() {
   return threading.attr("get_ident")().equal(threading.attr("main_thread")().attr("ident"));
 }
 
+// How often a waiting main thread checks for signals: a load into
+// huge-page memory copies several GB/s, and at 20 ms it copied half of a
+// 256 MiB model after Ctrl-C.
+constexpr std::chrono::milliseconds kSignalCheck{5};
+
 // Runs work(stop) on a thread of its own, the GIL let go, while this thread
-// checks for signals every 20 ms: if a handler raises (KeyboardInterrupt),
-// sets stop, waits for work to return and gives back what was raised.
-// Without a thread to spare, runs work here.
+// checks for signals every kSignalCheck: if a handler raises
+// (KeyboardInterrupt), sets stop, waits for work to return and gives back
+// what was raised. Without a thread to spare, runs work here.
+
 template <class Work>
 std::optional<nb::python_error> wait_checking_signals(Work&& work) {
   std::atomic<bool> stop{false};
@@ -262,7 +268,7 @@ std::optional<nb::python_error> wait_checking_signals(Work&& work) {
     {
       GilReleased no_gil;
       std::unique_lock lock(mutex);
-      if (finished_changed.wait_for(lock, std::chrono::milliseconds(20),
+      if (finished_changed.wait_for(lock, kSignalCheck,
                                     [&] { return finished; })) {
         break;
       }

@@ -324,7 +324,7 @@ def test_ctrl_c_during_a_load_stops_it(tmp_path):
     # The load runs without the GIL, and Python runs signal handlers on the
     # main thread only when it runs Python: Ctrl-C used to be seen only
     # once the whole model was loaded. Now KeyboardInterrupt comes from
-    # load, which stops within about 20 ms. A load of 256 MiB (no progress
+    # load, which stops within about 5 ms. A load of 256 MiB (no progress
     # callback) reaches its whole size in memory; interrupted after 8 MiB,
     # well under half of it.
     size = 256 << 20
