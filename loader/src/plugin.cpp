@@ -166,7 +166,8 @@ std::pair<std::shared_ptr<Plugin>, PluginError> Plugin::create(
   const std::string who = who_text();
   if (const LayerSettings settings = layers.with_environment(); settings.active()) {
     PluginLayer* layer =
-        PluginLayer::wrap(*api_in_use, args.instance, library->abi_minor(), who, settings);
+        PluginLayer::wrap(*api_in_use, args.instance, library->abi_minor(), who, settings,
+                         *plugin->releases_);
     plugin->layer_ = layer;
     plugin->api_ = &layer->table();
     plugin->instance_ = layer->instance();
@@ -406,7 +407,7 @@ Status Plugin::copy_to_device_until_released(uint32_t device, uint64_t dst, cons
                                              const void* owner) {
   void* token = nullptr;
   try {
-    token = releases_->issue(device, dst, nbytes, owner, std::move(done));
+    token = releases_->issue(device, dst, src, nbytes, owner, std::move(done));
   } catch (const std::bad_alloc&) {
     // Not issued: the completion is still run, once, with the failure
     // (worded only if there is memory to word it).

@@ -7,6 +7,7 @@
 #include <devalloc/status.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cinttypes>
 #include <cstdarg>
@@ -18,7 +19,6 @@
 #include <new>
 #include <set>
 #include <string_view>
-#include <unordered_map>
 
 namespace devalloc {
 
@@ -30,32 +30,9 @@ std::vector<ValidationBreach> g_log;
 // Set while the host's on_release runs on this thread: a call into the
 // plugin from there breaks PLUGIN-14.
 thread_local bool t_in_release = false;
-
-// The tickets of every live layer, by token, and the live layers: an
-// on_release looks its user_data up here before following it, so a made-up
-// one, or one of a destroyed layer, is a breach and not a crash. Taken
-// before a layer's mutex or after it is let go, never while it is held.
-std::mutex g_tickets_mutex;
-std::unordered_map<const void*, PluginLayer*>& ticket_owners() {
-  static auto* owners = new std::unordered_map<const void*, PluginLayer*>();
-  return *owners;
-}
-// The user_data a plugin gets for an until-released copy: a token, never a
-// pointer, unique in the process and never used again. Tokens are
-// 64 apart in the upper half of the address space, where no user-space
-// pointer lies (x86-64, AArch64), so neither a pointer from elsewhere nor a
-// token off by a few bytes is taken for one.
-std::atomic<uint64_t> g_last_token{0};
-const void* next_token() {
-  constexpr uint64_t kTokenBase = 0xda1a000000000000ull;
-  return reinterpret_cast<const void*>(
-      static_cast<uintptr_t>(kTokenBase + (g_last_token.fetch_add(1) + 1) * 64));
-}
-
-std::vector<PluginLayer*>& live_layers() {
-  static auto* layers = new std::vector<PluginLayer*>();
-  return *layers;
-}
+// Set while the layer releases a copy whose call it fails on purpose: no
+// counted call of the plugin's.
+thread_local bool t_injecting = false;
 
 std::string printed(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string printed(const char* format, ...) {
@@ -220,26 +197,6 @@ std::vector<std::string> LayerSettings::check_names() const {
   return names;
 }
 
-struct PluginLayer::Ticket {
-  uint64_t id = 0;
-  uint32_t device = 0;
-  std::string call;
-  const void* src = nullptr;
-  uint64_t nbytes = 0;
-  uint64_t source_hash = 0;
-  devalloc_release_fn release = nullptr;
-  void* user_data = nullptr;
-  int releases = 0;  // under the layer's mutex
-  // Set (under the mutex) when the plugin's copy call returned: only then
-  // must a later synchronize cover the copy. One in flight on another
-  // thread when synchronize starts is concurrent with it, not before it.
-  bool issued = false;
-  // Set (under the mutex) when a synchronize reported this copy's release
-  // missing (PLUGIN-20): a later synchronize still fails for it, but does
-  // not print or log the same breach again.
-  bool missing_reported = false;
-};
-
 struct PluginLayer::Call {
   Call(std::string what, devalloc_error* caller) : text(std::move(what)), caller_error(caller) {
     mine.struct_size = sizeof mine;
@@ -252,13 +209,15 @@ struct PluginLayer::Call {
 };
 
 PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* real_instance,
-                         uint32_t abi_minor, std::string plugin, LayerSettings settings)
+                         uint32_t abi_minor, std::string plugin, LayerSettings settings,
+                         detail::ReleaseTracker& releases)
     : real_(real),
       real_instance_(real_instance),
       abi_minor_(abi_minor),
       known_flags_(detail::capability_flags_of_minor(abi_minor)),
       plugin_(std::move(plugin)),
-      settings_(settings) {
+      settings_(settings),
+      releases_(releases) {
   table_.struct_size = table_size_for(abi_minor, real.struct_size);
   table_.abi_major = real.abi_major;
   table_.abi_minor = real.abi_minor;
@@ -294,13 +253,12 @@ PluginLayer::PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* 
     table_.map_to_host = &PluginLayer::map_to_host;
     table_.unmap_from_host = &PluginLayer::unmap_from_host;
   }
-  std::lock_guard owners(g_tickets_mutex);
-  live_layers().push_back(this);
 }
 
 PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
                                devalloc_instance* real_instance, uint32_t abi_minor,
-                               std::string plugin, LayerSettings settings) {
+                               std::string plugin, LayerSettings settings,
+                               detail::ReleaseTracker& releases) {
   // The device count bounds the device checks; a plugin that cannot say
   // (or throws, PLUGIN-7: guarded, so that nothing leaves here with the
   // layer half made) fails Plugin::create through the layer anyway.
@@ -312,8 +270,10 @@ PluginLayer* PluginLayer::wrap(const devalloc_plugin_api_v1& real,
         return real.get_device_count(real_instance, &count, &error);
       }) == DEVALLOC_STATUS_OK;
   if (settings.validate) announce(plugin, settings);
-  auto* layer = new PluginLayer(real, real_instance, abi_minor, std::move(plugin), settings);
+  auto* layer =
+      new PluginLayer(real, real_instance, abi_minor, std::move(plugin), settings, releases);
   if (counted) layer->device_count_ = count;
+  releases.observe(layer);
   return layer;
 }
 
@@ -324,9 +284,9 @@ LayerCounters PluginLayer::counters() const {
   c.faults_injected = faults_injected_;
   for (const auto& [device, allocations] : allocations_) c.live_allocations += allocations.size();
   c.live_bytes = live_bytes_;
-  c.pending_releases = pending_.size();
+  c.pending_releases = releases_.unreleased_count();
   c.breaches = breaches_;
-  c.remembered_copies = tickets_.size();
+  c.remembered_copies = releases_.remembered();
   c.pending_source_checks = source_checks_.size();
   c.source_checks_done = source_checks_done_;
   return c;
@@ -439,7 +399,7 @@ bool PluginLayer::take_owed(uint32_t device, std::string* text) {
     return fail(call, DEVALLOC_STATUS_INVALID_ARGUMENT, call.text + ": NULL instance");   \
   }                                                                                      \
   PluginLayer& layer = *self(instance);                                                  \
-  if (t_in_release && layer.settings_.validate) {                                        \
+  if ((t_in_release || detail::ReleaseTracker::in_release()) && layer.settings_.validate) { \
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL,                                    \
                       "validation: " +                                                   \
                           layer.breach("PLUGIN-14", call.text,                           \
@@ -451,27 +411,20 @@ void PluginLayer::destroy(devalloc_instance* instance) {
   PluginLayer* layer = self(instance);
   // An exception out of the plugin's destroy (PLUGIN-7) is dropped, as
   // Plugin drops it without a layer, but only once the layer has ended:
-  // left among the live layers, it would take a share of every later stray
-  // release (logged under its plugin's name, owed to no live plugin), its
-  // tickets would stay followable and its memory would leak.
+  // its releases are no longer watched and its memory goes.
   detail::guarded_call("destroy", nullptr, [&] {
     layer->real_.destroy(layer->real_instance_);
     return DEVALLOC_STATUS_OK;
   });
-  {
-    // Releases after destroy are strays from here on.
-    std::lock_guard owners(g_tickets_mutex);
-    for (const auto& [token, ticket] : layer->tickets_) ticket_owners().erase(token);
-    auto& layers = live_layers();
-    layers.erase(std::remove(layers.begin(), layers.end(), layer), layers.end());
-  }
-  {
-    std::lock_guard lock(layer->mutex_);
-    if (layer->settings_.validate && !layer->pending_.empty()) {
-      const Ticket& first = *layer->pending_.begin()->second;
+  // Releases after destroy are the tracker's alone.
+  layer->releases_.observe(nullptr);
+  if (layer->settings_.validate) {
+    const detail::Unreleased left =
+        layer->releases_.unreleased(detail::ReleaseTracker::kAnyDevice, UINT64_MAX, false);
+    if (left.count != 0) {
       layer->breach("PLUGIN-9", "destroy()",
-                    std::to_string(layer->pending_.size()) +
-                        " until-released copies were never released (first: " + first.call +
+                    std::to_string(left.count) +
+                        " until-released copies were never released (first: " + left.first +
                         "); destroy must call every pending on_release");
     }
   }
@@ -771,6 +724,9 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
   }
   const bool releases =
       args->src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED && args->on_release != nullptr;
+  // A copy the plugin handle made, with its tracker's token; any other is
+  // made one of the tracker's here.
+  const bool tracked = releases && args->on_release == detail::tracked_release_callback();
   const uint64_t source_hash = layer.settings_.check_sources && releases && args->src != nullptr
                                    ? hash_of(args->src, args->nbytes)
                                    : 0;
@@ -780,7 +736,6 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
   devalloc_copy_to_device_args forwarded = *args;
   bool valid = true;
   bool into_mapping = false;
-  uint64_t ticket_id = 0;
   {
     std::unique_lock lock(layer.mutex_);
     valid = args->nbytes == 0 ||
@@ -797,58 +752,64 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       const std::string message = printed("fault injection: %s is call #%" PRIu64 " and fails",
                                           call.text.c_str(), layer.calls_);
       lock.unlock();
-      if (releases) {
+      // Released as a plugin releases a copy that fails: through the
+      // tracker for its own copies (not counted as a call), else at once.
+      if (tracked) {
+        t_injecting = true;
+        args->on_release(args->user_data);
+        t_injecting = false;
+      } else if (releases) {
         t_in_release = true;
         args->on_release(args->user_data);
         t_in_release = false;
       }
       return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR, message);
     }
-    if (releases) {
-      const void* token = next_token();
-      Ticket& t = layer.tickets_[token];
-      t.id = ++layer.last_id_;
-      t.device = args->device;
-      t.call = call.text;
-      t.src = args->src;
-      t.nbytes = args->nbytes;
-      t.source_hash = source_hash;
-      t.release = args->on_release;
-      t.user_data = args->user_data;
-      layer.pending_.emplace(t.id, &t);
-      ticket_id = t.id;
-      if (checked && valid) {
-        SourceCheck& check = layer.source_checks_[t.id];
-        check.device = args->device;
-        check.dst = args->dst;
-        check.nbytes = args->nbytes;
-        check.source_hash = source_hash;
-        check.call = call.text;
-      }
-      forwarded.on_release = &PluginLayer::on_release;
-      forwarded.user_data = const_cast<void*>(token);
+  }
+  void* token = nullptr;
+  uint64_t copy = 0;
+  if (releases) {
+    token = args->user_data;
+    if (!tracked) {
+      token = layer.releases_.issue(
+          args->device, args->dst, args->src, args->nbytes, &layer,
+          [release = args->on_release, user_data = args->user_data](CopyOutcome&&) {
+            t_in_release = true;
+            release(user_data);
+            t_in_release = false;
+          });
+      forwarded.on_release = detail::tracked_release_callback();
+      forwarded.user_data = token;
+    }
+    copy = layer.releases_.copy_of(token);
+    if (layer.settings_.check_sources) layer.releases_.note_check(copy, source_hash);
+    if (checked && valid && copy != 0) {
+      std::lock_guard lock(layer.mutex_);
+      SourceCheck& check = layer.source_checks_[copy];
+      check.device = args->device;
+      check.dst = args->dst;
+      check.nbytes = args->nbytes;
+      check.source_hash = source_hash;
+      check.call = call.text;
     }
   }
-  if (releases) {
-    std::lock_guard owners(g_tickets_mutex);
-    ticket_owners().emplace(forwarded.user_data, &layer);
-  }
   call.status = layer.real_.copy_host_to_device(layer.real_instance_, &forwarded, &call.mine);
-  if (releases) {
-    // Released during the call and forgotten since (kLayerReleasedKept
-    // later releases): nothing to mark.
-    std::lock_guard lock(layer.mutex_);
-    const auto it = layer.tickets_.find(forwarded.user_data);
-    if (it != layer.tickets_.end()) it->second.issued = true;
+  if (copy != 0) {
     // A failed copy lands nothing to read back.
-    if (const auto check = layer.source_checks_.find(ticket_id);
-        check != layer.source_checks_.end()) {
+    std::lock_guard lock(layer.mutex_);
+    if (const auto check = layer.source_checks_.find(copy); check != layer.source_checks_.end()) {
       if (call.status == DEVALLOC_STATUS_OK) {
         check->second.issued = true;
       } else {
         layer.source_checks_.erase(check);
       }
     }
+  }
+  // The handle says its own copies' calls returned; this one is the layer's.
+  if (releases && !tracked) {
+    layer.releases_.returned(token, call.status == DEVALLOC_STATUS_OK
+                                         ? Status()
+                                         : Status(StatusCode::device_error, call.text));
   }
   if (into_mapping) {
     const std::string text =
@@ -906,15 +867,14 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   DEVALLOC_LAYER_ENTRY(call)
   bool fail_now = false;
   uint64_t fault_call = 0;
-  std::vector<uint64_t> before;  // copies issued before the call, not released yet
+  // The copies whose calls returned before this call: owed a release once
+  // it returned (PLUGIN-20).
+  const uint64_t covered = layer.releases_.returned_calls();
   std::vector<uint64_t> checks_before;  // source checks of copies issued before it
   {
     std::lock_guard lock(layer.mutex_);
     fail_now = layer.count_call();
     fault_call = layer.calls_;
-    for (const auto& [id, ticket] : layer.pending_) {
-      if (ticket->device == device && ticket->issued) before.push_back(id);
-    }
     for (const auto& [id, check] : layer.source_checks_) {
       if (check.device == device && check.issued) checks_before.push_back(id);
     }
@@ -938,24 +898,12 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   }
 
   std::string owed;
-  std::string missing;       // the first copy still unreleased
-  std::string newly_missing; // the first one no synchronize reported before
-  size_t missing_count = 0;
-  size_t newly_missing_count = 0;
+  const detail::Unreleased missing =
+      layer.releases_.unreleased(device, covered, layer.settings_.validate);
   bool failed_async = false;
   std::pair<devalloc_status, std::string> unreported{DEVALLOC_STATUS_OK, {}};
   {
     std::lock_guard lock(layer.mutex_);
-    for (uint64_t id : before) {
-      auto it = layer.pending_.find(id);
-      if (it == layer.pending_.end()) continue;
-      Ticket& ticket = *it->second;
-      if (missing_count++ == 0) missing = ticket.call;
-      if (!ticket.missing_reported) {
-        if (newly_missing_count++ == 0) newly_missing = ticket.call;
-        ticket.missing_reported = true;
-      }
-    }
     layer.take_owed(device, &owed);
     failed_async = layer.failed_devices_.erase(device) != 0;
     if (const auto it = layer.unreported_failures_.find(device);
@@ -979,25 +927,25 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
   // Each copy's missing release is one breach, printed and logged by the
   // first synchronize that finds it; every synchronize that returns without
   // the release still fails.
-  if (newly_missing_count != 0 && layer.settings_.validate) {
-    const size_t earlier = missing_count - newly_missing_count;
+  if (missing.newly != 0 && layer.settings_.validate) {
+    const size_t earlier = missing.count - missing.newly;
     return layer.fail(
         call, DEVALLOC_STATUS_INTERNAL,
         after_owed(layer.breach(
             "PLUGIN-20", call.text,
-            "returned while " + std::to_string(newly_missing_count) +
-                " copies issued before it were not released (first: " + newly_missing + ")" +
+            "returned while " + std::to_string(missing.newly) +
+                " copies issued before it were not released (first: " + missing.first_new + ")" +
                 (earlier == 0 ? std::string()
                               : "; " + std::to_string(earlier) +
                                     " more were reported by an earlier synchronize"))));
   }
-  if (missing_count != 0 && layer.settings_.validate) {
+  if (missing.count != 0 && layer.settings_.validate) {
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL,
                       after_owed("PLUGIN-20: " + call.text + ": returned while " +
-                                 std::to_string(missing_count) +
+                                 std::to_string(missing.count) +
                                  " copies issued before it were not released, as an earlier "
                                  "synchronize reported (first: " +
-                                 missing + ")"));
+                                 missing.first + ")"));
   }
   if (!owed.empty() && layer.settings_.validate) {
     return layer.fail(call, DEVALLOC_STATUS_INTERNAL, "validation: " + owed);
@@ -1180,20 +1128,16 @@ bool PluginLayer::overlaps_mapping(uint32_t device, uint64_t address, uint64_t n
   return false;
 }
 
-bool PluginLayer::may_poison(const Ticket& ticket) const {
-  const auto src = reinterpret_cast<uintptr_t>(ticket.src);
+bool PluginLayer::may_poison(const detail::ReleasedCopy& copy) const {
+  const auto src = reinterpret_cast<uintptr_t>(copy.src);
   auto buffer = staging_.upper_bound(src);
   if (buffer == staging_.begin()) return false;
   --buffer;
   if (src - buffer->first >= buffer->second ||
-      ticket.nbytes > buffer->second - (src - buffer->first)) {
+      copy.nbytes > buffer->second - (src - buffer->first)) {
     return false;
   }
-  for (const auto& [id, other] : pending_) {
-    const auto other_src = reinterpret_cast<uintptr_t>(other->src);
-    if (other_src < src + ticket.nbytes && src < other_src + other->nbytes) return false;
-  }
-  return true;
+  return !releases_.unreleased_reads(copy.src, copy.nbytes);
 }
 
 std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64_t>& ids) {
@@ -1316,108 +1260,66 @@ void PluginLayer::make_room_for_source_check() {
   }
 }
 
-void PluginLayer::on_release(void* user_data) {
-  // What the release needs of its ticket, copied under the locks: the ticket
-  // may be forgotten once they are let go. Its text only for the source
-  // check, the one use after the locks: nothing else here allocates, and
-  // the caller's release fires whatever the host's memory.
-  struct Released {
-    uint32_t device = 0;
-    const void* src = nullptr;
-    uint64_t nbytes = 0;
-    uint64_t source_hash = 0;
-    devalloc_release_fn release = nullptr;
-    void* user_data = nullptr;
-    std::string call;
-    bool poison = false;
-  };
-  PluginLayer* layer = nullptr;
-  Released released;
-  {
-    std::lock_guard owners(g_tickets_mutex);
-    const auto owner = ticket_owners().find(user_data);
-    if (owner == ticket_owners().end()) {
-      stray_release(user_data);
-      return;
-    }
-    layer = owner->second;
-    std::lock_guard lock(layer->mutex_);
-    // Owners and tickets_ lose a token together, under both mutexes.
-    const auto found = layer->tickets_.find(user_data);
-    if (found == layer->tickets_.end()) return;
-    Ticket& ticket = found->second;
-    if (++ticket.releases > 1) {
-      // Swallowed: the caller may already reuse the source, and its own
-      // accounting must not count one copy twice.
-      if (layer->settings_.validate) {
-        layer->owed_[ticket.device].push_back(
-            layer->breach("PLUGIN-14", ticket.call, "on_release was called a second time"));
-      }
-      return;
-    }
-    layer->pending_.erase(ticket.id);
-    if (layer->count_call()) layer->failed_devices_.insert(ticket.device);
-    released = {ticket.device, ticket.src, ticket.nbytes, ticket.source_hash, ticket.release,
-                ticket.user_data, {}, false};
-    if (layer->checks_sources()) {
+void PluginLayer::released(const detail::ReleasedCopy& copy) noexcept {
+  if (t_injecting) return;  // the layer's own release of a copy it failed
+  bool poison_source = false;
+  std::string call;  // the copy's text, for the source check
+  try {
+    std::lock_guard lock(mutex_);
+    if (count_call()) failed_devices_.insert(copy.device);
+    if (checks_sources()) {
       // Due for a read-back at the next synchronize of its device.
-      if (const auto check = layer->source_checks_.find(ticket.id);
-          check != layer->source_checks_.end()) {
+      if (const auto check = source_checks_.find(copy.id); check != source_checks_.end()) {
         check->second.released = true;
-        released.poison = check->second.poisoned = layer->may_poison(ticket);
+        poison_source = check->second.poisoned = may_poison(copy);
+        call = check->second.call;
       }
     }
-    try {
-      if (layer->settings_.check_sources) released.call = ticket.call;
-      // Remembered for kLayerReleasedKept more releases, then forgotten: a
-      // release of that token is a stray from then on.
-      layer->released_.push_back(user_data);
-      if (layer->released_.size() > kLayerReleasedKept) {
-        const void* oldest = layer->released_.front();
-        layer->released_.pop_front();
-        layer->tickets_.erase(oldest);
-        ticket_owners().erase(oldest);
-      }
-    } catch (const std::bad_alloc&) {
-      // Out of host memory: this ticket is simply never forgotten, and a
-      // changed source is reported without its call's text.
+    if (settings_.check_sources && settings_.validate && copy.src != nullptr &&
+        hash_of(copy.src, copy.nbytes) != copy.check) {
+      owed_[copy.device].push_back(breach(
+          "PLUGIN-14",
+          call.empty() ? printed("copy_host_to_device(device %" PRIu32 ", dst 0x%" PRIx64
+                                 ", src %p, nbytes %" PRIu64 ", until released)",
+                                 copy.device, copy.dst, copy.src, copy.nbytes)
+                       : call,
+          "the caller changed the source before its release (the bytes differ from those at "
+          "issue)"));
     }
-  }
-  if (layer->settings_.check_sources && layer->settings_.validate && released.src != nullptr &&
-      hash_of(released.src, released.nbytes) != released.source_hash) {
-    const std::string text =
-        layer->breach("PLUGIN-14", released.call,
-                      "the caller changed the source before its release (the bytes differ "
-                      "from those at issue)");
-    std::lock_guard lock(layer->mutex_);
-    layer->owed_[released.device].push_back(text);
+  } catch (...) {
+    // Out of host memory: the breach goes unworded; the release still
+    // reaches the caller.
   }
   // Only now, once the caller's side is checked, and before the caller has
   // the source back: a plugin that reads it from here on lands the poison.
-  if (released.poison) poison(released.src, released.nbytes);
-  t_in_release = true;
-  released.release(released.user_data);
-  t_in_release = false;
+  if (poison_source) poison(copy.src, copy.nbytes);
 }
 
-// g_tickets_mutex held. Whose plugin sent it cannot be known: with one live
-// layer it is that one's, reported on the next call on each of its devices;
-// with several, each logs it.
-void PluginLayer::stray_release(const void* user_data) {
-  for (PluginLayer* layer : live_layers()) {
-    if (!layer->settings_.validate) continue;
-    const std::string text = layer->breach(
-        "PLUGIN-14", "on_release(" + printed("%p", user_data) + ")",
-        live_layers().size() == 1
-            ? "on_release came with a user_data that no copy was given (from this "
-              "plugin, or from an instance destroyed before); it is ignored"
-            : "an on_release came with a user_data that no copy of any plugin was given "
-              "(this plugin or another); it is ignored");
-    if (live_layers().size() != 1) continue;
-    std::lock_guard lock(layer->mutex_);
-    for (uint32_t device = 0; device < layer->device_count_; ++device) {
-      layer->owed_[device].push_back(text);
+// Whose plugin sent a release for no copy cannot be known; the tracker
+// tells the one it holds likely (devalloc/plugin.hpp), which reports it on
+// the next synchronize of each of its devices.
+void PluginLayer::stray(const detail::StrayRelease& release) noexcept {
+  if (!settings_.validate) return;
+  try {
+    if (release.second) {
+      const std::string text = breach(
+          "PLUGIN-14",
+          printed("copy_host_to_device(device %" PRIu32 ", dst 0x%" PRIx64 ", nbytes %" PRIu64
+                  ", until released)",
+                  release.device, release.dst, release.nbytes),
+          "on_release was called a second time");
+      std::lock_guard lock(mutex_);
+      owed_[release.device].push_back(text);
+      return;
     }
+    const std::string text = breach(
+        "PLUGIN-14", "on_release(" + printed("%p", release.user_data) + ")",
+        "on_release came with a user_data that no copy was given (from this plugin, or from "
+        "an instance destroyed before); it is ignored");
+    std::lock_guard lock(mutex_);
+    for (uint32_t device = 0; device < device_count_; ++device) owed_[device].push_back(text);
+  } catch (...) {
+    // Out of host memory: the tracker still counts the breach.
   }
 }
 

@@ -2,31 +2,39 @@
 // and its table for the plugin's table (see devalloc/plugin_layer.hpp).
 #pragma once
 
+#include "release_tracker.hpp"
+
 #include <devalloc/plugin_abi.h>
 #include <devalloc/plugin_layer.hpp>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace devalloc {
 
-class PluginLayer {
+// Until-released copies are accounted by the plugin handle's tracker, the
+// one ledger of them: copies the handle made pass through with its token;
+// a caller of the table who hands its own on_release (the conformance
+// suite) gets a copy of the tracker's that runs that on_release as its
+// completion. The layer watches the releases (ReleaseObserver) and asks
+// the tracker which copies are unreleased.
+class PluginLayer final : private detail::ReleaseObserver {
  public:
   // Wraps a created instance. The layer owns it from now on: the layer's
   // destroy destroys it, then frees the layer. abi_minor: the minor that
   // negotiation agreed on; the layer's get_capabilities hands on only the
-  // flags it defines.
+  // flags it defines. `releases`: the handle's tracker, which outlives the
+  // layer.
   static PluginLayer* wrap(const devalloc_plugin_api_v1& real,
                            devalloc_instance* real_instance, uint32_t abi_minor,
-                           std::string plugin, LayerSettings settings);
+                           std::string plugin, LayerSettings settings,
+                           detail::ReleaseTracker& releases);
 
   const devalloc_plugin_api_v1& table() const { return table_; }
   devalloc_instance* instance() {
@@ -36,8 +44,7 @@ class PluginLayer {
   const LayerSettings& settings() const { return settings_; }
 
  private:
-  struct Ticket;  // one until-released copy, handed to the plugin as user_data
-  struct Call;    // one call in progress: its text, status and error
+  struct Call;  // one call in progress: its text, status and error
   // With check_sources: an until-released copy whose destination is read
   // back once it is released and its device synchronized.
   struct SourceCheck {
@@ -56,7 +63,8 @@ class PluginLayer {
   };
 
   PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* real_instance,
-              uint32_t abi_minor, std::string plugin, LayerSettings settings);
+              uint32_t abi_minor, std::string plugin, LayerSettings settings,
+              detail::ReleaseTracker& releases);
   static PluginLayer* self(devalloc_instance* instance) {
     return reinterpret_cast<PluginLayer*>(instance);
   }
@@ -87,9 +95,10 @@ class PluginLayer {
                                          devalloc_error*);
   static devalloc_status map_to_host(devalloc_instance*, devalloc_map_args*, devalloc_error*);
   static devalloc_status unmap_from_host(devalloc_instance*, uint32_t, void*, devalloc_error*);
-  static void on_release(void* ticket);
-  // An on_release whose user_data is no live ticket (PLUGIN-14).
-  static void stray_release(const void* user_data);
+  // ReleaseObserver: a copy's first release (PLUGIN-14's checks, fault
+  // injection), and a second release or one for no copy.
+  void released(const detail::ReleasedCopy& copy) noexcept override;
+  void stray(const detail::StrayRelease& release) noexcept override;
 
   // Reports a breach (log, stderr) and returns its text without the plugin:
   // "PLUGIN-15: copy_host_to_device(...): ...".
@@ -115,10 +124,10 @@ class PluginLayer {
   void forget_source_checks(uint32_t device, uint64_t address, uint64_t nbytes);
   bool overlaps_mapping(uint32_t device, uint64_t address, uint64_t nbytes) const;
   // Mutex held: whether the layer may overwrite the released source of
-  // ticket: it lies in staging memory from this instance's allocate_host
-  // (the host's transit memory, writable) and no other pending copy reads
-  // any of its bytes.
-  bool may_poison(const Ticket& ticket) const;
+  // copy: it lies in staging memory from this instance's allocate_host
+  // (the host's transit memory, writable) and no unreleased copy reads any
+  // of its bytes.
+  bool may_poison(const detail::ReleasedCopy& copy) const;
   // Reads back the destinations of the checks `ids` that are still
   // remembered and released (their device synchronized since), forgets
   // them, and returns a breach text for each whose bytes differ.
@@ -138,6 +147,7 @@ class PluginLayer {
   const uint64_t known_flags_;  // the capability flags of the negotiated minor
   const std::string plugin_;
   const LayerSettings settings_;
+  detail::ReleaseTracker& releases_;
   std::atomic<uint64_t> breaches_{0};
   bool has_host_staging_ = false;
   bool has_memory_info_ = false;
@@ -149,22 +159,13 @@ class PluginLayer {
   uint64_t faults_injected_ = 0;
   uint64_t live_bytes_ = 0;
   std::map<uint32_t, std::map<uint64_t, uint64_t>> allocations_;  // device -> base -> size
-  // The copies the layer remembers, by the token the plugin got as their
-  // user_data: every unreleased one, and the last kReleasedKept released
-  // (a second release of one of those is named as such; of an older one,
-  // it is a stray). Changed only with g_tickets_mutex held too, as the
-  // owners of the tokens are.
-  std::unordered_map<const void*, Ticket> tickets_;
-  std::deque<const void*> released_;        // oldest first
-  uint64_t last_id_ = 0;
-  std::map<uint64_t, Ticket*> pending_;     // by ticket id
   std::map<uint32_t, std::vector<std::string>> owed_;  // device -> breach texts
   std::set<uint32_t> failed_devices_;       // injected asynchronous failures
   // Live mappings (ABI 1.2): device -> host pointer -> mapped range
   // (address, nbytes); a range mapped twice is two entries.
   std::map<uint32_t, std::multimap<const void*, std::pair<uint64_t, uint64_t>>> mappings_;
   // With check_sources: live staging buffers from allocate_host (base ->
-  // size), and the source checks by ticket id.
+  // size), and the source checks by the tracker's copy number.
   std::map<uintptr_t, uint64_t> staging_;
   std::map<uint64_t, SourceCheck> source_checks_;
   uint64_t source_checks_done_ = 0;

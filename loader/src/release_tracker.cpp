@@ -3,6 +3,7 @@
 #include <devalloc/address_text.hpp>
 
 #include <algorithm>
+#include <optional>
 
 namespace devalloc::detail {
 
@@ -22,8 +23,8 @@ constexpr uint64_t inverse_of(uint64_t odd) {
 constexpr uint64_t kTokenInverse = inverse_of(kTokenFactor);
 static_assert(kTokenFactor * kTokenInverse == 1);
 
-// Released copies remembered, at most, to name a second release of one.
-constexpr size_t kRetiredKept = 4096;
+// Set while a completion runs from a plugin's on_release.
+thread_local bool t_in_release = false;
 
 }  // namespace
 
@@ -108,12 +109,12 @@ void ReleaseTracker::index_erase(uint64_t id) {
   index_[i] = IndexEntry{};
 }
 
-void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, const void* owner,
-                            CopyCompletion&& done) {
+void* ReleaseTracker::issue(uint32_t device, uint64_t dst, const void* src, uint64_t nbytes,
+                            const void* owner, CopyCompletion&& done) {
   std::lock_guard lock(mutex_);
   // Room first, so that a failure (bad_alloc) leaves nothing half recorded
   // and no later step allocates.
-  if (retired_.empty()) retired_.assign(kRetiredKept, Retired{});
+  if (retired_.empty()) retired_.assign(kReleasedCopiesKept, Retired{});
   if (free_.empty()) {
     free_.reserve(copies_.size() + 1);
     if (2 * (copies_.size() + 1) > index_.size()) {
@@ -136,7 +137,9 @@ void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, cons
   index_insert(c.id, index);
   c.device = device;
   c.dst = dst;
+  c.src = src;
   c.nbytes = nbytes;
+  c.check = 0;
   c.owner = owner;
   c.done = std::move(done);
   c.released = false;
@@ -145,6 +148,8 @@ void* ReleaseTracker::issue(uint32_t device, uint64_t dst, uint64_t nbytes, cons
   c.call_failed = false;
   c.owed = false;
   c.said_twice = false;
+  c.reported = false;
+  c.observed = false;
   c.returned = 0;
   ++in_flight_;
   return token_of(c.id);
@@ -184,9 +189,15 @@ void ReleaseTracker::returned(void* token, const Status& call) {
   size_t index = 0;
   bool finished = false;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     Copy* c = find(id);
     if (c == nullptr) return;  // not ours: never happens
+    // A release the observer checks now completes the copy here, once
+    // checked, so that its completion runs on the calling thread.
+    released_.wait(lock, [&] {
+      c = find(id);  // the records may move while it waits
+      return !c->observed;
+    });
     c->in_call = false;
     c->returned = ++returned_;
     c->call_failed = !call.ok();
@@ -199,6 +210,77 @@ void ReleaseTracker::returned(void* token, const Status& call) {
   }
   if (finished) complete(index, std::move(done), std::move(outcome));
 }
+
+uint64_t ReleaseTracker::copy_of(const void* token) const {
+  const uint64_t value = reinterpret_cast<uintptr_t>(token) * kTokenInverse;
+  const uint64_t id = value & ((uint64_t{1} << kIdBits) - 1);
+  if (static_cast<uint32_t>(value >> kIdBits) != serial_) return 0;
+  std::lock_guard lock(mutex_);
+  return const_cast<ReleaseTracker*>(this)->find(id) != nullptr ? id : 0;
+}
+
+void ReleaseTracker::note_check(uint64_t id, uint64_t value) {
+  std::lock_guard lock(mutex_);
+  if (Copy* c = find(id)) c->check = value;
+}
+
+Unreleased ReleaseTracker::unreleased(uint32_t device, uint64_t covered, bool mark) {
+  std::lock_guard lock(mutex_);
+  const Copy* oldest = nullptr;
+  const Copy* oldest_new = nullptr;
+  Unreleased out;
+  for (Copy& c : copies_) {
+    if (c.id == 0 || c.released || c.in_call || c.returned > covered ||
+        (device != kAnyDevice && c.device != device)) {
+      continue;
+    }
+    ++out.count;
+    if (oldest == nullptr || c.id < oldest->id) oldest = &c;
+    if (!c.reported) {
+      ++out.newly;
+      if (oldest_new == nullptr || c.id < oldest_new->id) oldest_new = &c;
+    }
+    if (mark) c.reported = true;
+  }
+  if (oldest != nullptr) out.first = copy_text(oldest->device, oldest->dst, oldest->nbytes);
+  if (oldest_new != nullptr) {
+    out.first_new = copy_text(oldest_new->device, oldest_new->dst, oldest_new->nbytes);
+  }
+  return out;
+}
+
+bool ReleaseTracker::unreleased_reads(const void* src, uint64_t nbytes) const {
+  const auto begin = reinterpret_cast<uintptr_t>(src);
+  std::lock_guard lock(mutex_);
+  for (const Copy& c : copies_) {
+    const auto other = reinterpret_cast<uintptr_t>(c.src);
+    if (c.id != 0 && !c.released && other < begin + nbytes && begin < other + c.nbytes) {
+      return true;
+    }
+  }
+  return false;
+}
+
+uint64_t ReleaseTracker::remembered() const {
+  std::lock_guard lock(mutex_);
+  uint64_t n = copies_.size() - free_.size();
+  for (const Retired& r : retired_) n += r.id != 0 ? 1 : 0;
+  return n;
+}
+
+uint64_t ReleaseTracker::unreleased_count() const {
+  std::lock_guard lock(mutex_);
+  uint64_t n = 0;
+  for (const Copy& c : copies_) n += c.id != 0 && !c.released ? 1 : 0;
+  return n;
+}
+
+void ReleaseTracker::observe(ReleaseObserver* observer) {
+  std::lock_guard lock(TrackerRegistry::get().mutex);
+  observer_ = observer;
+}
+
+bool ReleaseTracker::in_release() { return t_in_release; }
 
 uint64_t ReleaseTracker::returned_calls() const {
   std::lock_guard lock(mutex_);
@@ -282,6 +364,9 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
   CopyOutcome outcome;
   size_t index = 0;
   bool finished = false;
+  bool first = false;
+  ReleasedCopy released;
+  std::optional<StrayRelease> stray;
   {
     std::lock_guard lock(mutex_);
     const std::string rule =
@@ -289,7 +374,11 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
     Copy* c = id == 0 ? nullptr : find(id);
     if (c != nullptr && !c->released) {
       c->released = true;
-      if (!c->in_call) {
+      first = true;
+      released = ReleasedCopy{c->id, c->device, c->dst, c->src, c->nbytes, c->check};
+      // The observer sees the copy before anyone can run its completion.
+      c->observed = observer_ != nullptr;
+      if (!c->in_call && !c->observed) {
         done = take_completion(*c, outcome);
         index = static_cast<size_t>(c - copies_.data());
         finished = true;
@@ -297,8 +386,10 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
     } else if (c != nullptr && c->in_call) {
       // Released again while its call runs: the completion says so.
       c->released_twice = true;
+      stray = StrayRelease{true, c->device, c->dst, c->nbytes, user_data};
     } else if (c != nullptr) {
       // Released again after its completion was handed over.
+      stray = StrayRelease{true, c->device, c->dst, c->nbytes, user_data};
       if (!c->said_twice) {
         c->said_twice = true;
         add_breach(ReleaseBreach{c->device, c->dst, c->nbytes, c->owner, true,
@@ -311,6 +402,7 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
         if (r.id == id && id != 0) old = &r;
       }
       if (old != nullptr) {
+        stray = StrayRelease{true, old->device, old->dst, old->nbytes, user_data};
         if (!old->said_twice) {
           old->said_twice = true;
           add_breach(ReleaseBreach{old->device, old->dst, old->nbytes, old->owner, true,
@@ -318,10 +410,12 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
                                        " was released twice"});
         }
       } else if (id != 0 && id < next_id_) {
+        stray = StrayRelease{false, 0, 0, 0, user_data};
         add_breach(ReleaseBreach{0, 0, 0, nullptr, false,
                                  rule + "on_release came for copy " + std::to_string(id) +
                                      ", released long before (a second release)"});
       } else {
+        stray = StrayRelease{false, 0, 0, 0, user_data};
         add_breach(ReleaseBreach{0, 0, 0, nullptr, false,
                                  rule + "on_release came with user_data " +
                                      hex_address(reinterpret_cast<uintptr_t>(user_data)) +
@@ -329,8 +423,25 @@ void ReleaseTracker::on_release(uint64_t id, const void* user_data) {
       }
     }
   }
+  // The observer first: it checks the copy before its source goes back.
+  if (observer_ != nullptr && stray) observer_->stray(*stray);
+  if (observer_ != nullptr && first) {
+    observer_->released(released);
+    std::lock_guard lock(mutex_);
+    Copy* c = find(id);  // kept: its completion was not taken
+    c->observed = false;
+    if (!c->in_call) {
+      done = take_completion(*c, outcome);
+      index = static_cast<size_t>(c - copies_.data());
+      finished = true;
+    }
+  }
   released_.notify_all();
-  if (finished) complete(index, std::move(done), std::move(outcome));
+  if (finished) {
+    t_in_release = true;
+    complete(index, std::move(done), std::move(outcome));
+    t_in_release = false;
+  }
 }
 
 void ReleaseTracker::release(void* user_data) noexcept {
@@ -355,15 +466,25 @@ void ReleaseTracker::release(void* user_data) noexcept {
           ++count;
         }
       }
+      // With no copy in flight anywhere, the one live plugin, if one.
+      if (count == 0 && registry.live.size() == 1) {
+        tracker = registry.live.front();
+        count = 1;
+      }
       if (count != 1) return;
-      std::lock_guard tracker_lock(tracker->mutex_);
-      tracker->add_breach(ReleaseBreach{
-          0, 0, 0, nullptr, false,
-          "plugin " + tracker->plugin_ +
-              " (or a plugin closed before) broke PLUGIN-14 (PLUGIN-21 release accounting): "
-              "on_release came with user_data " + hex_address(reinterpret_cast<uintptr_t>(user_data)) +
-              ", which no copy was given"});
+      {
+        std::lock_guard tracker_lock(tracker->mutex_);
+        tracker->add_breach(ReleaseBreach{
+            0, 0, 0, nullptr, false,
+            "plugin " + tracker->plugin_ +
+                " (or a plugin closed before) broke PLUGIN-14 (PLUGIN-21 release accounting): "
+                "on_release came with user_data " +
+                hex_address(reinterpret_cast<uintptr_t>(user_data)) + ", which no copy was given"});
+      }
       tracker->released_.notify_all();
+      if (tracker->observer_ != nullptr) {
+        tracker->observer_->stray(StrayRelease{false, 0, 0, 0, user_data});
+      }
       return;
     }
     // The completion runs with the registry held: the tracker (and its

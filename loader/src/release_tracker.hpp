@@ -9,6 +9,10 @@
 // no copy, is a breach kept for the callers to find (breaches_since). A
 // synchronize of a device makes the copies it covered (their calls had
 // returned when it began) owed: wait_owed waits for their releases.
+//
+// The validation layer checks the same copies through this ledger, not one
+// of its own: it watches the releases (ReleaseObserver) and asks which
+// copies are still unreleased.
 #pragma once
 
 #include <devalloc/plugin.hpp>
@@ -25,6 +29,47 @@
 
 namespace devalloc::detail {
 
+// A copy as its release finds it.
+struct ReleasedCopy {
+  uint64_t id = 0;
+  uint32_t device = 0;
+  uint64_t dst = 0;
+  const void* src = nullptr;
+  uint64_t nbytes = 0;
+  uint64_t check = 0;  // what the observer noted at issue (note_check)
+};
+
+// A release that breaks PLUGIN-14: a second release of a copy (its device
+// and range), or one with a user_data that names no copy.
+struct StrayRelease {
+  bool second = false;
+  uint32_t device = 0;
+  uint64_t dst = 0;
+  uint64_t nbytes = 0;
+  const void* user_data = nullptr;
+};
+
+// Told of every release of a tracker's copies (the validation layer). Its
+// functions run on the releasing thread with no tracker mutex held (they
+// may ask the tracker), the tracker alive, and before the copy's
+// completion; they must not call into the plugin.
+class ReleaseObserver {
+ public:
+  virtual void released(const ReleasedCopy& copy) noexcept = 0;
+  virtual void stray(const StrayRelease& release) noexcept = 0;
+
+ protected:
+  ~ReleaseObserver() = default;
+};
+
+// Copies that a synchronize found unreleased (see ReleaseTracker::unreleased).
+struct Unreleased {
+  size_t count = 0;
+  std::string first;  // the oldest one's text
+  size_t newly = 0;   // of those, the ones no earlier call reported
+  std::string first_new;
+};
+
 class ReleaseTracker {
  public:
   // `plugin` names the plugin in breach texts ("plugin NAME").
@@ -36,8 +81,8 @@ class ReleaseTracker {
   // A copy about to be handed to the plugin: its token (the user_data).
   // Allocates only when more copies are in flight than ever before; throws
   // then, with nothing recorded and `done` not taken.
-  void* issue(uint32_t device, uint64_t dst, uint64_t nbytes, const void* owner,
-              CopyCompletion&& done);
+  void* issue(uint32_t device, uint64_t dst, const void* src, uint64_t nbytes,
+              const void* owner, CopyCompletion&& done);
   // Its copy call returned `call`: runs the completion when the copy was
   // released already. Returns `call`.
   void returned(void* token, const Status& call);
@@ -53,6 +98,28 @@ class ReleaseTracker {
   ReleaseWait wait_owed(uint32_t device, std::chrono::milliseconds timeout, const void* owner,
                         const std::atomic<bool>* stop);
 
+  // For the validation layer. The copy a token names, or 0 when it is no
+  // token of this tracker's in flight.
+  uint64_t copy_of(const void* token) const;
+  // Notes `value` on copy `id` for the observer's released().
+  void note_check(uint64_t id, uint64_t value);
+  // The copies of `device` whose calls had returned when returned_calls()
+  // said `covered` and that are not released (of every device with
+  // kAnyDevice), oldest first. With mark, they count as reported from now.
+  static constexpr uint32_t kAnyDevice = UINT32_MAX;
+  Unreleased unreleased(uint32_t device, uint64_t covered, bool mark);
+  // Whether an unreleased copy reads any of [src, src + nbytes).
+  bool unreleased_reads(const void* src, uint64_t nbytes) const;
+  // Records kept: the copies in flight and the released ones remembered
+  // (at most kReleasedCopiesKept, devalloc/plugin.hpp) to name a second release of one.
+  uint64_t remembered() const;
+  uint64_t unreleased_count() const;
+  // The observer of this tracker's releases, or nullptr; set and cleared
+  // with no release running.
+  void observe(ReleaseObserver* observer);
+  // True on a thread while a completion runs from a plugin's on_release.
+  static bool in_release();
+
   uint64_t breach_count() const;
   std::vector<ReleaseBreach> breaches_since(uint64_t mark) const;
   uint64_t in_flight() const;
@@ -65,7 +132,9 @@ class ReleaseTracker {
     uint64_t id = 0;  // 0: a free record
     uint32_t device = 0;
     uint64_t dst = 0;
+    const void* src = nullptr;
     uint64_t nbytes = 0;
+    uint64_t check = 0;
     const void* owner = nullptr;
     CopyCompletion done;
     bool released = false;
@@ -74,6 +143,8 @@ class ReleaseTracker {
     bool call_failed = false;
     bool owed = false;      // a synchronize that covered it returned
     bool said_twice = false;  // a second release after its completion was handed over
+    bool reported = false;    // unreleased(mark) counted it
+    bool observed = false;    // its first release is with the observer now
     uint64_t returned = 0;  // returned_ when its call returned
   };
   struct Retired {
@@ -105,6 +176,7 @@ class ReleaseTracker {
   std::string copy_text(uint32_t device, uint64_t dst, uint64_t nbytes) const;
 
   const std::string plugin_;
+  ReleaseObserver* observer_ = nullptr;  // under the registry's mutex
   uint32_t serial_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable released_;

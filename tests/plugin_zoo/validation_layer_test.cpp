@@ -107,7 +107,7 @@ TEST_F(ValidationLayer, GivenWellBehavedZoo_WhenEverythingIsCalled_ThenNoBreachA
 }
 
 // A long run: the layer remembers every pending copy but only the last
-// kLayerReleasedKept released ones, so its memory does not grow with the
+// kReleasedCopiesKept released ones, so its memory does not grow with the
 // number of copies made; every release still reaches the caller once.
 TEST_F(ValidationLayer, GivenManyMoreCopiesThanTheLayerRemembers_WhenReleased_ThenItsMemoryStaysBounded) {
   auto plugin = open("well_behaved");
@@ -116,7 +116,7 @@ TEST_F(ValidationLayer, GivenManyMoreCopiesThanTheLayerRemembers_WhenReleased_Th
   ASSERT_TRUE(base.ok());
   std::vector<uint8_t> bytes(64, 3);
   std::atomic<int> releases{0};
-  constexpr int kCopies = static_cast<int>(kLayerReleasedKept) * 2 + 100;
+  constexpr int kCopies = static_cast<int>(kReleasedCopiesKept) * 2 + 100;
   for (int i = 0; i < kCopies; ++i) {
     ASSERT_TRUE(
         plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
@@ -129,7 +129,7 @@ TEST_F(ValidationLayer, GivenManyMoreCopiesThanTheLayerRemembers_WhenReleased_Th
   const auto counters = plugin->layer_counters();
   ASSERT_TRUE(counters);
   EXPECT_EQ(counters->pending_releases, 0u);
-  EXPECT_EQ(counters->remembered_copies, kLayerReleasedKept);
+  EXPECT_EQ(counters->remembered_copies, kReleasedCopiesKept);
   EXPECT_EQ(counters->breaches, 0u);
   ASSERT_TRUE(plugin->deallocate(0, *base).ok());
   plugin.reset();
@@ -252,6 +252,29 @@ TEST_F(ValidationLayer, GivenPluginReleasingTwice_WhenSynchronizing_ThenPlugin14
   EXPECT_EQ(s.code(), StatusCode::internal);
   EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-14"), HasSubstr("a second time"),
                                  HasSubstr("copy_host_to_device(device 0")));
+}
+
+// One ledger: a copy with the caller's own on_release is accounted by the
+// handle's release tracker too (the layer makes it one of the tracker's),
+// so the handle names the second release the layer reports.
+TEST_F(ValidationLayer, GivenACallersOwnRelease_WhenThePluginReleasesItTwice_ThenTheHandlesAccountingNamesItToo) {
+  auto plugin = open("double_release");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 1);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  EXPECT_EQ(plugin->layer_counters()->pending_releases, 0u);
+  EXPECT_FALSE(plugin->synchronize(0).ok());
+  EXPECT_EQ(releases, 1);
+  ASSERT_EQ(plugin->release_breach_count(), 1u);
+  const std::vector<ReleaseBreach> told = plugin->release_breaches_since(0);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_TRUE(told[0].copy);
+  EXPECT_EQ(told[0].dst, *base);
+  EXPECT_THAT(told[0].text, HasSubstr("was released twice"));
+  EXPECT_EQ(rules(), std::vector<std::string>{"PLUGIN-14"});
 }
 
 // Two breaches found in callbacks before one synchronize: the caller's

@@ -130,6 +130,10 @@ struct ReleaseBreach {
 };
 // Breaches a Plugin keeps, the last ones; older ones are counted only.
 inline constexpr size_t kReleaseBreachesKept = 64;
+// Released copies a Plugin remembers, the last ones, to name a second
+// release of one (an older one's is reported as a release for no copy):
+// its memory stays bounded however many copies a long run makes.
+inline constexpr size_t kReleasedCopiesKept = 4096;
 
 // A copy that a synchronize covered and whose release had not come when a
 // wait gave up (PLUGIN-20; PLUGIN-14 when its call failed).
@@ -199,8 +203,10 @@ class Plugin {
                                        uint64_t nbytes, CopyCompletion done,
                                        const void* owner = nullptr);
   // The same with the caller's own on_release and user_data, passed to the
-  // plugin untouched and accounted by no one: for the conformance suite and
-  // the plugins' own tests, which watch what the plugin itself does. src
+  // plugin untouched (under the validation layer, the layer makes the copy
+  // one of the handle's, whose completion calls on_release): for the
+  // conformance suite and the plugins' own tests, which watch what the
+  // plugin itself does. src
   // stays readable until on_release(user_data) ran (exactly once, also when
   // this returns an error).
   Status copy_to_device_until_released(uint32_t device, uint64_t dst,

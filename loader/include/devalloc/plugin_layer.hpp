@@ -64,8 +64,9 @@ struct LayerCounters {
   uint64_t live_bytes = 0;
   uint64_t pending_releases = 0;  // until-released copies not released yet
   uint64_t breaches = 0;
-  // Until-released copies the layer remembers: the pending ones and at most
-  // kLayerReleasedKept released ones (whose second release it can name).
+  // Until-released copies the plugin handle's release accounting, which
+  // the layer checks against, remembers: those in flight and at most
+  // kReleasedCopiesKept released ones (devalloc/plugin.hpp).
   uint64_t remembered_copies = 0;
   // With check_sources: released copies whose destination the next
   // synchronize of their device reads back (at most kLayerSourceChecksKept),
@@ -73,11 +74,6 @@ struct LayerCounters {
   uint64_t pending_source_checks = 0;
   uint64_t source_checks_done = 0;
 };
-
-// Released copies a layer remembers, at most, to name a second release of
-// one (an older one's is reported as a stray release): the layer's memory
-// stays bounded however many copies a long run makes.
-inline constexpr size_t kLayerReleasedKept = 4096;
 
 // Until-released copies whose destination a layer with check_sources
 // remembers to read back, at most (each: device, range, a 64-bit hash and
