@@ -44,23 +44,6 @@ std::string printed(const char* format, ...) {
   return text;
 }
 
-// 64-bit FNV-1a: the source check only needs to see a change.
-constexpr uint64_t kHashStart = 1469598103934665603ull;
-uint64_t hash_more(uint64_t h, const void* data, uint64_t nbytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (uint64_t i = 0; i < nbytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-uint64_t hash_of(const void* data, uint64_t nbytes) { return hash_more(kHashStart, data, nbytes); }
-
-// What the source check writes over a released source in staging memory: a
-// plugin that reads it after the release lands these bytes on the device.
-void poison(const void* src, uint64_t nbytes) {
-  static constexpr unsigned char kPoison[8] = {0xde, 0xad, 0xbe, 0xef, 0x0b, 0xad, 0xf0, 0x0d};
-  auto* p = static_cast<unsigned char*>(const_cast<void*>(src));
-  for (uint64_t i = 0; i < nbytes; ++i) p[i] = kPoison[i % sizeof kPoison];
-}
-
 // The destination of a checked copy is read back in pieces of this size.
 constexpr uint64_t kReadBackBytes = uint64_t{1} << 20;
 
@@ -282,13 +265,13 @@ LayerCounters PluginLayer::counters() const {
   LayerCounters c;
   c.calls = calls_;
   c.faults_injected = faults_injected_;
-  for (const auto& [device, allocations] : allocations_) c.live_allocations += allocations.size();
-  c.live_bytes = live_bytes_;
+  c.live_allocations = allocations_.count();
+  c.live_bytes = allocations_.bytes();
   c.pending_releases = releases_.unreleased_count();
   c.breaches = breaches_;
   c.remembered_copies = releases_.remembered();
-  c.pending_source_checks = source_checks_.size();
-  c.source_checks_done = source_checks_done_;
+  c.pending_source_checks = sources_.size();
+  c.source_checks_done = sources_.done();
   return c;
 }
 
@@ -310,16 +293,6 @@ bool PluginLayer::count_call() {
     return true;
   }
   return false;
-}
-
-bool PluginLayer::inside_allocation(uint32_t device, uint64_t address, uint64_t nbytes) const {
-  auto d = allocations_.find(device);
-  if (d == allocations_.end()) return false;
-  auto it = d->second.upper_bound(address);
-  if (it == d->second.begin()) return false;
-  --it;
-  const uint64_t offset = address - it->first;
-  return offset < it->second && nbytes <= it->second - offset;
 }
 
 devalloc_status PluginLayer::fail(Call& call, devalloc_status status,
@@ -580,12 +553,13 @@ devalloc_status PluginLayer::allocate(devalloc_instance* instance, devalloc_allo
                                 call.text.c_str(), layer.calls_));
     }
     const uint64_t budget = layer.settings_.faults.device_bytes;
-    if (budget != 0 && args->nbytes > budget - std::min(budget, layer.live_bytes_)) {
+    const uint64_t live_bytes = layer.allocations_.bytes();
+    if (budget != 0 && args->nbytes > budget - std::min(budget, live_bytes)) {
       ++layer.faults_injected_;
       return layer.fail(call, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
                         printed("fault injection: %s exceeds the device memory budget of %" PRIu64
                                 " bytes (%" PRIu64 " live)",
-                                call.text.c_str(), budget, layer.live_bytes_));
+                                call.text.c_str(), budget, live_bytes));
     }
   }
   call.status = layer.real_.allocate(layer.real_instance_, args, &call.mine);
@@ -612,19 +586,9 @@ devalloc_status PluginLayer::allocate(devalloc_instance* instance, devalloc_allo
     wrong = printed("returned address 0x%" PRIx64 ", whose %" PRIu64
                     " bytes run past the end of the address space",
                     address, nbytes);
-  } else if (nbytes != 0) {
-    auto& live = layer.allocations_[args->device];
-    auto next = live.lower_bound(address);
-    const bool overlaps_next = next != live.end() && next->first - address < nbytes;
-    const bool overlaps_prev =
-        next != live.begin() && address - std::prev(next)->first < std::prev(next)->second;
-    if (overlaps_next || overlaps_prev) {
-      wrong = printed("returned [0x%" PRIx64 ", +%" PRIu64 "), which overlaps a live allocation",
-                      address, nbytes);
-    } else {
-      live.emplace(address, nbytes);
-      layer.live_bytes_ += nbytes;
-    }
+  } else if (nbytes != 0 && !layer.allocations_.add(args->device, address, nbytes)) {
+    wrong = printed("returned [0x%" PRIx64 ", +%" PRIu64 "), which overlaps a live allocation",
+                    address, nbytes);
   }
   lock.unlock();
   if (wrong.empty() || !layer.settings_.validate) return call.status;
@@ -642,35 +606,23 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
   Call call(printed("deallocate(device %" PRIu32 ", address 0x%" PRIx64 ")", device, address),
             error);
   DEVALLOC_LAYER_ENTRY(call)
-  bool known = false;
-  uint64_t known_bytes = 0;
+  std::optional<uint64_t> known;
   {
     std::unique_lock lock(layer.mutex_);
-    auto d = layer.allocations_.find(device);
-    const auto allocation =
-        d != layer.allocations_.end() ? d->second.find(address) : decltype(d->second.end()){};
-    known = d != layer.allocations_.end() && allocation != d->second.end();
-    if (known) known_bytes = allocation->second;
-    // Before the plugin frees it: it may hand the range out again at once,
-    // to another thread whose bytes a read-back would then see.
-    if (known && layer.checks_sources()) {
-      const uint64_t nbytes = allocation->second;
-      layer.forget_source_checks(device, address, nbytes);
-      // A read-back of the range still running on another thread ends
-      // before the plugin frees it.
-      layer.read_back_ended_.wait(lock, [&] {
-        return std::none_of(layer.source_checks_.begin(), layer.source_checks_.end(),
-                            [&](const auto& entry) {
-                              const SourceCheck& c = entry.second;
-                              return c.reading && c.device == device && c.dst < address + nbytes &&
-                                     address < c.dst + c.nbytes;
-                            });
-      });
-    }
     // No longer live from here: once the plugin freed it, another thread's
     // allocate may get the same range, which must not look like an overlap
     // (PLUGIN-11). Back in below if the plugin refuses to free it.
-    if (known) layer.allocations_[device].erase(address);
+    known = layer.allocations_.take(device, address);
+    // Before the plugin frees it: it may hand the range out again at once,
+    // to another thread whose bytes a read-back would then see.
+    if (known && layer.checks_sources()) {
+      const uint64_t nbytes = *known;
+      layer.sources_.forget_range(device, address, nbytes);
+      // A read-back of the range still running on another thread ends
+      // before the plugin frees it.
+      layer.sources_.read_back_ended().wait(
+          lock, [&] { return !layer.sources_.reading(device, address, nbytes); });
+    }
   }
   call.status = layer.real_.deallocate(layer.real_instance_, device, address, &call.mine);
   layer.finish(call);
@@ -678,7 +630,7 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
     if (known) {
       std::lock_guard lock(layer.mutex_);
       try {
-        layer.allocations_[device].emplace(address, known_bytes);
+        layer.allocations_.put_back(device, address, *known);
       } catch (const std::bad_alloc&) {
         // Still allocated, no longer checked: an overlap with it goes unseen.
       }
@@ -691,14 +643,8 @@ devalloc_status PluginLayer::deallocate(devalloc_instance* instance, uint32_t de
                              "or that was freed already");
   }
   std::lock_guard lock(layer.mutex_);
-  // Its mappings end with it (PLUGIN-22), and what was copied into it is no
-  // longer there to be read back.
-  if (auto m = layer.mappings_.find(device); m != layer.mappings_.end()) {
-    std::erase_if(m->second, [&](const auto& mapping) {
-      return mapping.second.first - address < known_bytes;
-    });
-  }
-  layer.live_bytes_ -= known_bytes;
+  // Its mappings end with it (PLUGIN-22).
+  layer.allocations_.freed(device, address, *known);
   return call.status;
 }
 
@@ -728,7 +674,7 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
   // made one of the tracker's here.
   const bool tracked = releases && args->on_release == detail::tracked_release_callback();
   const uint64_t source_hash = layer.settings_.check_sources && releases && args->src != nullptr
-                                   ? hash_of(args->src, args->nbytes)
+                                   ? detail::source_hash(args->src, args->nbytes)
                                    : 0;
   const bool checked = layer.checks_sources() && releases && args->src != nullptr &&
                        args->nbytes != 0;
@@ -740,13 +686,13 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
     std::unique_lock lock(layer.mutex_);
     valid = args->nbytes == 0 ||
             (args->src != nullptr && layer.device_exists(args->device) &&
-             layer.inside_allocation(args->device, args->dst, args->nbytes) &&
+             layer.allocations_.inside(args->device, args->dst, args->nbytes) &&
              args->src_lifetime <= DEVALLOC_SRC_UNTIL_RELEASED);
     if (args->nbytes != 0) {
       into_mapping = layer.settings_.validate &&
-                     layer.overlaps_mapping(args->device, args->dst, args->nbytes);
+                     layer.allocations_.overlaps_mapping(args->device, args->dst, args->nbytes);
       // What an earlier copy put there is written over: not read back.
-      if (layer.checks_sources()) layer.forget_source_checks(args->device, args->dst, args->nbytes);
+      if (layer.checks_sources()) layer.sources_.forget_range(args->device, args->dst, args->nbytes);
     }
     if (layer.count_call()) {
       const std::string message = printed("fault injection: %s is call #%" PRIu64 " and fails",
@@ -784,26 +730,21 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
     copy = layer.releases_.copy_of(token);
     if (layer.settings_.check_sources) layer.releases_.note_check(copy, source_hash);
     if (checked && valid && copy != 0) {
-      std::lock_guard lock(layer.mutex_);
-      SourceCheck& check = layer.source_checks_[copy];
+      detail::SourceCheck check;
       check.device = args->device;
       check.dst = args->dst;
       check.nbytes = args->nbytes;
       check.source_hash = source_hash;
       check.call = call.text;
+      std::lock_guard lock(layer.mutex_);
+      layer.sources_.remember(copy, std::move(check));
     }
   }
   call.status = layer.real_.copy_host_to_device(layer.real_instance_, &forwarded, &call.mine);
   if (copy != 0) {
     // A failed copy lands nothing to read back.
     std::lock_guard lock(layer.mutex_);
-    if (const auto check = layer.source_checks_.find(copy); check != layer.source_checks_.end()) {
-      if (call.status == DEVALLOC_STATUS_OK) {
-        check->second.issued = true;
-      } else {
-        layer.source_checks_.erase(check);
-      }
-    }
+    layer.sources_.call_returned(copy, call.status == DEVALLOC_STATUS_OK);
   }
   // The handle says its own copies' calls returned; this one is the layer's.
   if (releases && !tracked) {
@@ -844,7 +785,7 @@ devalloc_status PluginLayer::copy_device_to_host(devalloc_instance* instance,
     std::lock_guard lock(layer.mutex_);
     valid = args->nbytes == 0 ||
             (args->dst != nullptr && layer.device_exists(args->device) &&
-             layer.inside_allocation(args->device, args->src, args->nbytes));
+             layer.allocations_.inside(args->device, args->src, args->nbytes));
     if (layer.count_call()) {
       return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR,
                         printed("fault injection: %s is call #%" PRIu64 " and fails",
@@ -875,9 +816,7 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     std::lock_guard lock(layer.mutex_);
     fail_now = layer.count_call();
     fault_call = layer.calls_;
-    for (const auto& [id, check] : layer.source_checks_) {
-      if (check.device == device && check.issued) checks_before.push_back(id);
-    }
+    checks_before = layer.sources_.issued_on(device);
   }
   call.status = layer.real_.synchronize(layer.real_instance_, device, &call.mine);
   layer.finish(call);
@@ -885,7 +824,7 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     // A failed copy's destination holds whatever it holds: not a breach of
     // PLUGIN-14 to report at the next read-back.
     std::lock_guard lock(layer.mutex_);
-    layer.forget_source_checks(checks_before);
+    layer.sources_.forget(checks_before);
   }
   // Those copies have landed: their destinations hold what they read.
   if (!checks_before.empty() && call.status == DEVALLOC_STATUS_OK) {
@@ -977,7 +916,7 @@ devalloc_status PluginLayer::allocate_host(devalloc_instance* instance, uint64_t
   if (call.status == DEVALLOC_STATUS_OK && layer.checks_sources() && host != nullptr &&
       *host != nullptr && nbytes != 0) {
     std::lock_guard lock(layer.mutex_);
-    layer.staging_[reinterpret_cast<uintptr_t>(*host)] = nbytes;
+    layer.sources_.add_staging(*host, nbytes);
   }
   return call.status;
 }
@@ -990,7 +929,7 @@ devalloc_status PluginLayer::free_host(devalloc_instance* instance, void* host,
   layer.finish(call);
   if (call.status == DEVALLOC_STATUS_OK && layer.checks_sources()) {
     std::lock_guard lock(layer.mutex_);
-    layer.staging_.erase(reinterpret_cast<uintptr_t>(host));
+    layer.sources_.remove_staging(host);
   }
   return call.status;
 }
@@ -1033,7 +972,7 @@ devalloc_status PluginLayer::map_to_host(devalloc_instance* instance, devalloc_m
   if (args != nullptr) {
     std::lock_guard lock(layer.mutex_);
     valid = args->nbytes != 0 && layer.device_exists(args->device) &&
-            layer.inside_allocation(args->device, args->address, args->nbytes);
+            layer.allocations_.inside(args->device, args->address, args->nbytes);
   }
   const devalloc_status mapped = layer.real_.map_to_host(layer.real_instance_, args, &call.mine);
   call.status = mapped;
@@ -1070,11 +1009,10 @@ devalloc_status PluginLayer::map_to_host(devalloc_instance* instance, devalloc_m
                              "device (or of 0 bytes)");
   }
   std::lock_guard lock(layer.mutex_);
-  layer.mappings_[args->device].emplace(args->host,
-                                        std::make_pair(args->address, args->nbytes));
+  layer.allocations_.add_mapping(args->device, args->host, args->address, args->nbytes);
   // The host writes through the mapping: an earlier copy's bytes there are
   // not what a read-back must find.
-  if (layer.checks_sources()) layer.forget_source_checks(args->device, args->address, args->nbytes);
+  if (layer.checks_sources()) layer.sources_.forget_range(args->device, args->address, args->nbytes);
   return call.status;
 }
 
@@ -1085,8 +1023,7 @@ devalloc_status PluginLayer::unmap_from_host(devalloc_instance* instance, uint32
   bool live = false;
   {
     std::lock_guard lock(layer.mutex_);
-    const auto m = layer.mappings_.find(device);
-    live = m != layer.mappings_.end() && m->second.count(host) != 0;
+    live = layer.allocations_.is_mapped(device, host);
   }
   call.status = layer.real_.unmap_from_host(layer.real_instance_, device, host, &call.mine);
   layer.finish(call);
@@ -1100,73 +1037,35 @@ devalloc_status PluginLayer::unmap_from_host(devalloc_instance* instance, uint32
                                    "freed)");
   }
   std::lock_guard lock(layer.mutex_);
-  auto& live_mappings = layer.mappings_[device];
-  if (const auto it = live_mappings.find(host); it != live_mappings.end()) live_mappings.erase(it);
+  layer.allocations_.remove_mapping(device, host);
   return call.status;
 }
 
-void PluginLayer::forget_source_checks(uint32_t device, uint64_t address, uint64_t nbytes) {
-  for (auto it = source_checks_.begin(); it != source_checks_.end();) {
-    SourceCheck& c = it->second;
-    if (c.device != device || c.dst >= address + nbytes || address >= c.dst + c.nbytes) {
-      ++it;
-    } else if (c.reading) {
-      c.stale = true;  // its reader drops it
-      ++it;
-    } else {
-      it = source_checks_.erase(it);
-    }
-  }
-}
-
-bool PluginLayer::overlaps_mapping(uint32_t device, uint64_t address, uint64_t nbytes) const {
-  const auto m = mappings_.find(device);
-  if (m == mappings_.end()) return false;
-  for (const auto& [host, range] : m->second) {
-    if (range.first < address + nbytes && address < range.first + range.second) return true;
-  }
-  return false;
-}
-
 bool PluginLayer::may_poison(const detail::ReleasedCopy& copy) const {
-  const auto src = reinterpret_cast<uintptr_t>(copy.src);
-  auto buffer = staging_.upper_bound(src);
-  if (buffer == staging_.begin()) return false;
-  --buffer;
-  if (src - buffer->first >= buffer->second ||
-      copy.nbytes > buffer->second - (src - buffer->first)) {
-    return false;
-  }
-  return !releases_.unreleased_reads(copy.src, copy.nbytes);
+  return sources_.in_staging(copy.src, copy.nbytes) &&
+         !releases_.unreleased_reads(copy.src, copy.nbytes);
 }
 
 std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64_t>& ids) {
   std::vector<std::string> breaches;
   std::vector<unsigned char> chunk;
   for (uint64_t id : ids) {
-    SourceCheck check;
+    std::optional<detail::SourceCheck> begun;
     {
       std::lock_guard lock(mutex_);
-      const auto it = source_checks_.find(id);
-      if (it == source_checks_.end() || it->second.reading) continue;
-      // A copy still unreleased is PLUGIN-20's breach, not this one's.
-      if (!it->second.released) {
-        source_checks_.erase(it);
-        continue;
-      }
-      check = it->second;  // may throw: nothing is marked yet
-      it->second.reading = true;
+      begun = sources_.begin_read(id);
     }
+    if (!begun) continue;
+    const detail::SourceCheck& check = *begun;
     try {
       chunk.resize(std::min(check.nbytes, kReadBackBytes));
     } catch (...) {
       // Not read: dropped, so that no deallocate waits for it for ever.
       std::lock_guard lock(mutex_);
-      source_checks_.erase(id);
-      read_back_ended_.notify_all();
+      sources_.end_read(id, /*abandoned=*/true);
       throw;
     }
-    uint64_t hash = kHashStart;
+    uint64_t hash = detail::kSourceHashStart;
     bool read = true;
     for (uint64_t done = 0; done < check.nbytes && read;) {
       devalloc_copy_to_host_args args{};
@@ -1180,20 +1079,14 @@ std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64
       read = detail::guarded_call("copy_device_to_host", &error, [&] {
                return real_.copy_device_to_host(real_instance_, &args, &error);
              }) == DEVALLOC_STATUS_OK;
-      hash = hash_more(hash, chunk.data(), args.nbytes);
+      hash = detail::source_hash_more(hash, chunk.data(), args.nbytes);
       done += args.nbytes;
     }
     {
       // Another thread may have freed the range (and the plugin handed it
       // out again) or written it while it was read: then it proves nothing.
       std::lock_guard lock(mutex_);
-      const auto it = source_checks_.find(id);
-      if (it == source_checks_.end()) continue;
-      const bool stale = it->second.stale;
-      source_checks_.erase(it);
-      read_back_ended_.notify_all();
-      if (stale) continue;
-      ++source_checks_done_;
+      if (!sources_.end_read(id)) continue;
     }
     // A read-back that fails checks nothing; the plugin's own failure
     // reaches the caller on its next call of the device.
@@ -1211,24 +1104,14 @@ std::vector<std::string> PluginLayer::read_back_sources(const std::vector<uint64
   return breaches;
 }
 
-void PluginLayer::forget_source_checks(const std::vector<uint64_t>& ids) noexcept {
-  for (uint64_t id : ids) {
-    const auto it = source_checks_.find(id);
-    // One being read back now is its reader's to drop.
-    if (it != source_checks_.end() && !it->second.reading) source_checks_.erase(it);
-  }
-}
-
 void PluginLayer::make_room_for_source_check() {
   uint32_t device = 0;
   std::vector<uint64_t> ids;
   {
     std::lock_guard lock(mutex_);
-    if (source_checks_.size() < kLayerSourceChecksKept) return;
-    device = source_checks_.begin()->second.device;
-    for (const auto& [id, check] : source_checks_) {
-      if (check.device == device && check.issued) ids.push_back(id);
-    }
+    if (!sources_.full()) return;
+    device = sources_.oldest_device();
+    ids = sources_.issued_on(device);
   }
   devalloc_error error{};
   error.struct_size = sizeof error;
@@ -1252,12 +1135,9 @@ void PluginLayer::make_room_for_source_check() {
   // A device whose synchronize failed may hold wrong bytes for copies that
   // failed, not for copies released early: its checks are forgotten, or
   // the next read-back would blame PLUGIN-14 for the device's error.
-  if (status != DEVALLOC_STATUS_OK) forget_source_checks(ids);
+  if (status != DEVALLOC_STATUS_OK) sources_.forget(ids);
   // Then the oldest others until there is room, unchecked.
-  for (auto it = source_checks_.begin();
-       it != source_checks_.end() && source_checks_.size() >= kLayerSourceChecksKept;) {
-    it = it->second.reading ? std::next(it) : source_checks_.erase(it);  // readers drop theirs
-  }
+  sources_.make_room();
 }
 
 void PluginLayer::released(const detail::ReleasedCopy& copy) noexcept {
@@ -1269,14 +1149,14 @@ void PluginLayer::released(const detail::ReleasedCopy& copy) noexcept {
     if (count_call()) failed_devices_.insert(copy.device);
     if (checks_sources()) {
       // Due for a read-back at the next synchronize of its device.
-      if (const auto check = source_checks_.find(copy.id); check != source_checks_.end()) {
-        check->second.released = true;
-        poison_source = check->second.poisoned = may_poison(copy);
-        call = check->second.call;
+      if (detail::SourceCheck* check = sources_.find(copy.id)) {
+        check->released = true;
+        poison_source = check->poisoned = may_poison(copy);
+        call = check->call;
       }
     }
     if (settings_.check_sources && settings_.validate && copy.src != nullptr &&
-        hash_of(copy.src, copy.nbytes) != copy.check) {
+        detail::source_hash(copy.src, copy.nbytes) != copy.check) {
       owed_[copy.device].push_back(breach(
           "PLUGIN-14",
           call.empty() ? printed("copy_host_to_device(device %" PRIu32 ", dst 0x%" PRIx64
@@ -1292,7 +1172,7 @@ void PluginLayer::released(const detail::ReleasedCopy& copy) noexcept {
   }
   // Only now, once the caller's side is checked, and before the caller has
   // the source back: a plugin that reads it from here on lands the poison.
-  if (poison_source) poison(copy.src, copy.nbytes);
+  if (poison_source) detail::poison_source(copy.src, copy.nbytes);
 }
 
 // Whose plugin sent a release for no copy cannot be known; the tracker

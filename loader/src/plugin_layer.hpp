@@ -1,7 +1,15 @@
 // The layer itself: an instance of it stands in for the plugin's instance,
 // and its table for the plugin's table (see devalloc/plugin_layer.hpp).
+// Its table's entries are the one dispatch: each checks its call's
+// parameters and result here (PLUGIN-4, -5, -6, -10, -15, ...) and hands
+// what it learned to the checkers: LayerAllocations (live allocations and
+// mappings), the handle's ReleaseTracker (releases), LayerSourceChecks
+// (check_sources). Fault injection (LayerSettings::faults) is counted
+// here, in count_call.
 #pragma once
 
+#include "layer_allocations.hpp"
+#include "layer_source_checks.hpp"
 #include "release_tracker.hpp"
 
 #include <devalloc/plugin_abi.h>
@@ -45,22 +53,6 @@ class PluginLayer final : private detail::ReleaseObserver {
 
  private:
   struct Call;  // one call in progress: its text, status and error
-  // With check_sources: an until-released copy whose destination is read
-  // back once it is released and its device synchronized.
-  struct SourceCheck {
-    uint32_t device = 0;
-    uint64_t dst = 0;
-    uint64_t nbytes = 0;
-    uint64_t source_hash = 0;  // of src at issue
-    std::string call;
-    bool issued = false;    // the plugin's copy call returned OK
-    bool released = false;
-    bool poisoned = false;  // the layer overwrote the released source
-    // Being read back (outside the mutex); stale once the range was
-    // written, mapped or freed meanwhile, and its result is dropped.
-    bool reading = false;
-    bool stale = false;
-  };
 
   PluginLayer(const devalloc_plugin_api_v1& real, devalloc_instance* real_instance,
               uint32_t abi_minor, std::string plugin, LayerSettings settings,
@@ -107,7 +99,6 @@ class PluginLayer final : private detail::ReleaseObserver {
   bool count_call();
   bool device_exists(uint32_t device) const { return device < device_count_; }
   bool checks_sources() const { return settings_.validate && settings_.check_sources; }
-  bool inside_allocation(uint32_t device, uint64_t address, uint64_t nbytes) const;
   // Checks the plugin's error and status (PLUGIN-5, PLUGIN-6) and hands the
   // result to the caller's error.
   devalloc_status finish(Call& call);
@@ -116,13 +107,7 @@ class PluginLayer final : private detail::ReleaseObserver {
   // Breaches found in callbacks, reported by the next call on the device.
   bool take_owed(uint32_t device, std::string* text);
 
-  // The source check (check_sources). Mutex held: forgets the checks whose
-  // destination overlaps [address, address + nbytes) of device (written
-  // again, mapped, or about to be freed), or marks them stale while they
-  // are read back. overlaps_mapping: true when the range overlaps a live
-  // mapping.
-  void forget_source_checks(uint32_t device, uint64_t address, uint64_t nbytes);
-  bool overlaps_mapping(uint32_t device, uint64_t address, uint64_t nbytes) const;
+  // The source check (check_sources).
   // Mutex held: whether the layer may overwrite the released source of
   // copy: it lies in staging memory from this instance's allocate_host
   // (the host's transit memory, writable) and no unreleased copy reads any
@@ -136,9 +121,6 @@ class PluginLayer final : private detail::ReleaseObserver {
   // remembered, synchronizes the device of the oldest and reads its checks
   // back (breaches owed to that device); if still full, forgets the oldest.
   void make_room_for_source_check();
-  // Forgets the checks `ids` (of a device whose synchronize failed: a
-  // failed copy is no early release) but those being read back; mutex_.
-  void forget_source_checks(const std::vector<uint64_t>& ids) noexcept;
 
   devalloc_plugin_api_v1 table_{};
   const devalloc_plugin_api_v1& real_;
@@ -157,21 +139,10 @@ class PluginLayer final : private detail::ReleaseObserver {
   mutable std::mutex mutex_;
   uint64_t calls_ = 0;
   uint64_t faults_injected_ = 0;
-  uint64_t live_bytes_ = 0;
-  std::map<uint32_t, std::map<uint64_t, uint64_t>> allocations_;  // device -> base -> size
+  detail::LayerAllocations allocations_;
   std::map<uint32_t, std::vector<std::string>> owed_;  // device -> breach texts
   std::set<uint32_t> failed_devices_;       // injected asynchronous failures
-  // Live mappings (ABI 1.2): device -> host pointer -> mapped range
-  // (address, nbytes); a range mapped twice is two entries.
-  std::map<uint32_t, std::multimap<const void*, std::pair<uint64_t, uint64_t>>> mappings_;
-  // With check_sources: live staging buffers from allocate_host (base ->
-  // size), and the source checks by the tracker's copy number.
-  std::map<uintptr_t, uint64_t> staging_;
-  std::map<uint64_t, SourceCheck> source_checks_;
-  uint64_t source_checks_done_ = 0;
-  // Signalled when a read-back ends: a deallocate of its range waits for
-  // it (the plugin must not free memory a copy still reads).
-  std::condition_variable read_back_ended_;
+  detail::LayerSourceChecks sources_;  // with check_sources
   // device -> a failure of the layer's own synchronize (status, message),
   // which the caller's next synchronize of the device reports.
   std::map<uint32_t, std::pair<devalloc_status, std::string>> unreported_failures_;
