@@ -552,6 +552,14 @@ devalloc_status PluginLayer::allocate(devalloc_instance* instance, devalloc_allo
                         printed("fault injection: %s is call #%" PRIu64 " and fails",
                                 call.text.c_str(), layer.calls_));
     }
+    // An allocation of device memory: not one of 0 bytes.
+    const uint64_t fail_at = layer.settings_.faults.fail_allocate_at;
+    if (args->nbytes != 0 && ++layer.allocations_made_ == fail_at) {
+      ++layer.faults_injected_;
+      return layer.fail(call, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
+                        printed("fault injection (fail_allocate_at = %" PRIu64 "): %s fails",
+                                fail_at, call.text.c_str()));
+    }
     const uint64_t budget = layer.settings_.faults.device_bytes;
     const uint64_t live_bytes = layer.allocations_.bytes();
     if (budget != 0 && args->nbytes > budget - std::min(budget, live_bytes)) {
@@ -694,9 +702,18 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       // What an earlier copy put there is written over: not read back.
       if (layer.checks_sources()) layer.sources_.forget_range(args->device, args->dst, args->nbytes);
     }
+    std::string injected;
     if (layer.count_call()) {
-      const std::string message = printed("fault injection: %s is call #%" PRIu64 " and fails",
-                                          call.text.c_str(), layer.calls_);
+      injected = printed("fault injection: %s is call #%" PRIu64 " and fails", call.text.c_str(),
+                         layer.calls_);
+    } else if (args->nbytes != 0 && args->src != nullptr &&
+               ++layer.copies_made_ == layer.settings_.faults.fail_copy_at) {
+      // A copy of bytes: not one of 0 bytes or from no source.
+      ++layer.faults_injected_;
+      injected = printed("fault injection (fail_copy_at = %" PRIu64 "): %s fails",
+                         layer.settings_.faults.fail_copy_at, call.text.c_str());
+    }
+    if (!injected.empty()) {
       lock.unlock();
       // Released as a plugin releases a copy that fails: through the
       // tracker for its own copies (not counted as a call), else at once.
@@ -709,7 +726,7 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
         args->on_release(args->user_data);
         t_in_release = false;
       }
-      return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR, message);
+      return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR, injected);
     }
   }
   void* token = nullptr;
@@ -903,6 +920,14 @@ devalloc_status PluginLayer::synchronize(devalloc_instance* instance, uint32_t d
     return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR,
                       printed("fault injection: %s is call #%" PRIu64 " and fails",
                               call.text.c_str(), fault_call));
+  }
+  if (layer.settings_.faults.fail_synchronize) {
+    {
+      std::lock_guard lock(layer.mutex_);
+      ++layer.faults_injected_;
+    }
+    return layer.fail(call, DEVALLOC_STATUS_DEVICE_ERROR,
+                      "fault injection (fail_synchronize): " + call.text + " fails");
   }
   return call.status;
 }

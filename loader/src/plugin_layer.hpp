@@ -138,6 +138,8 @@ class PluginLayer final : private detail::ReleaseObserver {
 
   mutable std::mutex mutex_;
   uint64_t calls_ = 0;
+  uint64_t allocations_made_ = 0;  // allocates of device memory (fail_allocate_at)
+  uint64_t copies_made_ = 0;       // copies of bytes (fail_copy_at)
   uint64_t faults_injected_ = 0;
   detail::LayerAllocations allocations_;
   std::map<uint32_t, std::vector<std::string>> owed_;  // device -> breach texts

@@ -3,9 +3,11 @@
 // with dlopen, hands out a function table of its own that forwards every
 // call to the host's, and misbehaves where its variant says. The build
 // compiles this file once per variant, DEVALLOC_ZOO_HOST_VARIANT naming it:
-//   faulty           "host_faulty": fails or corrupts chosen calls on request
-//                    (the fault options of FaultPlan), for rollback and
-//                    verify tests of the core;
+//   faulty           "host_faulty": misbehaves in chosen calls on request
+//                    (the options of FaultPlan: corrupt, late or double
+//                    releases, empty read-backs), for rollback and verify
+//                    tests of the core (plain failures are the validation
+//                    layer's fault injection, FaultInjection);
 //   late_read        "host_late_read": reads a during-call source 20 ms after
 //                    the call returned (breaks PLUGIN-13), which the
 //                    conformance suite must catch;
@@ -94,9 +96,8 @@ constexpr const char* kName = "host_" DEVALLOC_ZOO_TEXT(DEVALLOC_ZOO_HOST_VARIAN
 constexpr const char* accepted_options() {
   switch (kVariant) {
     case Variant::faulty:
-      return "async, fail_allocate_at, fail_copy_at, fail_synchronize, flip_byte_at_copy, "
-             "memory_limit, pool, release_failed_copy_twice, release_late_ms, "
-             "skip_read_back_at";
+      return "async, flip_byte_at_copy, memory_limit, pool, release_late_ms, "
+             "release_twice_failed_copy_at, skip_read_back_at";
     case Variant::late_read:
     case Variant::release_on_sync:
     case Variant::early_release: return "memory_limit, pool";
@@ -178,17 +179,11 @@ class LateReleases {
 };
 
 // host_faulty's options, each 1-based; 0 turns a fault off:
-//   fail_allocate_at=N   the N-th allocate() that reaches device memory
-//                        fails with OUT_OF_DEVICE_MEMORY;
-//   fail_copy_at=N       the N-th copy fails with DEVICE_ERROR (its source
-//                        is still released once);
 //   flip_byte_at_copy=N  the N-th copy succeeds but lands its first byte
 //                        inverted: silent corruption for verify tests;
-//   fail_synchronize=true  every synchronize() fails with DEVICE_ERROR after
-//                        waiting for the copies as usual;
-//   release_failed_copy_twice=true  the copy that fail_copy_at fails, if
-//                        until-released, releases its source twice (a
-//                        PLUGIN-14 breach after the copy's own error);
+//   release_twice_failed_copy_at=N  the N-th copy fails with DEVICE_ERROR
+//                        and, if until-released, releases its source twice
+//                        (a PLUGIN-14 breach after the copy's own error);
 //   release_late_ms=N    every until-released copy that succeeds lands at
 //                        once, but its release comes N ms after the call,
 //                        from a thread of its own, also after synchronize
@@ -204,21 +199,15 @@ class LateReleases {
 class FaultPlan {
  public:
   struct Settings {
-    uint64_t fail_allocate_at = 0;
-    uint64_t fail_copy_at = 0;
     uint64_t flip_byte_at_copy = 0;
-    bool fail_synchronize = false;
-    bool release_failed_copy_twice = false;
+    uint64_t release_twice_failed_copy_at = 0;
     uint64_t release_late_ms = 0;
     uint64_t skip_read_back_at = 0;
 
     static Settings take(devalloc::plugin::Options& options) {
       Settings s;
-      s.fail_allocate_at = options.take_u64("fail_allocate_at", 0);
-      s.fail_copy_at = options.take_u64("fail_copy_at", 0);
       s.flip_byte_at_copy = options.take_u64("flip_byte_at_copy", 0);
-      s.fail_synchronize = options.take_bool("fail_synchronize", false);
-      s.release_failed_copy_twice = options.take_bool("release_failed_copy_twice", false);
+      s.release_twice_failed_copy_at = options.take_u64("release_twice_failed_copy_at", 0);
       // At most an hour: a test plugin, but no clock overflow either.
       s.release_late_ms = std::min<uint64_t>(options.take_u64("release_late_ms", 0), 3'600'000);
       s.skip_read_back_at = options.take_u64("skip_read_back_at", 0);
@@ -235,10 +224,9 @@ class FaultPlan {
 
   const Settings& settings() const { return settings_; }
   // Each counts one call and says whether it is the one to break.
-  bool allocation_fails() { return ++allocations_ == settings_.fail_allocate_at; }
   CopyFault next_copy() {
     const uint64_t n = ++copies_;
-    if (n == settings_.fail_copy_at) return CopyFault::fail;
+    if (n == settings_.release_twice_failed_copy_at) return CopyFault::fail;
     return n == settings_.flip_byte_at_copy ? CopyFault::flip : CopyFault::none;
   }
   bool read_back_skipped() { return ++read_backs_ == settings_.skip_read_back_at; }
@@ -247,7 +235,6 @@ class FaultPlan {
 
  private:
   const Settings settings_;
-  std::atomic<uint64_t> allocations_{0};
   std::atomic<uint64_t> copies_{0};
   std::atomic<uint64_t> read_backs_{0};
   std::unique_ptr<LateReleases> late_;
@@ -406,22 +393,7 @@ class Instance {
 
 devalloc_status Instance::allocate(devalloc_allocate_args* args, devalloc_error* error) {
   const devalloc_status status = host_api().allocate(host, args, error);
-  // As in the host, only an allocation that reached device memory counts:
-  // not one refused for its arguments, nor one of 0 bytes.
-  const bool reached =
-      status == DEVALLOC_STATUS_OK || status == DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY;
-  if (!reached || args->nbytes == 0) return status;
-  if (faults_.allocation_fails()) {
-    if (status == DEVALLOC_STATUS_OK) {
-      host_api().deallocate(host, args->device, args->address, nullptr);
-    }
-    args->address = 0;
-    return fail(error, DEVALLOC_STATUS_OUT_OF_DEVICE_MEMORY,
-                "allocate(device = %u, nbytes = %" PRIu64 ", alignment = %" PRIu64
-                "): out of device memory (injected by fail_allocate_at = %" PRIu64 ")",
-                args->device, args->nbytes, args->alignment, faults_.settings().fail_allocate_at);
-  }
-  if (status != DEVALLOC_STATUS_OK) return status;
+  if (status != DEVALLOC_STATUS_OK || args->nbytes == 0) return status;
   return guard(error, [&] {
     try {
       live_.add(args->device, args->address, args->nbytes);
@@ -449,11 +421,11 @@ devalloc_status Instance::copy(const devalloc_copy_to_device_args& a, devalloc_e
     case FaultPlan::CopyFault::fail:
       if (until_released && a.on_release != nullptr) {
         a.on_release(a.user_data);
-        if (faults_.settings().release_failed_copy_twice) a.on_release(a.user_data);
+        a.on_release(a.user_data);
       }
       return fail(error, DEVALLOC_STATUS_DEVICE_ERROR,
-                  "%s: device error (injected by fail_copy_at = %" PRIu64 ")", describe(a).c_str(),
-                  faults_.settings().fail_copy_at);
+                  "%s: device error (injected by release_twice_failed_copy_at = %" PRIu64 ")",
+                  describe(a).c_str(), faults_.settings().release_twice_failed_copy_at);
     case FaultPlan::CopyFault::flip: {
       // Lands at once, first byte inverted, and is released after.
       Release release(until_released ? a.on_release : nullptr, a.user_data);
@@ -545,11 +517,7 @@ devalloc_status Instance::synchronize(uint32_t device, devalloc_error* error) {
   }
   const devalloc_status landed = deferred_.land(host, error);
   if (landed != DEVALLOC_STATUS_OK) return landed;
-  const devalloc_status status = host_api().synchronize(host, device, error);
-  if (status != DEVALLOC_STATUS_OK || !faults_.settings().fail_synchronize) return status;
-  return fail(error, DEVALLOC_STATUS_DEVICE_ERROR,
-              "synchronize(device = %u): device error (injected by fail_synchronize = true)",
-              device);
+  return host_api().synchronize(host, device, error);
 }
 
 // ---------------------------------------------------------------------------

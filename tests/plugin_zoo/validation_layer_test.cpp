@@ -672,6 +672,73 @@ TEST_F(ValidationLayer, GivenValidation_WhenThePluginIsOpenedTwice_ThenTheLayerA
                                  "sources, faults\n"));
 }
 
+// Fault injection, the one place plain failures are injected at the ABI.
+
+LayerSettings injecting(const FaultInjection& faults) {
+  LayerSettings s;
+  s.faults = faults;
+  return s;
+}
+
+TEST_F(ValidationLayer, GivenFailAllocateAt2_ThenOnlyTheSecondAllocationOfMemoryFailsAndNeverReachesThePlugin) {
+  auto plugin = open("well_behaved", injecting({.fail_allocate_at = 2}));
+  ASSERT_TRUE(plugin);
+  auto a = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(plugin->allocate(0, 0, 0).ok()) << "0 bytes: not counted";
+  auto b = plugin->allocate(0, 64, 0);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::out_of_device_memory);
+  EXPECT_THAT(b.status().message(),
+              HasSubstr("fault injection (fail_allocate_at = 2): allocate(device 0, nbytes 64"));
+  auto c = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(c.ok());
+  const auto counters = plugin->layer_counters();
+  EXPECT_EQ(counters->faults_injected, 1u);
+  EXPECT_EQ(counters->live_allocations, 2u) << "the failed one never reached the plugin";
+  ASSERT_TRUE(plugin->deallocate(0, *a).ok());
+  ASSERT_TRUE(plugin->deallocate(0, *c).ok());
+}
+
+TEST_F(ValidationLayer, GivenFailCopyAt2_ThenTheSecondCopyFailsReleasedOnceAndTheNextSucceeds) {
+  auto plugin = open("well_behaved", injecting({.fail_copy_at = 2}));
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 5);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device(0, *base, bytes.data(), 64).ok());
+  const Status failed =
+      plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases);
+  EXPECT_EQ(failed.code(), StatusCode::device_error);
+  EXPECT_THAT(failed.message(), HasSubstr("fault injection (fail_copy_at = 2)"));
+  EXPECT_EQ(releases, 1) << "a failed copy is released too (PLUGIN-14)";
+  ASSERT_TRUE(
+      plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  ASSERT_TRUE(plugin->synchronize(0).ok());
+  EXPECT_EQ(releases, 2);
+  EXPECT_EQ(plugin->release_breach_count(), 0u);
+  EXPECT_EQ(plugin->layer_counters()->faults_injected, 1u);
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
+TEST_F(ValidationLayer, GivenFailSynchronize_ThenEverySynchronizeFailsAfterThePluginsRan) {
+  auto plugin = open("well_behaved", injecting({.fail_synchronize = true}));
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(64, 5);
+  std::atomic<int> releases{0};
+  ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
+  for (int i = 0; i < 2; ++i) {
+    const Status s = plugin->synchronize(0);
+    EXPECT_EQ(s.code(), StatusCode::device_error);
+    EXPECT_THAT(s.message(), HasSubstr("fault injection (fail_synchronize): synchronize(device 0)"));
+  }
+  EXPECT_EQ(releases, 1) << "the plugin's synchronize ran";
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
 TEST(LayerSettingsTest, GivenEachSetting_ThenCheckNamesSayWhatIsOn) {
   EXPECT_THAT(LayerSettings{}.check_names(), ::testing::IsEmpty());
   EXPECT_THAT(validating().check_names(), ::testing::ElementsAre("calls", "releases"));

@@ -13,9 +13,11 @@
 
 namespace devalloc {
 
-// Faults the layer injects. Calls are counted per instance from 1: each
-// allocate, copy_host_to_device, copy_device_to_host, synchronize, and each
-// on_release the plugin calls.
+// Faults the layer injects, for tests of what a caller does when a plugin
+// fails: the one place devalloc injects faults at the ABI (the fake vendor
+// runtimes inject driver faults beneath the plugins). Calls are counted per
+// instance from 1: for fail_call each allocate, copy_host_to_device,
+// copy_device_to_host, synchronize, and each on_release the plugin calls.
 struct FaultInjection {
   // The counted call that fails: allocate with OUT_OF_DEVICE_MEMORY; a copy
   // with DEVICE_ERROR without reaching the plugin (its on_release fired);
@@ -26,8 +28,19 @@ struct FaultInjection {
   // allocate fails with OUT_OF_DEVICE_MEMORY when the live bytes of the
   // instance would exceed this. 0: no budget.
   uint64_t device_bytes = 0;
+  // The N-th allocate of device memory (nbytes > 0) fails with
+  // OUT_OF_DEVICE_MEMORY without reaching the plugin. 0: none.
+  uint64_t fail_allocate_at = 0;
+  // The N-th copy_host_to_device of bytes (nbytes > 0, a source) fails with
+  // DEVICE_ERROR without reaching the plugin; its on_release fires. 0: none.
+  uint64_t fail_copy_at = 0;
+  // Every synchronize fails with DEVICE_ERROR after the plugin's ran.
+  bool fail_synchronize = false;
 
-  bool any() const { return fail_call != 0 || device_bytes != 0; }
+  bool any() const {
+    return fail_call != 0 || device_bytes != 0 || fail_allocate_at != 0 || fail_copy_at != 0 ||
+           fail_synchronize;
+  }
 };
 
 struct LayerSettings {

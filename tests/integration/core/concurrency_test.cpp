@@ -299,8 +299,9 @@ TEST_P(ConcurrentProgram, GivenThePluginDroppedWhileProgramsLoadAndExport_WhenEx
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
-// Loads that fail part way (buffer 1 on a plugin whose first copy fails; the
-// plugin is dropped after each, so the next instance fails again) beside
+// Loads that fail part way (buffer 1 on a plugin whose first copy the
+// validation layer fails; the plugin is dropped after each, so the next
+// instance fails again) beside
 // loads of the same runtime that succeed: the good ones are whole, the bad
 // ones hand out nothing, and nothing leaks.
 TEST_P(ConcurrentProgram, GivenLoadsFailingPartWayBesideGoodOnes_ThenTheGoodAreWholeAndNothingLeaks) {
@@ -310,9 +311,10 @@ TEST_P(ConcurrentProgram, GivenLoadsFailingPartWayBesideGoodOnes_ThenTheGoodAreW
                              (GetParam() ? "true" : "false") + " }\n" +
                              "[plugins.faulty]\nlibrary = \"" +
                              (kZooDir / "libdevalloc_host_faulty.so").string() +
-                             "\"\noptions = { async = \"true\", fail_copy_at = \"1\" }\n"
+                             "\"\noptions = { async = \"true\" }\n"
                              "[devices.bad]\nuse = [\"faulty\", { index = 0 }]\n"
                              "[load]\ndirect = false\nverify = true\n");
+    c.plugins["faulty"].layers.faults.fail_copy_at = 1;
     auto rt = Runtime::create(c);
     std::vector<std::thread> threads;
     std::atomic<int> good{0}, bad{0};
@@ -328,7 +330,8 @@ TEST_P(ConcurrentProgram, GivenLoadsFailingPartWayBesideGoodOnes_ThenTheGoodAreW
               EXPECT_EQ(read_back(*(*program)->find("head")), source("head"));
             } else {
               ++bad;
-              EXPECT_THAT(program.status().message(), ::testing::HasSubstr("injected"));
+              EXPECT_THAT(program.status().message(),
+                          ::testing::HasSubstr("fault injection (fail_copy_at = 1)"));
             }
             rt->registry().drop_plugin("faulty");
           } else {

@@ -102,7 +102,7 @@ class FaultWalk : public LoadFixture {
 TEST_F(FaultWalk, GivenTheNthCallOfEitherPluginFailing_ForEveryN_ThenEachLoadFailsCleanlyAndTheLastRunSucceeds) {
   for (const char* faulty : {"host", "second"}) {
     uint64_t n = 1;
-    while (n <= kMaxWalk && run_once(faulty, FaultInjection{n, 0},
+    while (n <= kMaxWalk && run_once(faulty, FaultInjection{.fail_call = n},
                                      std::string(faulty) + " call #" + std::to_string(n))) {
       ++n;
     }
@@ -118,10 +118,10 @@ TEST_F(FaultWalk, GivenTheNthCallOfEitherPluginFailing_ForEveryN_ThenEachLoadFai
 TEST_F(FaultWalk, GivenADeviceMemoryBudget_ForEveryBudgetBelowThePlan_ThenTheLoadFailsNamingTheBufferAndLeavesNothing) {
   // Buffers 0 (768 B) and 2 (1024 B) are on host; 1 (256 B) on second.
   for (uint64_t budget = 128; budget <= 2048; budget += 128) {
-    run_once("host", FaultInjection{0, budget}, "host budget " + std::to_string(budget));
+    run_once("host", FaultInjection{.device_bytes = budget}, "host budget " + std::to_string(budget));
   }
   for (uint64_t budget = 64; budget <= 256; budget += 64) {
-    run_once("second", FaultInjection{0, budget}, "second budget " + std::to_string(budget));
+    run_once("second", FaultInjection{.device_bytes = budget}, "second budget " + std::to_string(budget));
   }
 }
 
@@ -144,7 +144,7 @@ TEST_F(FaultWalk, GivenACopyWhoseFailureIsReportedToAnotherCallersSynchronize_Th
   };
   uint64_t n = 0;
   for (uint64_t i = 1; i <= kMaxWalk && n == 0; ++i) {
-    auto runtime = Runtime::create(one_thread(FaultInjection{i, 0}));
+    auto runtime = Runtime::create(one_thread(FaultInjection{.fail_call = i}));
     auto program = runtime->load(plan());
     if (counters(*runtime, "host").faults_injected == 0) break;
     if (!program.ok() &&
@@ -155,7 +155,7 @@ TEST_F(FaultWalk, GivenACopyWhoseFailureIsReportedToAnotherCallersSynchronize_Th
   ASSERT_NE(n, 0u) << "no fault of host made a copy fail asynchronously";
 
   const uint64_t before = DeviceBuffer::live_count();
-  auto runtime = Runtime::create(one_thread(FaultInjection{n, 0}));
+  auto runtime = Runtime::create(one_thread(FaultInjection{.fail_call = n}));
   Status others;
   bool synchronized = false;
   runtime->set_progress([&](uint64_t done, uint64_t total) {

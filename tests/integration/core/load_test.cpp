@@ -521,20 +521,23 @@ TEST_F(LoadFixture, GivenABufferEndingExactlyAt2To64_WhenLoadingWithValidationAn
 
 class FaultyLoad : public LoadFixture {
  protected:
+  // `faults`: injected by the validation layer around the faulty plugin.
   Result<std::shared_ptr<LoadedProgram>> load_with(const std::string& options,
                                                    bool verify = false,
-                                                   bool check_free_memory = true) {
+                                                   bool check_free_memory = true,
+                                                   const FaultInjection& faults = {}) {
     RuntimeConfig c = faulty_config(options);
     c.load.verify = verify;
     c.load.check_free_memory = check_free_memory;
+    c.plugins["faulty"].layers.faults = faults;
     return Runtime::create(c)->load(plan());
   }
 
   RuntimeConfig faulty_config(const std::string& options) {
     return config("[plugins.faulty]\nlibrary = \"" +
                              (kZooDir / "libdevalloc_host_faulty.so").string() +
-                             "\"\noptions = { async = \"true\", " + options +
-                             " }\n[devices.host]\nuse = [\"faulty\", { index = 0 }]\n"
+                             "\"\noptions = { async = \"true\"" +
+                             (options.empty() ? "" : ", " + options) + " }\n[devices.host]\nuse = [\"faulty\", { index = 0 }]\n"
                              // Copies, not direct reads: the faults are in
                              // them; one loading thread keeps file order, so
                              // "the N-th copy" is always the same tensor.
@@ -563,7 +566,7 @@ TEST_F(FaultyLoad, GivenVerifyOverride_WhenLoading_ThenItWinsOverTheConfigForTha
 // the injected fault would be the error.
 TEST_F(FaultyLoad, GivenPlanAboveTheDevicesFreeMemory_WhenLoading_ThenRefusedBeforeAnyAllocate) {
   const uint64_t before = DeviceBuffer::live_count();
-  auto program = load_with("memory_limit = \"1024\", fail_allocate_at = \"1\"");
+  auto program = load_with("memory_limit = \"1024\"", false, true, {.fail_allocate_at = 1});
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
   EXPECT_EQ(program.status().message(),
@@ -580,7 +583,7 @@ TEST_F(FaultyLoad, GivenBufferSizesWhoseSumWrapsPast64Bits_WhenLoading_ThenRefus
   const uint64_t before = DeviceBuffer::live_count();
   plan().buffers[1].size = uint64_t{1} << 63;
   plan().buffers[2].size = uint64_t{1} << 63;  // with buffer 0: 2^64 + 768 bytes
-  auto program = load_with("memory_limit = \"4096\", fail_allocate_at = \"1\"");
+  auto program = load_with("memory_limit = \"4096\"", false, true, {.fail_allocate_at = 1});
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
   EXPECT_THAT(program.status().message(),
@@ -590,9 +593,9 @@ TEST_F(FaultyLoad, GivenBufferSizesWhoseSumWrapsPast64Bits_WhenLoading_ThenRefus
 }
 
 TEST_F(FaultyLoad, GivenCheckFreeMemoryOff_WhenThePlanIsAboveTheLimit_ThenAllocateIsReachedAndHasTheLastWord) {
-  auto program = load_with("memory_limit = \"1024\", fail_allocate_at = \"1\"", false, false);
+  auto program = load_with("memory_limit = \"1024\"", false, false, {.fail_allocate_at = 1});
   ASSERT_FALSE(program.ok());
-  EXPECT_THAT(program.status().message(), HasSubstr("injected by fail_allocate_at = 1"));
+  EXPECT_THAT(program.status().message(), HasSubstr("fault injection (fail_allocate_at = 1)"));
   auto limited = load_with("memory_limit = \"1024\"", false, false);
   ASSERT_FALSE(limited.ok());
   EXPECT_EQ(limited.status().code(), StatusCode::out_of_device_memory);
@@ -668,18 +671,18 @@ TEST_F(FaultyLoad, GivenCorruptingPlugin_WhenLoadingWithoutVerify_ThenTheLoadCan
 
 TEST_F(FaultyLoad, GivenAllocateFailure_WhenLoading_ThenRolledBackWithBufferDeviceAndPluginNamed) {
   const uint64_t before = DeviceBuffer::live_count();
-  auto program = load_with("fail_allocate_at = \"2\"");
+  auto program = load_with("", false, true, {.fail_allocate_at = 2});
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::out_of_device_memory);
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("allocating buffer 1"), HasSubstr("plugin faulty"),
-                    HasSubstr("fail_allocate_at")));
+                    HasSubstr("fault injection (fail_allocate_at = 2)")));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 
 TEST_F(FaultyLoad, GivenCopyFailure_WhenLoading_ThenRolledBackWithTensorNamed) {
   const uint64_t before = DeviceBuffer::live_count();
-  auto program = load_with("fail_copy_at = \"2\"");
+  auto program = load_with("", false, true, {.fail_copy_at = 2});
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
@@ -690,10 +693,11 @@ TEST_F(FaultyLoad, GivenCopyFailure_WhenLoading_ThenRolledBackWithTensorNamed) {
 
 TEST_F(FaultyLoad, GivenSynchronizeFailure_WhenLoading_ThenRolledBackWithDeviceNamed) {
   const uint64_t before = DeviceBuffer::live_count();
-  auto program = load_with("fail_synchronize = \"true\"");
+  auto program = load_with("", false, true, {.fail_synchronize = true});
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
-              AllOf(HasSubstr("synchronizing host"), HasSubstr("plugin faulty")));
+              AllOf(HasSubstr("synchronizing host"), HasSubstr("plugin faulty"),
+                    HasSubstr("fault injection (fail_synchronize)")));
   EXPECT_EQ(DeviceBuffer::live_count(), before);
 }
 

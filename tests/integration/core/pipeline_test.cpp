@@ -491,14 +491,13 @@ TEST_F(PipelineLoad, GivenPluginReleasingWithAMadeUpUserData_WhenLoading_ThenThe
 // A failed copy is named by the tensor the failing piece holds, not by the
 // whole coalesced range it was cut from.
 TEST_F(PipelineLoad, GivenTheFifthCopyFails_WhenLoading_ThenTheErrorNamesThatPiecesTensorAndBytes) {
-  auto program = Runtime::create(config_for("host_faulty",
-                                            "staging = 16384\ndirect = false\nthreads = 1\n",
-                                            "fail_copy_at = \"5\""))
-                     ->load(plan_);
+  RuntimeConfig c = config_for("host", "staging = 16384\ndirect = false\nthreads = 1\n");
+  c.plugins["host"].layers.faults.fail_copy_at = 5;
+  auto program = Runtime::create(c)->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("copying tensor \"t1004\" (bytes 16384..20480 of buffer 0)"),
-                    HasSubstr("injected by fail_copy_at = 5")));
+                    HasSubstr("fault injection (fail_copy_at = 5)")));
 }
 
 // PLUGIN-21: a failed copy released twice is a breach said after the copy's
@@ -507,14 +506,13 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwice_WhenLoading_ThenTheBreachFoll
   const uint64_t before = DeviceBuffer::live_count();
   auto program =
       Runtime::create(config_for("host_faulty", "staging = 16384\ndirect = false\nthreads = 1\n",
-                                 "fail_copy_at = \"5\", release_failed_copy_twice = true, "
-                                 "async = true"))
+                                 "release_twice_failed_copy_at = \"5\", async = true"))
           ->load(plan_);
   ASSERT_FALSE(program.ok());
   EXPECT_EQ(program.status().code(), StatusCode::device_error);
   EXPECT_THAT(program.status().message(),
               AllOf(HasSubstr("copying tensor \"t1004\""),
-                    HasSubstr("injected by fail_copy_at = 5"),
+                    HasSubstr("injected by release_twice_failed_copy_at = 5"),
                     HasSubstr("; then plugin host_faulty broke PLUGIN-14 (PLUGIN-21 release "
                               "accounting): copy of tensor \"t1004\""),
                     HasSubstr("was released twice")));
@@ -531,14 +529,15 @@ TEST_F(PipelineLoad, GivenAFailedCopyReleasedTwiceWhileOthersReleaseLate_WhenLoa
   constexpr auto kLate = std::chrono::milliseconds(400);
   auto runtime = Runtime::create(config_for(
       "host_faulty", "staging = 65536\ndirect = false\nthreads = 1\n",
-      "fail_copy_at = \"3\", release_failed_copy_twice = true, release_late_ms = \"" +
+      "release_twice_failed_copy_at = \"3\", release_late_ms = \"" +
           std::to_string(kLate.count()) + "\""));
   const auto start = std::chrono::steady_clock::now();
   auto program = runtime->load(plan_);
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(program.ok());
   EXPECT_THAT(program.status().message(),
-              AllOf(HasSubstr("injected by fail_copy_at = 3"), HasSubstr("was released twice")));
+              AllOf(HasSubstr("injected by release_twice_failed_copy_at = 3"),
+                    HasSubstr("was released twice")));
   EXPECT_GE(took, kLate) << "the load returned before the releases of the copies before the "
                             "failed one came";
   EXPECT_EQ(DeviceBuffer::live_count(), before);

@@ -340,9 +340,10 @@ TEST(PluginHandle, GivenHostPluginUnderTheValidationLayer_WhenAskingMemoryInfo_T
 // caller can learn that another caller's synchronize was told of a failure
 // (PLUGIN-17 reports an asynchronous failure to whichever comes next).
 TEST(PluginHandle, GivenAFailingSynchronize_ThenItIsCountedPerDeviceAndItsErrorKept) {
+  LayerSettings faults;
+  faults.faults.fail_synchronize = true;
   auto [plugin, error] = PluginLoader().load(
-      DEVALLOC_BINARY_DIR "/tests/plugin_zoo/libdevalloc_host_faulty.so",
-      {{"fail_synchronize", "true"}});
+      DEVALLOC_PLUGIN_BUILD_DIR "/libdevalloc_host.so", {}, faults);
   ASSERT_NE(plugin, nullptr) << error.status.message();
   const uint64_t mark = plugin->synchronize_failures(0);
   EXPECT_EQ(mark, 0u);
