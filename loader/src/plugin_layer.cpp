@@ -744,8 +744,10 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       forwarded.on_release = detail::tracked_release_callback();
       forwarded.user_data = token;
     }
-    copy = layer.releases_.copy_of(token);
-    if (layer.settings_.check_sources) layer.releases_.note_check(copy, source_hash);
+    if (layer.settings_.check_sources) {
+      copy = layer.releases_.copy_of(token);
+      layer.releases_.note_check(copy, source_hash);
+    }
     if (checked && valid && copy != 0) {
       detail::SourceCheck check;
       check.device = args->device;
@@ -1170,26 +1172,32 @@ void PluginLayer::released(const detail::ReleasedCopy& copy) noexcept {
   bool poison_source = false;
   std::string call;  // the copy's text, for the source check
   try {
-    std::lock_guard lock(mutex_);
-    if (count_call()) failed_devices_.insert(copy.device);
-    if (checks_sources()) {
-      // Due for a read-back at the next synchronize of its device.
-      if (detail::SourceCheck* check = sources_.find(copy.id)) {
-        check->released = true;
-        poison_source = check->poisoned = may_poison(copy);
-        call = check->call;
+    {
+      std::lock_guard lock(mutex_);
+      if (count_call()) failed_devices_.insert(copy.device);
+      if (checks_sources()) {
+        // Due for a read-back at the next synchronize of its device.
+        if (detail::SourceCheck* check = sources_.find(copy.id)) {
+          check->released = true;
+          poison_source = check->poisoned = may_poison(copy);
+          call = check->call;
+        }
       }
     }
-    if (settings_.check_sources && settings_.validate && copy.src != nullptr &&
+    // The caller's side: its source unchanged until now (hashed with no
+    // lock held).
+    if (checks_sources() && copy.src != nullptr &&
         detail::source_hash(copy.src, copy.nbytes) != copy.check) {
-      owed_[copy.device].push_back(breach(
+      const std::string text = breach(
           "PLUGIN-14",
           call.empty() ? printed("copy_host_to_device(device %" PRIu32 ", dst 0x%" PRIx64
                                  ", src %p, nbytes %" PRIu64 ", until released)",
                                  copy.device, copy.dst, copy.src, copy.nbytes)
                        : call,
           "the caller changed the source before its release (the bytes differ from those at "
-          "issue)"));
+          "issue)");
+      std::lock_guard lock(mutex_);
+      owed_[copy.device].push_back(text);
     }
   } catch (...) {
     // Out of host memory: the breach goes unworded; the release still
@@ -1201,8 +1209,8 @@ void PluginLayer::released(const detail::ReleasedCopy& copy) noexcept {
 }
 
 // Whose plugin sent a release for no copy cannot be known; the tracker
-// tells the one it holds likely (devalloc/plugin.hpp), which reports it on
-// the next synchronize of each of its devices.
+// tells the one it holds likely (ReleaseTracker::release), which reports it
+// on the next synchronize of each of its devices.
 void PluginLayer::stray(const detail::StrayRelease& release) noexcept {
   if (!settings_.validate) return;
   try {

@@ -457,8 +457,9 @@ void ReleaseTracker::release(void* user_data) noexcept {
   try {
     if (tracker == nullptr) {
       // No tracker's: made up, or of a plugin closed since. While exactly
-      // one plugin has copies in flight it is the likely sender; otherwise
-      // no one can be told (its missing release ends that load).
+      // one plugin has copies in flight it is the likely sender (with none
+      // in flight anywhere, the one live plugin); otherwise no one can be
+      // told (its missing release ends that load).
       int count = 0;
       for (ReleaseTracker* t : registry.live) {
         if (t->in_flight() != 0) {
@@ -466,7 +467,6 @@ void ReleaseTracker::release(void* user_data) noexcept {
           ++count;
         }
       }
-      // With no copy in flight anywhere, the one live plugin, if one.
       if (count == 0 && registry.live.size() == 1) {
         tracker = registry.live.front();
         count = 1;
