@@ -363,8 +363,8 @@ TEST_F(ValidationLayer, GivenPluginReleasingWithAMadeUpUserData_ThenPlugin14AndT
   ASSERT_TRUE(base.ok());
   std::vector<uint8_t> bytes(64, 1);
   std::atomic<int> releases{0};
-  // The zoo calls on_release with an address no copy was given: the layer
-  // must look it up, not follow it as one of its tickets.
+  // The zoo calls on_release with an address no copy was given: the
+  // handle's tracker must look it up, not follow it as one of its copies.
   ASSERT_TRUE(plugin->copy_to_device_until_released(0, *base, bytes.data(), 64, count, &releases).ok());
   EXPECT_EQ(releases, 0);
   const std::vector<ValidationBreach> breaches = validation_breaches();
