@@ -734,13 +734,23 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
   if (releases) {
     token = args->user_data;
     if (!tracked) {
-      token = layer.releases_.issue(
-          args->device, args->dst, args->src, args->nbytes, &layer,
-          [release = args->on_release, user_data = args->user_data](CopyOutcome&&) {
-            t_in_release = true;
-            release(user_data);
-            t_in_release = false;
-          });
+      try {
+        token = layer.releases_.issue(
+            args->device, args->dst, args->src, args->nbytes, &layer,
+            [release = args->on_release, user_data = args->user_data](CopyOutcome&&) {
+              t_in_release = true;
+              release(user_data);
+              t_in_release = false;
+            });
+      } catch (const std::bad_alloc&) {
+        // Not issued: the source goes back at once, as for any failed copy
+        // (PLUGIN-14), and the copy fails without reaching the plugin.
+        t_in_release = true;
+        args->on_release(args->user_data);
+        t_in_release = false;
+        return layer.fail(call, DEVALLOC_STATUS_OUT_OF_HOST_MEMORY,
+                          "validation layer: no host memory to account the copy");
+      }
       forwarded.on_release = detail::tracked_release_callback();
       forwarded.user_data = token;
     }
@@ -759,7 +769,17 @@ devalloc_status PluginLayer::copy_host_to_device(devalloc_instance* instance,
       layer.sources_.remember(copy, std::move(check));
     }
   }
-  call.status = layer.real_.copy_host_to_device(layer.real_instance_, &forwarded, &call.mine);
+  try {
+    call.status = layer.real_.copy_host_to_device(layer.real_instance_, &forwarded, &call.mine);
+  } catch (...) {
+    // The plugin threw (PLUGIN-7, which the handle's guard reports): the
+    // layer's own copy ends as a failed call, so that a release that
+    // comes still reaches the caller.
+    if (releases && !tracked) {
+      layer.releases_.returned(token, Status(StatusCode::internal, std::string()));
+    }
+    throw;
+  }
   if (copy != 0) {
     // A failed copy lands nothing to read back.
     std::lock_guard lock(layer.mutex_);

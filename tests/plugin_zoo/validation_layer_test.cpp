@@ -277,6 +277,28 @@ TEST_F(ValidationLayer, GivenACallersOwnRelease_WhenThePluginReleasesItTwice_The
   EXPECT_EQ(rules(), std::vector<std::string>{"PLUGIN-14"});
 }
 
+// A copy whose call threw (PLUGIN-7) is a failed call, not one still
+// running: the layer's accounting waits for its release like any other, so
+// the next synchronize names the release that never came.
+TEST_F(ValidationLayer, GivenACopyWhoseCallThrew_WhenSynchronizing_ThenItsMissingReleaseIsPlugin20) {
+  auto plugin = open("throws");
+  ASSERT_TRUE(plugin);
+  auto base = plugin->allocate(0, 64, 0);
+  ASSERT_TRUE(base.ok());
+  std::vector<uint8_t> bytes(13, 1);  // the zoo throws on a copy of 13 bytes
+  std::atomic<int> releases{0};
+  const Status copy =
+      plugin->copy_to_device_until_released(0, *base, bytes.data(), 13, count, &releases);
+  ASSERT_FALSE(copy.ok());
+  EXPECT_THAT(copy.message(), HasSubstr("PLUGIN-7"));
+  const Status s = plugin->synchronize(0);
+  EXPECT_EQ(s.code(), StatusCode::internal);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PLUGIN-20"),
+                                 HasSubstr("1 copies issued before it were not released")));
+  EXPECT_EQ(releases, 0);
+  ASSERT_TRUE(plugin->deallocate(0, *base).ok());
+}
+
 // Two breaches found in callbacks before one synchronize: the caller's
 // status carries both, not only the first.
 TEST_F(ValidationLayer, GivenTwoCopiesReleasedTwice_WhenSynchronizing_ThenTheStatusNamesBoth) {
