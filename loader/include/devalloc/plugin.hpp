@@ -206,9 +206,8 @@ class Plugin {
   // plugin untouched (under the validation layer, the layer makes the copy
   // one of the handle's, whose completion calls on_release): for the
   // conformance suite and the plugins' own tests, which watch what the
-  // plugin itself does. src
-  // stays readable until on_release(user_data) ran (exactly once, also when
-  // this returns an error).
+  // plugin itself does. src stays readable until on_release(user_data) ran
+  // (exactly once, also when this returns an error).
   Status copy_to_device_until_released(uint32_t device, uint64_t dst,
                                        const void* src, uint64_t nbytes,
                                        devalloc_release_fn on_release,
