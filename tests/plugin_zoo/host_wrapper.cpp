@@ -214,7 +214,7 @@ class FaultPlan {
       return s;
     }
   };
-  enum class CopyFault { none, fail, flip };
+  enum class CopyFault { none, fail_releasing_twice, flip };
 
   explicit FaultPlan(const Settings& settings) : settings_(settings) {
     if (settings_.release_late_ms > 0) {
@@ -226,7 +226,7 @@ class FaultPlan {
   // Each counts one call and says whether it is the one to break.
   CopyFault next_copy() {
     const uint64_t n = ++copies_;
-    if (n == settings_.release_twice_failed_copy_at) return CopyFault::fail;
+    if (n == settings_.release_twice_failed_copy_at) return CopyFault::fail_releasing_twice;
     return n == settings_.flip_byte_at_copy ? CopyFault::flip : CopyFault::none;
   }
   bool read_back_skipped() { return ++read_backs_ == settings_.skip_read_back_at; }
@@ -418,7 +418,7 @@ devalloc_status Instance::deallocate(uint32_t device, uint64_t address, devalloc
 devalloc_status Instance::copy(const devalloc_copy_to_device_args& a, devalloc_error* error) {
   const bool until_released = a.src_lifetime == DEVALLOC_SRC_UNTIL_RELEASED;
   switch (faults_.next_copy()) {
-    case FaultPlan::CopyFault::fail:
+    case FaultPlan::CopyFault::fail_releasing_twice:
       if (until_released && a.on_release != nullptr) {
         a.on_release(a.user_data);
         a.on_release(a.user_data);
