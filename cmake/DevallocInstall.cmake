@@ -16,7 +16,7 @@ endforeach()
 #   abi        devalloc::abi (the header)
 #   plugin_kit devalloc::plugin_kit (static; threads and dlopen only)
 #   loader, core  devalloc::base, devalloc::loader, devalloc::core (toml++,
-#              nlohmann-json, dlpack)
+#              dlpack)
 # and, when ExecuTorch was found at configure time, a fourth:
 #   executorch devalloc::executorch (static; ExecuTorch's runtime, which the
 #              package config finds again, with the hint recorded below)

@@ -18,7 +18,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsCache::open(
           return it->second;
         }
         Result<std::shared_ptr<const SafetensorsFile>> opened =
-            SafetensorsFile::open(path, detail::HeaderReading::fast_then_strict, beneath);
+            SafetensorsFile::open(path, beneath);
         if (!opened.ok()) {
           // Not remembered: the next open tries again (a file restored
           // meanwhile opens).

@@ -3,37 +3,36 @@
 #include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 
-#include "json_parse.hpp"
-#include "plain_json.hpp"
+#include "json_cursor.hpp"
 #include <devalloc/no_exceptions.hpp>
 
 #include <algorithm>
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <unordered_set>
 
 namespace devalloc {
 
 namespace {
 
-using nlohmann::json;
+using detail::JsonCursor;
+using detail::JsonKind;
 
-// "-3", "2.5", "\"x\"": a JSON value as it appears in the file, for messages.
-std::string shown(const json& value) { return detail::json_excerpt(value); }
-
-// A non-negative integer as written in JSON; 1.0 and -0 are not integers here.
-std::optional<uint64_t> as_unsigned(const json& value) {
-  if (value.is_number_unsigned()) return value.get<uint64_t>();
-  if (value.is_number_integer() && value.get<int64_t>() >= 0) {
-    return static_cast<uint64_t>(value.get<int64_t>());
-  }
-  return std::nullopt;
-}
-
+// The header, read in one pass by the one JSON reader (json_cursor.hpp)
+// into the tensors in header order and the metadata, each entry checked
+// on its own as it is read (what involves several entries, names given
+// twice and the tiling, is open()'s). The first error, in text order,
+// is the one reported.
 class HeaderReader {
  public:
-  HeaderReader(std::string file, uint64_t data_size)
-      : file_(std::move(file)), data_size_(data_size) {}
+  HeaderReader(std::string_view header, std::string file, uint64_t data_offset,
+               uint64_t data_size)
+      : header_(header),
+        json_(header, kMaxSafetensorsHeaderDepth),
+        file_(std::move(file)),
+        data_offset_(data_offset),
+        data_size_(data_size) {}
 
   Status fail(const std::string& reason) const {
     return Status(StatusCode::invalid_argument, file_ + ": " + reason);
@@ -42,257 +41,248 @@ class HeaderReader {
     return fail("tensor " + quote(tensor) + ": " + reason);
   }
 
-  Status read_metadata(const json& value, std::map<std::string, std::string>& out) const {
-    if (value.is_null()) return Status();  // as the reference reads it: no metadata
-    if (!value.is_object()) {
-      return fail("__metadata__ is " + shown(value) +
-                  ", expected an object of strings");
+  Status read(std::vector<SafetensorsTensor>& tensors,
+              std::map<std::string, std::string>& metadata) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return syntax_error(json_);
+    if (kind != JsonKind::object) {
+      std::string_view text;
+      if (!json_.skip(text)) return syntax_error(json_);
+      return fail("header is " + std::string(detail::json_kind_name(text)) +
+                  ", expected a JSON object");
     }
-    for (const auto& [key, item] : value.items()) {
-      if (!item.is_string()) {
-        return fail("__metadata__ " + quote(key) + " is " + shown(item) +
-                    ", expected a string");
-      }
-      out.emplace(key, item.get<std::string>());
-    }
-    return Status();
-  }
-
-  // Everything about one entry that does not involve other entries.
-  Status read_tensor(const std::string& name, const json& entry, uint64_t data_offset,
-                     SafetensorsTensor& out) const {
-    if (!entry.is_object()) {
-      return fail(name, "entry is " + shown(entry) + ", expected an object");
-    }
-    for (auto it = entry.begin(); it != entry.end(); ++it) {
-      if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets") {
-        return fail(name, "unknown field " + quote(it.key()) +
-                              " (expected dtype, shape, data_offsets)");
-      }
-    }
-    for (const char* key : {"dtype", "shape", "data_offsets"}) {
-      if (!entry.contains(key)) return fail(name, std::string("no ") + key);
-    }
-
-    const json& dtype = entry["dtype"];
-    if (!dtype.is_string()) {
-      return fail(name, "dtype is " + shown(dtype) + ", expected a string");
-    }
-    const std::optional<DType> parsed = parse_dtype(dtype.get<std::string>());
-    if (!parsed) {
-      return fail(name, "unknown dtype " + shown(dtype) + " (known: " +
-                            known_dtype_names() + ")");
-    }
-
-    const json& shape = entry["shape"];
-    if (!shape.is_array()) {
-      return fail(name, "shape is " + shown(shape) + ", expected an array");
-    }
-    std::vector<uint64_t> dims;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      const std::optional<uint64_t> dim = as_unsigned(shape[i]);
-      if (!dim) {
-        return fail(name, "shape[" + std::to_string(i) + "] is " + shown(shape[i]) +
-                              ", expected a non-negative integer");
-      }
-      dims.push_back(*dim);
-    }
-
-    const json& offsets = entry["data_offsets"];
-    std::optional<uint64_t> first;
-    std::optional<uint64_t> last;
-    if (offsets.is_array() && offsets.size() == 2) {
-      first = as_unsigned(offsets[0]);
-      last = as_unsigned(offsets[1]);
-    }
-    if (!first || !last) {
-      return fail(name, "data_offsets is " + shown(offsets) +
-                            ", expected [begin, end] with non-negative integers");
-    }
-    if (*first > *last) {
-      return fail(name, "data_offsets " + shown(offsets) + " end before they begin");
-    }
-    if (*last > data_size_) {
-      // Both in file bytes; data_offset + data_size_ is the file size, so no
-      // overflow is possible on the right, and on the left only for an end
-      // that is past the file anyway.
-      uint64_t end_in_file = 0;
-      const std::string end_text =
-          __builtin_add_overflow(data_offset, *last, &end_in_file)
-              ? "data offset " + std::to_string(*last)
-              : "byte " + std::to_string(end_in_file);
-      return fail(name, "ends at " + end_text + ", file has " +
-                            std::to_string(data_offset + data_size_) + " bytes");
-    }
-
-    Result<uint64_t> nbytes = byte_size(*parsed, dims);
-    if (!nbytes.ok()) return fail(name, nbytes.status().message());
-    if (*nbytes != *last - *first) {
-      return fail(name, "shape " + shape_to_string(dims) + " of " +
-                            std::string(to_string(*parsed)) + " needs " +
-                            std::to_string(*nbytes) + " bytes, data_offsets " +
-                            shown(offsets) + " hold " +
-                            std::to_string(*last - *first));
-    }
-
-    out.name = name;
-    out.dtype = *parsed;
-    out.shape = std::move(dims);
-    out.offset = data_offset + *first;
-    out.nbytes = *nbytes;
-    return Status();
-  }
-
- private:
-  std::string file_;
-  uint64_t data_size_;
-};
-
-// The fast path: headers as writers emit them, read without building any
-// JSON value. It accepts only a plain subset of what the strict reader
-// accepts, and for that subset it yields exactly what the strict reader
-// would: the same entries in the same order and the same metadata. Anything
-// else (an escape in a string, a number that is not a plain unsigned
-// integer, an unknown field, an unknown dtype, a bad size, a key given
-// twice, any syntax error) makes it give up without a reason, and the
-// strict reader reads the header again from the start and says what is
-// wrong. So every error comes from one place; the fuzz target checks that
-// both readers agree on whatever the fast one accepts.
-class PlainHeaderScanner {
- public:
-  PlainHeaderScanner(std::string_view header, uint64_t data_offset, uint64_t data_size)
-      : json_(header), data_offset_(data_offset), data_size_(data_size) {}
-
-  // True when the whole header is in the plain subset; `tensors` are then
-  // in header order, as the strict reader lists them. Names given twice are
-  // left to the caller, which indexes them anyway.
-  bool read(std::vector<SafetensorsTensor>& tensors,
-            std::map<std::string, std::string>& metadata) {
     bool seen_metadata = false;
-    json_.space();
-    return json_.members([&](std::string_view name) {
-             if (name == "__metadata__") {
-               if (seen_metadata) return false;
-               seen_metadata = true;
-               return read_metadata(metadata);
-             }
-             SafetensorsTensor& tensor = tensors.emplace_back();
-             tensor.name = name;
-             return read_entry(tensor);
-           }) &&
-           json_.at_text_end();
+    const bool read = json_.members([&](std::string_view name) {
+                        if (name == "__metadata__") {
+                          if (seen_metadata) {
+                            return json_.fail(json_.key_at(), "__metadata__ appears twice");
+                          }
+                          seen_metadata = true;
+                          return read_metadata(metadata);
+                        }
+                        SafetensorsTensor& tensor = tensors.emplace_back();
+                        tensor.name = name;
+                        return read_entry(tensor);
+                      }) &&
+                      json_.at_text_end();
+    if (read) return Status();
+    if (json_.failed()) return syntax_error(json_);
+    return problem_;
+  }
+
+  // For a header read without error whose tensor names are not unique:
+  // the first name given twice, where it is given again. A second pass,
+  // taken only for this error.
+  Status name_given_twice() const {
+    JsonCursor json(header_, kMaxSafetensorsHeaderDepth);
+    std::unordered_set<std::string> names;
+    const bool read = json.members([&](std::string_view name) {
+      if (name != "__metadata__" && !names.emplace(name).second) {
+        return json.fail(json.key_at(), "tensor " + quote(name) + " appears twice");
+      }
+      std::string_view value;
+      return json.skip(value);
+    });
+    if (!read && json.failed()) return syntax_error(json);
+    return fail("a tensor name appears twice");  // not reached: read() took the header
   }
 
  private:
+  // "<file>: header line 3, column 14 (byte 52 of the file): <reason>"
+  Status syntax_error(const JsonCursor& json) const {
+    const detail::JsonError error = json.error();
+    return fail("header " + error.position() + " (byte " + std::to_string(8 + error.byte) +
+                " of the file): " + error.reason);
+  }
+
+  // Refuses the value at the cursor: `what` is <value as written> `expected`.
+  bool refuse(const std::string& what, const std::string& expected) {
+    std::string_view text;
+    if (!json_.skip(text)) return false;
+    problem_ = fail(what + " is " + detail::json_excerpt(text) + ", expected " + expected);
+    return false;
+  }
+  bool refuse(std::string_view tensor, const std::string& what, const std::string& expected) {
+    return refuse("tensor " + quote(tensor) + ": " + what, expected);
+  }
+
+  // null (no metadata, as the reference reads it) or {"key": "value", ...}.
+  bool read_metadata(std::map<std::string, std::string>& metadata) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    if (kind == JsonKind::null) return json_.null();
+    if (kind != JsonKind::object) return refuse("__metadata__", "an object of strings");
+    return json_.members([&](std::string_view key) {
+      JsonKind value_kind = JsonKind::null;
+      if (!json_.peek(value_kind)) return false;
+      if (value_kind != JsonKind::string) {
+        return refuse("__metadata__ " + quote(key), "a string");
+      }
+      std::string_view value;
+      if (!json_.string(value)) return false;
+      if (!metadata.emplace(key, value).second) {
+        return json_.fail(json_.key_at(),
+                          "duplicate key " + quote(key) + " in \"/__metadata__\"");
+      }
+      return true;
+    });
+  }
+
+  // One entry, {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}.
   bool read_entry(SafetensorsTensor& tensor) {
+    const std::string& name = tensor.name;
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    if (kind != JsonKind::object) return refuse(name, "entry", "an object");
     bool has_dtype = false;
     bool has_shape = false;
     bool has_offsets = false;
     uint64_t offsets[2] = {0, 0};
-    size_t offset_count = 0;
+    std::string_view offsets_text;
     const bool read = json_.members([&](std::string_view field) {
-      if (field == "dtype" && !has_dtype) {
-        has_dtype = true;
-        std::string_view name;
-        if (!json_.plain_string(name)) return false;
-        const std::optional<DType> dtype = parse_dtype(name);
-        if (!dtype) return false;
-        tensor.dtype = *dtype;
-        return true;
+      bool* seen = field == "dtype"          ? &has_dtype
+                   : field == "shape"        ? &has_shape
+                   : field == "data_offsets" ? &has_offsets
+                                             : nullptr;
+      if (seen == nullptr) {
+        problem_ = fail(name, "unknown field " + quote(field) +
+                                  " (expected dtype, shape, data_offsets)");
+        return false;
       }
-      if (field == "shape" && !has_shape) {
-        has_shape = true;
-        return json_.unsigned_array([&](uint64_t d) {
-          tensor.shape.push_back(d);
-          return true;
-        });
+      if (*seen) {
+        return json_.fail(json_.key_at(), "duplicate key " + quote(field) + " in " +
+                                              quote("/" + detail::json_pointer_token(name)));
       }
-      if (field == "data_offsets" && !has_offsets) {
-        has_offsets = true;
-        return json_.unsigned_array([&](uint64_t o) {
-                 if (offset_count == 2) return false;
-                 offsets[offset_count++] = o;
-                 return true;
-               }) &&
-               offset_count == 2;
-      }
-      return false;
+      *seen = true;
+      if (seen == &has_dtype) return read_dtype(tensor);
+      if (seen == &has_shape) return read_shape(tensor);
+      return read_offsets(name, offsets, offsets_text);
     });
-    if (!read || !has_dtype || !has_shape || !has_offsets) return false;
+    if (!read) return false;
+    for (const auto& [given, field] : {std::pair{has_dtype, "dtype"},
+                                       {has_shape, "shape"},
+                                       {has_offsets, "data_offsets"}}) {
+      if (!given) {
+        problem_ = fail(name, std::string("no ") + field);
+        return false;
+      }
+    }
     const uint64_t first = offsets[0];
     const uint64_t last = offsets[1];
-    if (first > last || last > data_size_) return false;
+    // Made only for a message.
+    const auto shown_offsets = [&] { return detail::json_excerpt(offsets_text); };
+    if (first > last) {
+      problem_ = fail(name, "data_offsets " + shown_offsets() + " end before they begin");
+      return false;
+    }
+    if (last > data_size_) {
+      // Both in file bytes; data_offset_ + data_size_ is the file size, so
+      // no overflow is possible on the right, and on the left only for an
+      // end that is past the file anyway.
+      uint64_t end_in_file = 0;
+      const std::string end_text = __builtin_add_overflow(data_offset_, last, &end_in_file)
+                                       ? "data offset " + std::to_string(last)
+                                       : "byte " + std::to_string(end_in_file);
+      problem_ = fail(name, "ends at " + end_text + ", file has " +
+                                std::to_string(data_offset_ + data_size_) + " bytes");
+      return false;
+    }
     const Result<uint64_t> nbytes = byte_size(tensor.dtype, tensor.shape);
-    if (!nbytes.ok() || *nbytes != last - first) return false;
+    if (!nbytes.ok()) {
+      problem_ = fail(name, nbytes.status().message());
+      return false;
+    }
+    if (*nbytes != last - first) {
+      problem_ = fail(name, "shape " + shape_to_string(tensor.shape) + " of " +
+                                std::string(to_string(tensor.dtype)) + " needs " +
+                                std::to_string(*nbytes) + " bytes, data_offsets " +
+                                shown_offsets() + " hold " + std::to_string(last - first));
+      return false;
+    }
     tensor.offset = data_offset_ + first;
     tensor.nbytes = *nbytes;
     return true;
   }
 
-  // {"key": "value", ...}; null and anything else go to the strict reader.
-  bool read_metadata(std::map<std::string, std::string>& metadata) {
-    return json_.members([&](std::string_view key) {
-      std::string_view value;
-      return json_.plain_string(value) && metadata.emplace(key, value).second;
+  bool read_dtype(SafetensorsTensor& tensor) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    if (kind != JsonKind::string) return refuse(tensor.name, "dtype", "a string");
+    const JsonCursor::Mark start = json_.mark();
+    std::string_view value;
+    if (!json_.string(value)) return false;
+    const std::optional<DType> dtype = parse_dtype(value);
+    if (!dtype) {
+      problem_ = fail(tensor.name, "unknown dtype " +
+                                       detail::json_excerpt(json_.text_since(start)) +
+                                       " (known: " + known_dtype_names() + ")");
+      return false;
+    }
+    tensor.dtype = *dtype;
+    return true;
+  }
+
+  bool read_shape(SafetensorsTensor& tensor) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    if (kind != JsonKind::array) return refuse(tensor.name, "shape", "an array");
+    return json_.elements([&](size_t i) {
+      uint64_t dim = 0;
+      if (json_.unsigned_number(dim)) {
+        tensor.shape.push_back(dim);
+        return true;
+      }
+      return refuse(tensor.name, "shape[" + std::to_string(i) + "]",
+                    "a non-negative integer");
     });
   }
 
-  detail::PlainJson json_;
+  // [begin, end], two non-negative integers; anything else is refused
+  // whole, as written.
+  bool read_offsets(std::string_view name, uint64_t (&offsets)[2], std::string_view& text) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    const JsonCursor::Mark start = json_.mark();
+    size_t count = 0;
+    bool plain = kind == JsonKind::array;
+    if (plain) {
+      const bool read = json_.elements([&](size_t) {
+        if (count == 2 || !json_.unsigned_number(offsets[count])) {
+          plain = false;
+          return false;
+        }
+        ++count;
+        return true;
+      });
+      if (!read && json_.failed()) return false;
+      plain = plain && count == 2;
+    }
+    if (plain) {
+      text = json_.text_since(start);
+      return true;
+    }
+    json_.rewind(start);
+    return refuse(name, "data_offsets", "[begin, end] with non-negative integers");
+  }
+
+  std::string_view header_;
+  JsonCursor json_;
+  std::string file_;
   uint64_t data_offset_;
   uint64_t data_size_;
+  Status problem_;  // what the header says that is wrong, when not syntax
 };
-
-// The strict reader, entry by entry: a header of 100 000 tensors is never
-// one document.
-Status read_header_strict(std::string_view header, uint64_t data_offset,
-                          const HeaderReader& reader,
-                          std::vector<SafetensorsTensor>& tensors,
-                          std::map<std::string, std::string>& metadata) {
-  Status entry_status;
-  auto parsed = detail::parse_json_members(
-      header, kMaxSafetensorsHeaderDepth, [&](const std::string& name, json&& entry) {
-        if (name == "__metadata__") {
-          entry_status = reader.read_metadata(entry, metadata);
-          return entry_status.ok();
-        }
-        SafetensorsTensor tensor;
-        entry_status = reader.read_tensor(name, entry, data_offset, tensor);
-        if (entry_status.ok()) tensors.push_back(std::move(tensor));
-        return entry_status.ok();
-      });
-  if (const auto* error = std::get_if<detail::JsonError>(&parsed)) {
-    const std::string where = "header " + error->position() + " (byte " +
-                              std::to_string(8 + error->byte) + " of the file): ";
-    if (const auto& duplicate = error->duplicate) {
-      // Top-level keys are tensor names; deeper ones are fields of an entry.
-      if (duplicate->object_pointer.empty()) {
-        if (duplicate->key == "__metadata__") return reader.fail(where + "__metadata__ appears twice");
-        return reader.fail(where + "tensor " + quote(duplicate->key) + " appears twice");
-      }
-      return reader.fail(where + "duplicate key " + quote(duplicate->key) + " in " +
-                         quote(duplicate->object_pointer));
-    }
-    return reader.fail(where + error->reason);
-  }
-  if (const auto* root = std::get_if<json>(&parsed)) {
-    return reader.fail("header is " + std::string(root->type_name()) +
-                       ", expected a JSON object");
-  }
-  return entry_status;
-}
 
 }  // namespace
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(
-    const std::filesystem::path& path, detail::HeaderReading mode,
-    const std::filesystem::path& beneath) {
+    const std::filesystem::path& path, const std::filesystem::path& beneath) {
   return detail::without_exceptions(path, "the header",
-                                    [&] { return open_checked(path, mode, beneath); });
+                                    [&] { return open_checked(path, beneath); });
 }
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
-    const std::filesystem::path& path, detail::HeaderReading mode,
-    const std::filesystem::path& beneath) {
+    const std::filesystem::path& path, const std::filesystem::path& beneath) {
   Result<std::shared_ptr<const MappedFile>> mapped = MappedFile::open(path, beneath);
   if (!mapped.ok()) return mapped.status();
   const std::string file = path_for_message(path.string());
@@ -330,7 +320,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
   const std::string_view header(header_copy.get(), static_cast<size_t>(header_size));
 
   std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
-  HeaderReader reader(file, bytes.size() - data_offset);
+  HeaderReader reader(header, file, data_offset, bytes.size() - data_offset);
   std::vector<SafetensorsTensor>& tensors = result->tensors_;
   // Offset order, and the name index; false when a name appears twice.
   // Empty tensors go first among equal offsets, so one at a boundary fits
@@ -353,30 +343,13 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open_checked(
     }
     return ascending || result->build_index();
   };
-  // The fast path first; anything outside it, a name given twice included,
-  // is read again by the strict reader, which says what is wrong. No entry
-  // of the plain form is shorter than kShortestEntry bytes, so this reserves
-  // at least what the header holds: the vector never grows and copies
+  // No entry is shorter than kShortestEntry bytes, so this reserves at
+  // least what the header holds: the vector never grows and copies
   // (reserved pages nobody writes cost no memory).
   constexpr size_t kShortestEntry = 48;
   reserve_on_huge_pages(tensors, header.size() / kShortestEntry + 1);
-  if (mode == detail::HeaderReading::strict ||
-      !PlainHeaderScanner(header, data_offset, bytes.size() - data_offset)
-           .read(tensors, result->metadata_) ||
-      !arrange()) {
-    if (mode == detail::HeaderReading::fast_only) {
-      return fail("header is not in the plain form the fast reader reads");
-    }
-    tensors.clear();
-    result->metadata_.clear();
-    result->index_.clear();
-    result->indexed_.store(false, std::memory_order_relaxed);
-    if (Status s = read_header_strict(header, data_offset, reader, tensors, result->metadata_);
-        !s.ok()) {
-      return s;
-    }
-    arrange();  // the strict reader refuses a name given twice
-  }
+  if (Status s = reader.read(tensors, result->metadata_); !s.ok()) return s;
+  if (!arrange()) return reader.name_given_twice();
 
   // As the reference reader requires, the tensors tile the data section
   // exactly: each starts where the one before it ends, the first at 0, the

@@ -433,9 +433,9 @@ plan = json.load(open("plan.json"))
 text = json.dumps(plan).replace('"version": 1', '"version": 1e400')
 open("huge_number_plan.json", "w").write(text)
 PY
-  expect_failure 3 'huge_number.safetensors: header line 1, column 33 .*1e400 is out of the range' \
+  expect_failure 3 'huge_number.safetensors: tensor "w": shape\[0\] is 1e400, expected a non-negative integer' \
     timeout 20 "$devalloc" plan huge_number.safetensors -o out_plan.json
-  expect_failure 3 'huge_number_plan.json: invalid JSON at line 1, column [0-9]+: number 1e400' \
+  expect_failure 3 'huge_number_plan.json: /version: expected a non-negative integer, got number 1e400' \
     timeout 20 "$devalloc" load huge_number_plan.json
   # A safetensors argument that is missing or a folder is bad input (3),
   # in devalloc's words, like the plan and config arguments.

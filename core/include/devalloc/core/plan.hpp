@@ -163,20 +163,11 @@ struct Plan {
       std::span<const std::string> method_names) const;
 };
 
-namespace detail {
-// How read_plan reads the text. fast_then_strict (the default) tries a
-// reader for the plain form write_plan emits (no escapes, plain unsigned
-// integers, known keys; any order and spacing) and falls back to the strict
-// reader, which reads the text again and names what is wrong; strict skips
-// the fast reader; fast_only refuses what it does not take. The first two
-// give the same plan and the same errors; tests and the fuzz target compare
-// them.
-enum class PlanReading { fast_then_strict, strict, fast_only };
-}  // namespace detail
-
 // Reads and structurally checks a plan file; Plan::path is set to `path`.
-Result<Plan> read_plan(const std::filesystem::path& path,
-                       detail::PlanReading mode = detail::PlanReading::fast_then_strict);
+// Errors are invalid_argument and name the file and the place: a JSON
+// pointer ("/tensors/3/dtype") for a value that is wrong, a line and column
+// for text that is not JSON or a key given twice.
+Result<Plan> read_plan(const std::filesystem::path& path);
 
 struct PlanValidationOptions {
   // Open each constant's safetensors file and compare key, dtype and shape.

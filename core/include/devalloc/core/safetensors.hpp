@@ -32,18 +32,6 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // where it starts, before it is read.
 inline constexpr size_t kMaxSafetensorsHeaderDepth = 3;
 
-namespace detail {
-// How SafetensorsFile::open reads the header. fast_then_strict (the
-// default) tries a reader for the plain form writers emit (no escapes, plain
-// unsigned integers, known fields) and falls back to the strict reader for
-// anything else, which reads the header again and names what is wrong;
-// strict skips the fast reader; fast_only refuses what the fast reader does
-// not take ("header is not in the plain form"). The first two give the same
-// result and the same errors; tests and the fuzz target compare them, and
-// use fast_only to see which headers take the fast path.
-enum class HeaderReading { fast_then_strict, strict, fast_only };
-}  // namespace detail
-
 struct SafetensorsTensor {
   std::string name;
   DType dtype = DType::u8;
@@ -62,9 +50,7 @@ class SafetensorsFile {
   // beneath: as MappedFile::open's (a plan's source file that must lie in
   // the plan's folder).
   static Result<std::shared_ptr<const SafetensorsFile>> open(
-      const std::filesystem::path& path,
-      detail::HeaderReading mode = detail::HeaderReading::fast_then_strict,
-      const std::filesystem::path& beneath = {});
+      const std::filesystem::path& path, const std::filesystem::path& beneath = {});
 
   const std::filesystem::path& path() const { return mapping_->path(); }
   // In increasing offset order.
@@ -89,8 +75,7 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   static Result<std::shared_ptr<const SafetensorsFile>> open_checked(
-      const std::filesystem::path& path, detail::HeaderReading mode,
-      const std::filesystem::path& beneath);
+      const std::filesystem::path& path, const std::filesystem::path& beneath);
 
   // (Re)builds index_ from tensors_; false when a name appears twice (then
   // index_ holds the first of each name).
