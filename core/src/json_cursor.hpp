@@ -165,6 +165,7 @@ bool JsonCursor::members(OnMember on_member) {
   bool more = !take('}');
   while (more) {
     std::string_view name;
+    key_at_ = pos_;
     if (!key(name, key_buffer_)) return false;
     if (!on_member(name)) return false;
     if (!next('}', more)) return false;
@@ -233,7 +234,6 @@ inline bool JsonCursor::next(char close, bool& more) {
 
 [[gnu::always_inline]] inline bool JsonCursor::key(std::string_view& out, std::string& buffer) {
   if (at_end() || current() != '"') return expected("a key in double quotes");
-  key_at_ = pos_;
   if (!string_into(out, buffer)) return false;
   space();
   if (!take(':')) return expected("':' after a key");

@@ -160,7 +160,8 @@ TEST(JsonCursor, GivenEscapedKeyAndValue_WhenTheValueIsRead_ThenTheKeyIsStillVal
 }
 
 // A reader that refuses a member's value skips it to show it, and then
-// names the member: the key, and a string read before, outlive the skip.
+// names the member: the key, its place and a string read before outlive
+// the skip.
 TEST(JsonCursor, GivenEscapedKey_WhenItsValueIsSkipped_ThenTheKeyAndTheLastStringStayValid) {
   const std::string long_key(100, 'y');
   const std::string text = R"({"first": "\u0061bc", "\u0066ormat": {"\u0078)" + long_key +
@@ -168,15 +169,19 @@ TEST(JsonCursor, GivenEscapedKey_WhenItsValueIsSkipped_ThenTheKeyAndTheLastStrin
   JsonCursor cursor(text, 2);
   std::string_view first;
   std::vector<std::string> keys_after_skip;
+  size_t key_at_after_skip = 0;
   ASSERT_TRUE(cursor.members([&](std::string_view key) {
     if (key == "first") return cursor.string(first);
     std::string_view value;
     if (!cursor.skip(value)) return false;
     keys_after_skip.emplace_back(key);
+    key_at_after_skip = cursor.key_at();
     return true;
   })) << describe(cursor.error());
   EXPECT_THAT(keys_after_skip, ElementsAre("format"));
   EXPECT_EQ(first, "abc");
+  // key_at() is still the member's key, not one inside the skipped value.
+  EXPECT_EQ(key_at_after_skip, text.find("\\u0066ormat") - 1);
 }
 
 TEST(JsonCursor, GivenBadString_ThenTheErrorIsAtTheByteAtFault) {
