@@ -78,6 +78,18 @@ class ConfigReader {
     error(node.source(), what + " must be " + std::string(expected) +
                              ", found " + type_name(node.type()));
   }
+  // table's `key`, when it is there: into `out` when a boolean, an error
+  // naming it "<key> in <section>" when not.
+  void read_boolean(const toml::table& table, std::string_view key, std::string_view section,
+                    bool& out) {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return;
+    if (const auto* boolean = node->as_boolean()) {
+      out = boolean->get();
+    } else {
+      type_error(*node, "\"" + std::string(key) + "\" in " + std::string(section), "a boolean");
+    }
+  }
   // Reports every key of table not in known (which is sorted, as listed).
   void check_keys(const toml::table& table, std::string_view section,
                   std::initializer_list<std::string_view> known);
@@ -278,13 +290,7 @@ void ConfigReader::read_plugin(const toml::key& key, const toml::node& node) {
       type_error(*validate, "\"validate\" in " + section, "a boolean or \"sources\"");
     }
   }
-  if (const auto* trust = table->get("trust")) {
-    if (const auto* flag = trust->as_boolean()) {
-      plugin.trust = flag->get();
-    } else {
-      type_error(*trust, "\"trust\" in " + section, "a boolean");
-    }
-  }
+  read_boolean(*table, "trust", section, plugin.trust);
   config_.plugins.emplace(name, std::move(plugin));
 }
 
@@ -602,37 +608,10 @@ void ConfigReader::read_load(const toml::table& table) {
     }
   }
 
-  if (const auto* verify = table.get("verify")) {
-    if (const auto* boolean = verify->as_boolean()) {
-      config_.load.verify = boolean->get();
-    } else {
-      type_error(*verify, "\"verify\" in [load]", "a boolean");
-    }
-  }
-
-  if (const auto* direct = table.get("direct")) {
-    if (const auto* boolean = direct->as_boolean()) {
-      config_.load.direct = boolean->get();
-    } else {
-      type_error(*direct, "\"direct\" in [load]", "a boolean");
-    }
-  }
-
-  if (const auto* check = table.get("check_free_memory")) {
-    if (const auto* boolean = check->as_boolean()) {
-      config_.load.check_free_memory = boolean->get();
-    } else {
-      type_error(*check, "\"check_free_memory\" in [load]", "a boolean");
-    }
-  }
-
-  if (const auto* external = table.get("external_files")) {
-    if (const auto* boolean = external->as_boolean()) {
-      config_.load.external_files = boolean->get();
-    } else {
-      type_error(*external, "\"external_files\" in [load]", "a boolean");
-    }
-  }
+  read_boolean(table, "verify", "[load]", config_.load.verify);
+  read_boolean(table, "direct", "[load]", config_.load.direct);
+  read_boolean(table, "check_free_memory", "[load]", config_.load.check_free_memory);
+  read_boolean(table, "external_files", "[load]", config_.load.external_files);
 
   if (const auto* timeout = table.get("release_timeout")) {
     const std::string what = "\"release_timeout\" in [load]";

@@ -280,6 +280,12 @@ TEST(ParseConfigErrors, GivenVerifyAsInteger_WhenParsing_ThenTypeError) {
             "found an integer");
 }
 
+TEST(ParseConfigErrors, GivenTrustAsString_WhenParsing_ThenTypeErrorNamingThePlugin) {
+  EXPECT_EQ(error_of("[plugins.cuda]\ntrust = \"yes\"\n"),
+            "/cfg/devalloc.toml:2:9: \"trust\" in [plugins.cuda] must be a boolean, "
+            "found a string");
+}
+
 TEST(ParseConfigErrors, GivenPluginPathAsString_WhenParsing_ThenTypeError) {
   EXPECT_EQ(error_of("plugin_path = \"/opt\"\n"),
             "/cfg/devalloc.toml:1:15: \"plugin_path\" must be an array of "
