@@ -6,18 +6,6 @@ namespace devalloc {
 
 namespace {
 
-uint32_t code_point(std::string_view sequence) {
-  const auto at = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(sequence[i])); };
-  switch (sequence.size()) {
-    case 1: return at(0);
-    case 2: return ((at(0) & 0x1f) << 6) | (at(1) & 0x3f);
-    case 3: return ((at(0) & 0x0f) << 12) | ((at(1) & 0x3f) << 6) | (at(2) & 0x3f);
-    default:
-      return ((at(0) & 0x07) << 18) | ((at(1) & 0x3f) << 12) | ((at(2) & 0x3f) << 6) |
-             (at(3) & 0x3f);
-  }
-}
-
 void append_hex(std::string& out, uint32_t value, int digits) {
   static const char hex[] = "0123456789abcdef";
   for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out += hex[(value >> shift) & 0xf];
@@ -43,7 +31,7 @@ std::string escape(std::string_view text, size_t max_bytes, bool in_quotes) {
       continue;
     }
     if (pos + length > max_bytes) break;  // never cut a character in two
-    const uint32_t code = code_point(text.substr(pos, length));
+    const uint32_t code = utf8_code_point(text.substr(pos, length));
     if (code == '\\') {
       out += "\\\\";
     } else if (code == '"' && in_quotes) {
@@ -77,6 +65,18 @@ std::string escape(std::string_view text, size_t max_bytes, bool in_quotes) {
 }
 
 }  // namespace
+
+uint32_t utf8_code_point(std::string_view sequence) {
+  const auto at = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(sequence[i])); };
+  switch (sequence.size()) {
+    case 1: return at(0);
+    case 2: return ((at(0) & 0x1f) << 6) | (at(1) & 0x3f);
+    case 3: return ((at(0) & 0x0f) << 12) | ((at(1) & 0x3f) << 6) | (at(2) & 0x3f);
+    default:
+      return ((at(0) & 0x07) << 18) | ((at(1) & 0x3f) << 12) | ((at(2) & 0x3f) << 6) |
+             (at(3) & 0x3f);
+  }
+}
 
 size_t utf8_sequence_length(std::string_view text) {
   if (text.empty()) return 0;

@@ -372,10 +372,7 @@ std::string json_excerpt(std::string_view text) {
       out += "\\ufffd";
       continue;
     }
-    uint32_t code = byte & (0x7f >> length);
-    for (size_t k = 1; k < length; ++k) {
-      code = (code << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3f);
-    }
+    uint32_t code = utf8_code_point(text.substr(i, length));
     i += length - 1;
     const auto u = [&](uint32_t unit) {
       static const char digits[] = "0123456789abcdef";

@@ -42,6 +42,10 @@ inline std::string path_for_message(std::string_view path) { return escaped(path
 // surrogate, a code point above U+10FFFF).
 size_t utf8_sequence_length(std::string_view text);
 
+// The code point of `sequence`, one whole valid UTF-8 sequence (1 to 4
+// bytes, as utf8_sequence_length measured it).
+uint32_t utf8_code_point(std::string_view sequence);
+
 // Offset of the first byte of `text` that does not start a valid UTF-8
 // sequence (overlong forms, surrogates, above U+10FFFF), or nullopt.
 std::optional<size_t> invalid_utf8_offset(std::string_view text);
