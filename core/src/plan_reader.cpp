@@ -49,7 +49,8 @@ class PlanReader {
       : text_(text), json_(text, kMaxPlanDepth), file_(std::move(file)) {}
 
   Status read(Plan& plan) {
-    const bool read = read_root(plan) && json_.at_text_end();
+    const bool read = read_root(plan) && json_.at_text_end() && version_fits() &&
+                      resolve_files(plan);
     if (read && identified()) return Status();
     if (!identified()) {
       if (std::optional<Status> not_a_plan = identity_error()) return *not_a_plan;
@@ -59,6 +60,12 @@ class PlanReader {
   }
 
  private:
+  // A row's source file, by its index in "files" (use_file).
+  struct FileRef {
+    size_t tensor;   // index in Plan::tensors
+    uint64_t file;   // index in "files", as written
+    bool in_object;  // {"file": index, ...} rather than the bare index
+  };
   struct Duplicate {
     std::string object;  // JSON pointer of the object
     std::string key;
@@ -172,10 +179,10 @@ class PlanReader {
   }
 
   bool read_root(Plan& plan) {
-    static constexpr std::array<std::string_view, 7> kKeys = {
-        "format", "version", "allow_external_files", "world_size", "buffers", "tensors",
-        "methods"};
-    return object(nullptr, kKeys, {4, 5, 6}, [&](size_t i) {
+    static constexpr std::array<std::string_view, 8> kKeys = {
+        "format", "version", "allow_external_files", "world_size", "files", "buffers",
+        "tensors", "methods"};
+    return object(nullptr, kKeys, {5, 6, 7}, [&](size_t i) {
       const At at{nullptr, kKeys[i]};
       switch (i) {
         case 0: {  // format
@@ -188,9 +195,8 @@ class PlanReader {
           return format_ok_ || refuse("/format", "not a devalloc plan");
         }
         case 1: {  // version
-          uint64_t version = 0;
-          if (!u64(version, &at)) return false;
-          version_ok_ = version >= 1 && version <= kPlanVersion;
+          if (!u64(version_, &at)) return false;
+          version_ok_ = version_ >= 1 && version_ <= kPlanVersion;
           return version_ok_ || refuse("/version", "version out of range");
         }
         case 2: {  // allow_external_files
@@ -202,19 +208,40 @@ class PlanReader {
         case 3:  // world_size
           if (!u32(plan.world_size, &at)) return false;
           return plan.world_size != 0 || refuse("/world_size", "a job has at least 1 rank");
-        case 4:  // buffers
+        case 4:  // files
+          version_2_at(&at);
+          if (!array(&at, [&](size_t index) {
+                const At element{&at, {}, index};
+                return read_file(files_.emplace_back(), &element);
+              })) {
+            return false;
+          }
+          files_read_ = true;
+          return true;
+        case 5:  // buffers
           return array(&at, [&](size_t index) {
             const At element{&at, {}, index};
             return read_buffer(plan.buffers.emplace_back(), &element);
           });
-        case 5: {  // tensors
+        case 6: {  // tensors
           reserve_tensors(plan);
           return array(&at, [&](size_t index) {
             const At element{&at, {}, index};
-            return read_tensor(plan.tensors.emplace_back(), &element);
+            JsonKind kind = JsonKind::null;
+            if (!json_.peek(kind)) return false;
+            if (kind == JsonKind::array) {
+              return read_row(plan.tensors.emplace_back(), index, &element);
+            }
+            if (kind == JsonKind::object) {
+              return read_tensor(plan.tensors.emplace_back(), &element);
+            }
+            return refuse_value(&element, "a row [name, dtype, shape, memory_id, offset, "
+                                          "source] or an object");
           });
         }
         default:  // methods
+          plan_tensors_ = plan.tensors.size();
+          method_room_ = 2 * plan_tensors_;
           return array(&at, [&](size_t index) {
             const At element{&at, {}, index};
             return read_method(plan.methods.emplace_back(), &element);
@@ -223,12 +250,70 @@ class PlanReader {
     });
   }
 
+  // The first place that needs version 2 (a row, "files"): a plan that
+  // says version 1 is refused there once read (version_fits), wherever its
+  // "version" stands.
+  void version_2_at(const At* at) {
+    if (!version_2_at_) version_2_at_ = pointer(at);
+  }
+  bool version_fits() {
+    if (!version_2_at_ || version_ >= 2) return true;
+    return refuse(*version_2_at_, "rows and \"files\" are version 2 of the format; the plan "
+                                  "says version " + std::to_string(version_));
+  }
+
+  // An entry of "files": a source path, no longer than a path may be, so
+  // that the rows naming it hold copies of a bounded size.
+  bool read_file(std::string& path, const At* at) {
+    if (!string(path, at)) return false;
+    if (path.size() <= kMaxPlanPathBytes) return true;
+    return refuse(pointer(at), "source file " + quote(path) + " is longer than a path may be (" +
+                                   std::to_string(kMaxPlanPathBytes) + " bytes)");
+  }
+
+  // A row's source file: set at once when "files" came first (as
+  // write_plan writes it), else once the whole plan is read. The paths
+  // copied into the sources are bounded as a version 1 plan's are by its
+  // text: kMaxPlanBytes in all.
+  bool use_file(PlanTensor& tensor, const FileRef& ref) {
+    if (!files_read_) {
+      file_refs_.push_back(ref);
+      return true;
+    }
+    return set_file(tensor, ref);
+  }
+  bool set_file(PlanTensor& tensor, const FileRef& ref) {
+    const auto at = [&] {
+      return "/tensors/" + std::to_string(ref.tensor) + "/5" + (ref.in_object ? "/file" : "");
+    };
+    if (ref.file >= files_.size()) {
+      return refuse(at(), "file " + std::to_string(ref.file) + " is not in \"files\" (" +
+                              std::to_string(files_.size()) +
+                              (files_.size() == 1 ? " entry)" : " entries)"));
+    }
+    const std::string& path = files_[ref.file];
+    path_bytes_ += path.size();
+    if (path_bytes_ > kMaxPlanBytes) {
+      return refuse(at(), "the sources name " + std::to_string(path_bytes_) +
+                              " bytes of paths so far, more than a plan may hold (" +
+                              std::to_string(kMaxPlanBytes) + " bytes)");
+    }
+    tensor.source->file = path;
+    return true;
+  }
+  bool resolve_files(Plan& plan) {
+    for (const FileRef& ref : file_refs_) {
+      if (!set_file(plan.tensors[ref.tensor], ref)) return false;
+    }
+    return true;
+  }
+
   // Room for a tensor per line left (write_plan writes one per line), but
   // no more than the shortest tensor entry allows: a plan written so does
   // not grow the vector and copy it, and a text of few lines reserves
   // little.
   void reserve_tensors(Plan& plan) const {
-    constexpr size_t kShortestTensor = 56;
+    constexpr size_t kShortestTensor = 20;  // ["","U8",[],0,0,0],
     const std::string_view rest = text_.substr(json_.mark().offset);
     size_t lines = 1;
     for (const char* p = rest.data(), *end = p + rest.size();
@@ -255,55 +340,104 @@ class PlanReader {
     });
   }
 
-  bool read_tensor(PlanTensor& tensor, const At* at) {
-    static constexpr std::array<std::string_view, 6> kKeys = {"name",      "dtype",  "shape",
-                                                              "memory_id", "offset", "source"};
-    return object(at, kKeys, {0, 1, 2, 3, 4}, [&](size_t i) {
-      const At field{at, kKeys[i]};
-      switch (i) {
+  bool read_dtype(DType& out, const At* at) {
+    std::string_view dtype;
+    if (!string(dtype, at)) return false;
+    const std::optional<DType> parsed = parse_dtype(dtype);
+    if (!parsed) {
+      return refuse(pointer(at), "unknown dtype " + quote(dtype) + " (known: " +
+                                     known_dtype_names() + ")");
+    }
+    out = *parsed;
+    return true;
+  }
+  bool read_shape(std::vector<uint64_t>& shape, const At* at) {
+    return array(at, [&](size_t index) {
+      const At element{at, {}, index};
+      return u64(shape.emplace_back(), &element);
+    });
+  }
+
+  // A tensor as a row (version 2, what write_plan writes):
+  // [name, dtype, shape, memory_id, offset, source].
+  bool read_row(PlanTensor& tensor, size_t row, const At* at) {
+    version_2_at(at);
+    static constexpr const char* kColumns =
+        "6 elements: name, dtype, shape, memory_id, offset, source";
+    size_t count = 0;
+    const bool read = json_.elements([&](size_t index) {
+      count = index + 1;
+      const At field{at, {}, index};
+      switch (index) {
         case 0: return string(tensor.name, &field);
-        case 1: {
-          std::string_view dtype;
-          if (!string(dtype, &field)) return false;
-          const std::optional<DType> parsed = parse_dtype(dtype);
-          if (!parsed) {
-            return refuse(pointer(&field), "unknown dtype " + quote(dtype) + " (known: " +
-                                               known_dtype_names() + ")");
-          }
-          tensor.dtype = *parsed;
-          return true;
-        }
-        case 2:
-          return array(&field, [&](size_t index) {
-            const At element{&field, {}, index};
-            return u64(tensor.shape.emplace_back(), &element);
-          });
+        case 1: return read_dtype(tensor.dtype, &field);
+        case 2: return read_shape(tensor.shape, &field);
         case 3: return u32(tensor.memory_id, &field);
         case 4: return u64(tensor.offset, &field);
-        default: return read_source(tensor, &field);
+        case 5: return read_row_source(tensor, row, &field);
+        default:
+          return refuse(pointer(at), std::string("a row has ") + kColumns + ", this one more");
       }
     });
+    if (!read) return false;
+    if (count == 6) return true;
+    return refuse(pointer(at), std::string("a row has ") + kColumns + ", this one " +
+                                   std::to_string(count));
+  }
+
+  // A row's source: null (scratch memory); the index in "files" of the
+  // file holding a tensor of the row's name; or {"file": index, "key": ...,
+  // "dim": ..., "start": ..., "length": ...} with "key" (default: the
+  // row's name) and the slice optional.
+  bool read_row_source(PlanTensor& tensor, size_t row, const At* at) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    if (kind == JsonKind::null) return json_.null();
+    if (kind == JsonKind::number) {
+      uint64_t file = 0;
+      if (!u64(file, at)) return false;
+      tensor.source.emplace().key = tensor.name;
+      return use_file(tensor, FileRef{row, file, false});
+    }
+    if (kind != JsonKind::object) {
+      return refuse_value(at, "a file index, {\"file\": ...} or null");
+    }
+    return read_source_object(tensor, row, at);
   }
 
   // null, or {"file": ..., "key": ...} with a slice's dim, start and length
   // all three or none.
   bool read_source(PlanTensor& tensor, const At* at) {
-    static constexpr std::array<std::string_view, 5> kKeys = {"file", "key", "dim", "start",
-                                                              "length"};
     JsonKind kind = JsonKind::null;
     if (!json_.peek(kind)) return false;
     if (kind == JsonKind::null) return json_.null();
     if (kind != JsonKind::object) {
       return refuse_value(at, "{\"file\": ..., \"key\": ...} or null");
     }
+    return read_source_object(tensor, std::nullopt, at);
+  }
+
+  // A source object: of an object entry (`row` none: "file" a path, "key"
+  // required) or of a row ("file" an index, "key" defaulting to the name).
+  bool read_source_object(PlanTensor& tensor, std::optional<size_t> row, const At* at) {
+    static constexpr std::array<std::string_view, 5> kKeys = {"file", "key", "dim", "start",
+                                                              "length"};
     PlanSource& source = tensor.source.emplace();
     PlanSlice slice;
     int given = 0;
-    const bool read = object(at, kKeys, {0, 1}, [&](size_t i) {
+    bool keyed = false;
+    const bool read = object(at, kKeys, row ? std::initializer_list<size_t>{0}
+                                            : std::initializer_list<size_t>{0, 1},
+                             [&](size_t i) {
       const At field{at, kKeys[i]};
       switch (i) {
-        case 0: return string(source.file, &field);
-        case 1: return string(source.key, &field);
+        case 0: {
+          if (!row) return string(source.file, &field);
+          uint64_t file = 0;
+          if (!u64(file, &field)) return false;
+          return use_file(tensor, FileRef{*row, file, true});
+        }
+        case 1: return keyed = true, string(source.key, &field);
         case 2: return ++given, u32(slice.dim, &field);
         case 3: return ++given, u64(slice.start, &field);
         default: return ++given, u64(slice.length, &field);
@@ -315,7 +449,24 @@ class PlanReader {
                                      std::to_string(given) + " of them");
     }
     if (given == 3) source.slice = slice;
+    if (!keyed) source.key = tensor.name;
     return true;
+  }
+
+  bool read_tensor(PlanTensor& tensor, const At* at) {
+    static constexpr std::array<std::string_view, 6> kKeys = {"name",      "dtype",  "shape",
+                                                              "memory_id", "offset", "source"};
+    return object(at, kKeys, {0, 1, 2, 3, 4}, [&](size_t i) {
+      const At field{at, kKeys[i]};
+      switch (i) {
+        case 0: return string(tensor.name, &field);
+        case 1: return read_dtype(tensor.dtype, &field);
+        case 2: return read_shape(tensor.shape, &field);
+        case 3: return u32(tensor.memory_id, &field);
+        case 4: return u64(tensor.offset, &field);
+        default: return read_source(tensor, &field);
+      }
+    });
   }
 
   bool read_method(PlanMethod& method, const At* at) {
@@ -329,11 +480,26 @@ class PlanReader {
             const At element{&field, {}, index};
             return u32(method.memory_ids.emplace_back(), &element);
           });
-        default:
-          return array(&field, [&](size_t index) {
+        default: {
+          // A valid plan's method lists each tensor once at most: room for
+          // them all (or for what the text left can hold) saves copying
+          // the names each time the list doubles. The methods share room
+          // for twice the plan's tensors (one method, or two, listing every
+          // tensor), so that many short methods cost no more; what one
+          // does not use is given back.
+          const size_t left = text_.size() - json_.mark().offset;
+          const size_t room = std::min({plan_tensors_, left / 3 + 1, method_room_});
+          method_room_ -= room;
+          reserve_on_huge_pages(method.tensors, room);
+          const bool read = array(&field, [&](size_t index) {
             const At element{&field, {}, index};
             return string(method.tensors.emplace_back(), &element);
           });
+          if (method.tensors.capacity() > 2 * method.tensors.size() + 4096) {
+            method.tensors.shrink_to_fit();
+          }
+          return read;
+        }
       }
     });
   }
@@ -393,6 +559,14 @@ class PlanReader {
   std::string file_;
   bool format_ok_ = false;
   bool version_ok_ = false;
+  uint64_t version_ = 0;
+  std::vector<std::string> files_;
+  bool files_read_ = false;
+  std::vector<FileRef> file_refs_;  // read before "files"
+  uint64_t path_bytes_ = 0;         // copied into sources so far
+  size_t plan_tensors_ = 0;         // tensors read before "methods"
+  size_t method_room_ = 0;          // names the methods may still reserve
+  std::optional<std::string> version_2_at_;
   std::string problem_pointer_;  // where the value that is wrong is
   std::string problem_;          // and why, when the text is JSON
   std::optional<Duplicate> duplicate_;  // the syntax error is a key given twice

@@ -6,13 +6,49 @@
 #include "atomic_write.hpp"
 #include "json_text.hpp"
 
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
 namespace devalloc {
 
 namespace {
 
-// The plan as JSON text, written directly (json_text.hpp): compact objects,
-// one per line, so a plan stays readable and diffs stay small.
+// The plan as JSON text, written directly (json_text.hpp): one entry per
+// line, so a plan stays readable and diffs stay small; tensors as rows, so
+// that the text of a plan of many small tensors is not mostly keys.
 using PlanText = detail::JsonText;
+
+// The plan's source files, each once, in the order the tensors first name
+// them: the "files" table the rows refer to by index.
+class SourceFiles {
+ public:
+  explicit SourceFiles(const Plan& plan) {
+    for (const PlanTensor& tensor : plan.tensors) {
+      if (!tensor.source) continue;
+      const size_t before = paths_.size();
+      index_of(tensor.source->file);
+      if (paths_.size() != before) first_users_.push_back(tensor.name);
+    }
+  }
+  const std::vector<std::string_view>& paths() const { return paths_; }
+  // The first tensor whose source is paths()[i], to name in an error.
+  std::string_view first_user(size_t i) const { return first_users_[i]; }
+  // The tensors of a file usually follow each other: the last file found
+  // is tried first.
+  size_t index_of(std::string_view path) {
+    if (last_ < paths_.size() && paths_[last_] == path) return last_;
+    const auto [it, added] = index_.try_emplace(path, paths_.size());
+    if (added) paths_.push_back(path);
+    return last_ = it->second;
+  }
+
+ private:
+  std::vector<std::string_view> paths_;
+  std::vector<std::string_view> first_users_;
+  std::unordered_map<std::string_view, size_t> index_;
+  size_t last_ = SIZE_MAX;
+};
 
 void append(PlanText& out, const PlanBuffer& buffer) {
   out.raw("{\"memory_id\":");
@@ -31,30 +67,42 @@ void append(PlanText& out, const PlanBuffer& buffer) {
   out.raw("}");
 }
 
-void append(PlanText& out, const PlanTensor& tensor) {
+// A tensor as a row (version 2): [name, dtype, shape, memory_id, offset,
+// source], the source null for scratch memory, the index of its file in
+// "files" for a whole tensor of the same name, and an object otherwise.
+void append(PlanText& out, const PlanTensor& tensor, SourceFiles& files) {
   const auto who = [&](const char* part) {
     return "tensor " + quote(tensor.name) + " " + part;
   };
-  out.raw("{\"name\":");
+  out.raw("[");
   out.string(tensor.name, [&] { return who("name"); });
-  out.raw(",\"dtype\":");
-  out.string(to_string(tensor.dtype), [&] { return who("dtype"); });
-  out.raw(",\"shape\":");
+  out.raw(",\"");
+  out.raw(to_string(tensor.dtype));  // a dtype name needs no escape
+  out.raw("\",");
   out.numbers(tensor.shape);
-  out.raw(",\"memory_id\":");
+  out.raw(",");
   out.number(tensor.memory_id);
-  out.raw(",\"offset\":");
+  out.raw(",");
   out.number(tensor.offset);
-  out.raw(",\"source\":");
+  out.raw(",");
   if (!tensor.source) {
-    out.raw("null}");
+    out.raw("null]");
+    return;
+  }
+  const PlanSource& source = *tensor.source;
+  const size_t file = files.index_of(source.file);
+  if (source.key == tensor.name && !source.slice) {
+    out.number(file);
+    out.raw("]");
     return;
   }
   out.raw("{\"file\":");
-  out.string(tensor.source->file, [&] { return who("source file"); });
-  out.raw(",\"key\":");
-  out.string(tensor.source->key, [&] { return who("source key"); });
-  if (const std::optional<PlanSlice>& slice = tensor.source->slice) {
+  out.number(file);
+  if (source.key != tensor.name) {
+    out.raw(",\"key\":");
+    out.string(source.key, [&] { return who("source key"); });
+  }
+  if (const std::optional<PlanSlice>& slice = source.slice) {
     out.raw(",\"dim\":");
     out.number(slice->dim);
     out.raw(",\"start\":");
@@ -62,7 +110,7 @@ void append(PlanText& out, const PlanTensor& tensor) {
     out.raw(",\"length\":");
     out.number(slice->length);
   }
-  out.raw("}}");
+  out.raw("}]");
 }
 
 void append(PlanText& out, const PlanMethod& method) {
@@ -81,16 +129,19 @@ void append(PlanText& out, const PlanMethod& method) {
   out.raw("]}");
 }
 
-template <class T>
-void append_array(PlanText& out, const char* key, const std::vector<T>& items, bool last) {
+// "  \"key\": [\n    item,\n    item\n  ]," with each item written by
+// append_item(i).
+template <typename AppendItem>
+void append_array(PlanText& out, const char* key, size_t items, bool last,
+                  AppendItem append_item) {
   out.raw("  \"");
   out.raw(key);
   out.raw("\": [");
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < items; ++i) {
     out.raw(i == 0 ? "\n    " : ",\n    ");
-    append(out, items[i]);
+    append_item(i);
   }
-  out.raw(items.empty() ? "]" : "\n  ]");
+  out.raw(items == 0 ? "]" : "\n  ]");
   out.raw(last ? "\n" : ",\n");
 }
 
@@ -98,9 +149,14 @@ void append_array(PlanText& out, const char* key, const std::vector<T>& items, b
 
 static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path& path) {
   PlanText out;
-  // About what a tensor's line takes with a short name, so that a plan of
-  // 100 000 tensors is not copied each time the text doubles.
-  reserve_on_huge_pages(out.text(), 256 + 64 * plan.buffers.size() + 192 * plan.tensors.size());
+  // About the length of the text, so that a plan of 100 000 tensors is not
+  // copied each time the text doubles: a row is its name and about 40
+  // bytes more, and a method lists the names again.
+  size_t estimate = 256 + 64 * plan.buffers.size();
+  for (const PlanTensor& tensor : plan.tensors) {
+    estimate += 2 * tensor.name.size() + 44 + 8 * tensor.shape.size();
+  }
+  reserve_on_huge_pages(out.text(), estimate);
   out.raw("{\n  \"format\": ");
   out.string(kPlanFormat, [] { return std::string("format"); });
   out.raw(",\n  \"version\": ");
@@ -112,9 +168,17 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
     out.number(plan.world_size);
     out.raw(",\n");
   }
-  append_array(out, "buffers", plan.buffers, false);
-  append_array(out, "tensors", plan.tensors, false);
-  append_array(out, "methods", plan.methods, true);
+  SourceFiles files(plan);
+  append_array(out, "files", files.paths().size(), false, [&](size_t i) {
+    out.string(files.paths()[i],
+               [&] { return "tensor " + quote(files.first_user(i)) + " source file"; });
+  });
+  append_array(out, "buffers", plan.buffers.size(), false,
+               [&](size_t i) { append(out, plan.buffers[i]); });
+  append_array(out, "tensors", plan.tensors.size(), false,
+               [&](size_t i) { append(out, plan.tensors[i], files); });
+  append_array(out, "methods", plan.methods.size(), true,
+               [&](size_t i) { append(out, plan.methods[i]); });
   out.raw("}\n");
   if (out.error()) {
     return Status(StatusCode::invalid_argument,

@@ -671,8 +671,8 @@ def test_error_locations_are_read_only_where_a_message_starts(tmp_path, example)
         devalloc.plan(named, out=twice)
         text = twice.read_text()
         plan = json.loads(text)
-        entry = next(t for t in plan["tensors"] if t["name"] == name)
-        plan["tensors"].append(dict(entry))
+        entry = next(row for row in plan["tensors"] if row[0] == name)  # [name, dtype, ...]
+        plan["tensors"].append(list(entry))
         twice.write_text(json.dumps(plan))
         with pytest.raises(devalloc.Error, match="twice") as caught:
             devalloc.Runtime().load(twice)
@@ -845,7 +845,8 @@ def test_plan_takes_any_power_of_two_alignment_up_to_2_63(mixed, tmp_path):
     folder, _ = mixed
     out = devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json",
                         alignment=np.int64(4096))
-    assert all(t["offset"] % 4096 == 0 for t in json.loads(open(out).read())["tensors"])
+    rows = json.loads(open(out).read())["tensors"]  # [name, dtype, shape, memory_id, offset, ...]
+    assert rows and all(row[4] % 4096 == 0 for row in rows)
     with pytest.raises(devalloc.Error, match="would exceed 2\\^64 bytes"):
         devalloc.plan(folder / "mixed.safetensors", out=tmp_path / "p.json", alignment=2**63)
 

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -47,9 +48,32 @@ void check_against_oracle(const devalloc::Result<devalloc::Plan>& plan, const ui
       std::abort();
     }
   }
+  const std::vector<std::string> files = root.value("files", std::vector<std::string>{});
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const json& t = root["tensors"][i];
     const devalloc::PlanTensor& x = p.tensors[i];
+    if (t.is_array()) {  // a row: [name, dtype, shape, memory_id, offset, source]
+      if (t.size() != 6 || x.name != t[0].get<std::string>() ||
+          devalloc::to_string(x.dtype) != t[1].get<std::string>() ||
+          x.shape != t[2].get<std::vector<uint64_t>>() || x.memory_id != t[3].get<uint32_t>() ||
+          x.offset != t[4].get<uint64_t>() || x.source.has_value() != !t[5].is_null()) {
+        std::abort();
+      }
+      if (!x.source) continue;
+      const json& s = t[5];
+      const json& file = s.is_object() ? s.at("file") : s;
+      const std::string key = s.is_object() ? s.value("key", x.name) : x.name;
+      if (x.source->file != files.at(file.get<size_t>()) || x.source->key != key ||
+          x.source->slice.has_value() != (s.is_object() && s.contains("dim"))) {
+        std::abort();
+      }
+      if (x.source->slice && (x.source->slice->dim != s.at("dim").get<uint32_t>() ||
+                              x.source->slice->start != s.at("start").get<uint64_t>() ||
+                              x.source->slice->length != s.at("length").get<uint64_t>())) {
+        std::abort();
+      }
+      continue;
+    }
     if (x.name != t.at("name").get<std::string>() ||
         devalloc::to_string(x.dtype) != t.at("dtype").get<std::string>() ||
         x.shape != t.at("shape").get<std::vector<uint64_t>>() ||

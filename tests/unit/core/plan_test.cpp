@@ -162,9 +162,9 @@ TEST_F(PlanTest, GivenOtherJson_ThenNotAPlan) {
 }
 
 TEST_F(PlanTest, GivenNewerVersion_ThenRejectedWithBothVersions) {
-  plan_["version"] = 2;
+  plan_["version"] = kPlanVersion + 1;
   plan_["something_new"] = true;  // a newer plan may have fields this one lacks
-  EXPECT_EQ(read_error(), "/version: version 2 is newer than this devalloc reads (1)");
+  EXPECT_EQ(read_error(), "/version: version 3 is newer than this devalloc reads (2)");
 }
 
 TEST_F(PlanTest, GivenVersionZeroOrMissing_ThenRejected) {
@@ -272,7 +272,7 @@ TEST_F(PlanTest, GivenUnknownKeyWithControlCharacters_ThenThePointerIsEscaped) {
   EXPECT_EQ(read_error(R"({"format": "devalloc-plan", "version": 1, "buffers": [],)"
                        R"( "tensors": [], "methods": [], "x\u001b[31m": 1})"),
             "/x\\x1b[31m: unknown key (expected one of: format, version, "
-            "allow_external_files, world_size, buffers, tensors, methods)");
+            "allow_external_files, world_size, files, buffers, tensors, methods)");
 }
 
 // ---------------------------------------------------------------------------
@@ -315,6 +315,39 @@ TEST_F(PlanTest, GivenSourcePathOf10MiB_WhenRead_ThenRefusedBeforeItIsResolved) 
   while (path.size() < (10u << 20)) path += "./";
   plan_["tensors"][0]["source"]["file"] = path;
   EXPECT_THAT(read_error(), HasSubstr("(10485760 bytes) is longer than a path may be"));
+}
+
+// A "files" entry is a path too: refused where it is, in the table, before
+// any row copies it.
+TEST_F(PlanTest, GivenAFilesEntryPastPathMax_WhenRead_ThenRefusedInTheTable) {
+  std::string path;
+  while (path.size() < 4096) path += "./";
+  json plan = json::parse(R"({"format":"devalloc-plan","version":2,"buffers":[],"tensors":[],)"
+                          R"("methods":[]})");
+  plan["files"] = {"model.safetensors", path + "model.safetensors"};
+  const std::string error = read_error(plan.dump());
+  EXPECT_THAT(error, StartsWith("/files/1: source file \"././"));
+  EXPECT_THAT(error, HasSubstr("...\" (4113 bytes) is longer than a path may be (4095 bytes)"));
+  EXPECT_LT(error.size(), 400u);
+}
+
+// Rows share their file's path; the copies they take are bounded as a
+// version 1 plan's text bounds its paths: 256 MiB in all. Here 1 MiB of
+// text asks for 272 MiB of copies, refused at the row that passes the
+// limit, before the rest is copied.
+TEST_F(PlanTest, GivenRowsCopyingMoreThanAPlanOfPaths_WhenRead_ThenRefusedAtTheRowThatPassesIt) {
+  const std::string path(kMaxPlanPathBytes, 'p');
+  const size_t rows = kMaxPlanBytes / path.size() + 1;
+  std::string text = R"({"format":"devalloc-plan","version":2,"files":[")" + path +
+                     R"("],"buffers":[],"methods":[],"tensors":[)";
+  for (size_t i = 0; i < rows; ++i) {
+    text += (i == 0 ? R"([")" : R"(,[")") + std::to_string(i) + R"(","U8",[],0,0,0])";
+  }
+  text += "]}";
+  const std::string error = read_error(text);
+  EXPECT_EQ(error, "/tensors/" + std::to_string(rows - 1) + "/5: the sources name " +
+                       std::to_string(rows * path.size()) +
+                       " bytes of paths so far, more than a plan may hold (268435456 bytes)");
 }
 
 TEST_F(PlanTest, GivenNamesPastTheLimit_WhenRead_ThenEachIsRefusedWhereItIs) {
@@ -796,6 +829,14 @@ void expect_same_plan(const Plan& a, const Plan& b) {
     if (a.tensors[i].source) {
       EXPECT_EQ(a.tensors[i].source->file, b.tensors[i].source->file);
       EXPECT_EQ(a.tensors[i].source->key, b.tensors[i].source->key);
+      const std::optional<PlanSlice>& x = a.tensors[i].source->slice;
+      const std::optional<PlanSlice>& y = b.tensors[i].source->slice;
+      ASSERT_EQ(x.has_value(), y.has_value()) << a.tensors[i].name;
+      if (x) {
+        EXPECT_EQ(x->dim, y->dim);
+        EXPECT_EQ(x->start, y->start);
+        EXPECT_EQ(x->length, y->length);
+      }
     }
   }
   ASSERT_EQ(a.methods.size(), b.methods.size());
@@ -824,11 +865,13 @@ TEST_F(PlanTest, WrittenPlanHasOneLinePerEntry) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   ASSERT_TRUE(write_plan(*plan, dir_ / "copy.json").ok());
   const std::string text = test::read_file(dir_ / "copy.json");
-  EXPECT_THAT(text, StartsWith("{\n  \"format\": \"devalloc-plan\",\n  \"version\": 1,\n"));
-  EXPECT_THAT(text, HasSubstr("\n    {\"name\":\"scratch\",\"dtype\":\"F32\",\"shape\":[16],"
-                              "\"memory_id\":0,\"offset\":0,\"source\":null}\n  ],\n"));
+  EXPECT_THAT(text, StartsWith("{\n  \"format\": \"devalloc-plan\",\n  \"version\": 2,\n"));
+  EXPECT_THAT(text, HasSubstr("\n  \"files\": [\n    \"model.safetensors\"\n  ],\n"));
   EXPECT_THAT(text, HasSubstr("\n    {\"memory_id\":2,\"device\":\"host\",\"size\":1024,"
                               "\"alignment\":64}\n  ],\n"));
+  // Tensors as rows: a whole tensor of its own name is its file's index.
+  EXPECT_THAT(text, HasSubstr("\n  \"tensors\": [\n    [\"tok.weight\",\"F32\",[4,4],0,0,0],\n"));
+  EXPECT_THAT(text, HasSubstr("\n    [\"scratch\",\"F32\",[16],0,0,null]\n  ],\n"));
 }
 
 TEST_F(PlanTest, GivenEmptyPlan_WhenWritten_ThenReadsAndValidates) {
@@ -855,16 +898,14 @@ TEST_F(PlanTest, GivenNamesThatNeedEscaping_WhenWritten_ThenEachLineIsTheJsonOfI
   const std::string text = test::read_file(plan.path);
 
   // Each entry is exactly its compact JSON, as a JSON library writes it.
-  const nlohmann::ordered_json tensor = {
-      {"name", odd},        {"dtype", "U8"},
-      {"shape", {4, 2}},    {"memory_id", 0},
-      {"offset", 8},        {"source", {{"file", "m" + odd}, {"key", "k" + odd}}}};
-  const nlohmann::ordered_json scalar = {{"name", "plain"}, {"dtype", "BF16"},
-                                         {"shape", nlohmann::ordered_json::array()},
-                                         {"memory_id", 0},   {"offset", 0},
-                                         {"source", nullptr}};
+  const nlohmann::ordered_json tensor = nlohmann::ordered_json::array(
+      {odd, "U8", {4, 2}, 0, 8, {{"file", 0}, {"key", "k" + odd}}});
+  const nlohmann::ordered_json scalar =
+      nlohmann::ordered_json::array({"plain", "BF16", nlohmann::ordered_json::array(), 0, 0, nullptr});
   const nlohmann::ordered_json method = {
       {"name", "m" + odd}, {"memory_ids", {0}}, {"tensors", {odd, "plain"}}};
+  EXPECT_THAT(text, HasSubstr("\n  \"files\": [\n    " + nlohmann::json("m" + odd).dump() +
+                              "\n  ],\n"));
   EXPECT_THAT(text, HasSubstr("\n    " + tensor.dump() + ",\n    " + scalar.dump() + "\n"));
   EXPECT_THAT(text, HasSubstr("\n    " + method.dump() + "\n  ]\n}\n"));
 
@@ -894,7 +935,7 @@ TEST_F(PlanTest, GivenLongNamesWithEscapesAtEveryPosition_WhenWritten_ThenTheTex
   ASSERT_TRUE(write_plan(plan, plan.path).ok());
   const std::string text = test::read_file(plan.path);
   for (const std::string& name : names) {
-    EXPECT_THAT(text, HasSubstr("{\"name\":" + nlohmann::json(name).dump() + ",")) << name;
+    EXPECT_THAT(text, HasSubstr("\n    [" + nlohmann::json(name).dump() + ",")) << name;
   }
   Result<Plan> again = read_plan(plan.path);
   ASSERT_TRUE(again.ok()) << again.status().message();
@@ -912,6 +953,49 @@ TEST_F(PlanTest, GivenANameThatIsNotUtf8_WhenWritten_ThenRefusedNamingItAndNothi
   EXPECT_EQ(s.message(), plan.path.string() +
                              ": tensor \"w\" source key is not valid UTF-8 at byte 1");
   EXPECT_FALSE(fs::exists(plan.path));
+}
+
+TEST_F(PlanTest, GivenASourceFileThatIsNotUtf8_WhenWritten_ThenRefusedNamingItsFirstTensor) {
+  Plan plan;
+  plan.path = dir_ / "bad.json";
+  plan.buffers = {{0, "host", 64, 64, std::nullopt}};
+  plan.tensors = {PlanTensor{"v", DType::u8, {1}, 0, 0, std::nullopt},
+                  PlanTensor{"w", DType::u8, {1}, 0, 1, PlanSource{"m\xff", "w", std::nullopt}},
+                  PlanTensor{"x", DType::u8, {1}, 0, 2, PlanSource{"m\xff", "x", std::nullopt}}};
+  Status s = write_plan(plan, plan.path);
+  EXPECT_EQ(s.message(), plan.path.string() +
+                             ": tensor \"w\" source file is not valid UTF-8 at byte 1");
+  EXPECT_FALSE(fs::exists(plan.path));
+}
+
+// Sources of several files, keys other than the name, slices, scratch:
+// each file is written once, in the order the tensors first use it, and
+// every source reads back as it was.
+TEST_F(PlanTest, GivenSourcesOfEveryForm_WhenWrittenAndReadBack_ThenTheSamePlan) {
+  Plan plan;
+  plan.path = dir_ / "forms.json";
+  plan.world_size = 2;
+  plan.buffers = {{0, "host", 4096, 64, std::nullopt}};
+  plan.tensors = {
+      PlanTensor{"a", DType::f32, {4}, 0, 0, PlanSource{"one.safetensors", "a", std::nullopt}},
+      PlanTensor{"b", DType::f32, {2, 2}, 0, 64, PlanSource{"two.safetensors", "b", std::nullopt}},
+      PlanTensor{"c", DType::f32, {4}, 0, 128, PlanSource{"one.safetensors", "other", std::nullopt}},
+      PlanTensor{"d", DType::f32, {2, 1}, 0, 192, PlanSource{"two.safetensors", "b", PlanSlice{1, 1, 1}}},
+      PlanTensor{"e", DType::f32, {1, 2}, 0, 256, PlanSource{"one.safetensors", "e", PlanSlice{0, 1, 1}}},
+      PlanTensor{"f", DType::u8, {8}, 0, 320, std::nullopt}};
+  ASSERT_TRUE(write_plan(plan, plan.path).ok());
+  const std::string text = test::read_file(plan.path);
+  EXPECT_THAT(text, HasSubstr("\"files\": [\n    \"one.safetensors\",\n    \"two.safetensors\"\n  ],"));
+  EXPECT_THAT(text, HasSubstr("\n    [\"a\",\"F32\",[4],0,0,0],\n    [\"b\",\"F32\",[2,2],0,64,1],\n"
+                              "    [\"c\",\"F32\",[4],0,128,{\"file\":0,\"key\":\"other\"}],\n"
+                              "    [\"d\",\"F32\",[2,1],0,192,{\"file\":1,\"key\":\"b\",\"dim\":1,"
+                              "\"start\":1,\"length\":1}],\n"
+                              "    [\"e\",\"F32\",[1,2],0,256,{\"file\":0,\"dim\":0,\"start\":1,"
+                              "\"length\":1}],\n    [\"f\",\"U8\",[8],0,320,null]\n"));
+  Result<Plan> again = read_plan(plan.path);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->world_size, 2u);
+  expect_same_plan(*again, plan);
 }
 
 // A plan written over a FIFO or a folder (or, as root, a device node such
@@ -959,8 +1043,26 @@ Plan plan_of(const json& root) {
     if (b.contains("alignment")) buffer.alignment = b["alignment"];
     if (b.contains("rank")) buffer.rank = b["rank"].get<uint32_t>();
   }
+  const std::vector<std::string> files =
+      root.value("files", std::vector<std::string>{});
   for (const json& t : root["tensors"]) {
     PlanTensor& tensor = plan.tensors.emplace_back();
+    if (t.is_array()) {  // [name, dtype, shape, memory_id, offset, source]
+      tensor.name = t[0];
+      tensor.dtype = *parse_dtype(t[1].get<std::string>());
+      tensor.shape = t[2].get<std::vector<uint64_t>>();
+      tensor.memory_id = t[3];
+      tensor.offset = t[4];
+      const json& s = t[5];
+      if (s.is_number()) {
+        tensor.source = PlanSource{files.at(s.get<size_t>()), tensor.name, std::nullopt};
+      } else if (s.is_object()) {
+        tensor.source = PlanSource{files.at(s["file"].get<size_t>()), s.value("key", tensor.name),
+                                   std::nullopt};
+        if (s.contains("dim")) tensor.source->slice = PlanSlice{s["dim"], s["start"], s["length"]};
+      }
+      continue;
+    }
     tensor.name = t["name"];
     tensor.dtype = *parse_dtype(t["dtype"].get<std::string>());
     tensor.shape = t["shape"].get<std::vector<uint64_t>>();
@@ -1000,6 +1102,13 @@ std::string plan_text(std::string_view tensors, std::string_view extra = "") {
          std::string(tensors) + R"(],"methods":[{"name":"m","memory_ids":[0],"tensors":["a"]}]})";
 }
 
+// A version 2 plan of these tensors, with `extra` members first.
+std::string v2_text(std::string_view tensors, std::string_view extra = "") {
+  return std::string(R"({"format":"devalloc-plan","version":2,)") + std::string(extra) +
+         R"("buffers":[{"memory_id":0,"device":"host","size":64}],"tensors":[)" +
+         std::string(tensors) + R"(],"methods":[]})";
+}
+
 constexpr std::string_view kTensorA =
     R"({"name":"a","dtype":"U8","shape":[4],"memory_id":0,"offset":0,"source":null})";
 
@@ -1030,6 +1139,60 @@ INSTANTIATE_TEST_SUITE_P(
                                R"("memory_id":0,"offset":0,"s\u006furce":{"file":"a\\b\/c",)"
                                R"("key":"\ud83d\ude00\n"}})"),
                      ""},
+        // Version 2: rows, a file table, and object entries beside rows.
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,0],["b","F32",[],0,4,null],)"
+                             R"(["c","U8",[2,2],0,8,{"file":1,"key":"k"}],)"
+                             R"(["d","U8",[2,1],0,12,{"dim":1,"length":1,"file":0,"start":1}],)"
+                             R"({"name":"e","dtype":"U8","shape":[1],"memory_id":0,"offset":16,)"
+                             R"("source":{"file":"path.safetensors","key":"e"}})",
+                             R"("files":["f.safetensors","g.safetensors"],)"),
+                     ""},
+        // "files" after the rows that use it, spacing anywhere.
+        PlanTextCase{std::string(R"({"format":"devalloc-plan","version":2,"buffers":[],)") +
+                         R"("tensors":[ [ "a" , "U8" , [ 4 ] , 0 , 0 , 1 ] ],"methods":[],)"
+                         R"("files":["f","g"]})",
+                     ""},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,0])", R"("files":[],)"),
+                     "/tensors/0/5: file 0 is not in \"files\" (0 entries)"},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,{"file":1}])", R"("files":["f"],)"),
+                     "/tensors/0/5/file: file 1 is not in \"files\" (1 entry)"},
+        PlanTextCase{std::string(R"({"format":"devalloc-plan","version":2,"buffers":[],)") +
+                         R"("tensors":[["a","U8",[4],0,0,2]],"methods":[],"files":["f","g"]})",
+                     "/tensors/0/5: file 2 is not in \"files\" (2 entries)"},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0])"),
+                     "/tensors/0: a row has 6 elements: name, dtype, shape, memory_id, offset, "
+                     "source, this one 5"},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,null,1])"),
+                     "/tensors/0: a row has 6 elements: name, dtype, shape, memory_id, offset, "
+                     "source, this one more"},
+        PlanTextCase{v2_text(R"(["a","X",[4],0,0,null])"), "/tensors/0/1: unknown dtype \"X\""},
+        PlanTextCase{v2_text(R"(["a","U8",[4],-1,0,null])"),
+                     "/tensors/0/3: expected a non-negative integer, got number -1"},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,"f"])", R"("files":["f"],)"),
+                     "/tensors/0/5: expected a file index, {\"file\": ...} or null, got string "
+                     "\"f\""},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,{"file":"f"}])", R"("files":["f"],)"),
+                     "/tensors/0/5/file: expected a non-negative integer, got string \"f\""},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,{"key":"k"}])", R"("files":["f"],)"),
+                     "/tensors/0/5: missing \"file\""},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,{"file":0,"dim":1}])", R"("files":["f"],)"),
+                     "/tensors/0/5: a slice needs \"dim\", \"start\" and \"length\" together"},
+        PlanTextCase{v2_text(R"(5)"),
+                     "/tensors/0: expected a row [name, dtype, shape, memory_id, offset, source] "
+                     "or an object, got number 5"},
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,null])", R"("files":[7],)"),
+                     "/files/0: expected a string, got number 7"},
+        PlanTextCase{v2_text("", R"("files":{},)"), "/files: expected an array, got object {}"},
+        // Rows and "files" need version 2, wherever "version" stands.
+        PlanTextCase{plan_text(R"(["a","U8",[4],0,0,null])"),
+                     "/tensors/0: rows and \"files\" are version 2 of the format; the plan says "
+                     "version 1"},
+        PlanTextCase{plan_text(kTensorA, R"("files":[],)"),
+                     "/files: rows and \"files\" are version 2 of the format; the plan says "
+                     "version 1"},
+        PlanTextCase{R"({"tensors":[["a","U8",[4],0,0,null]],"buffers":[],"methods":[],)"
+                     R"("format":"devalloc-plan","version":1})",
+                     "/tensors/0: rows and \"files\" are version 2"},
         // Refused, with the reason.
         PlanTextCase{plan_text(kTensorA, R"("allow_external_files":1,)"),
                      "/allow_external_files: expected true or false, got number 1"},
@@ -1064,9 +1227,9 @@ INSTANTIATE_TEST_SUITE_P(
                                R"("source":[]})"),
                      "/tensors/0/source: expected {\"file\": ..., \"key\": ...} or null, got "
                      "array []"},
-        PlanTextCase{R"({"format":"devalloc-plan","version":2,"buffers":[],"tensors":[],)"
+        PlanTextCase{R"({"format":"devalloc-plan","version":3,"buffers":[],"tensors":[],)"
                      R"("methods":[]})",
-                     "/version: version 2 is newer than this devalloc reads (1)"},
+                     "/version: version 3 is newer than this devalloc reads (2)"},
         PlanTextCase{R"({"format":"devalloc-plan","version":0,"buffers":[],"tensors":[],)"
                      R"("methods":[]})",
                      "/version: versions start at 1"},
@@ -1112,6 +1275,33 @@ TEST_F(PlanTest, GivenWhatWritePlanWrites_ThenItReadsBack) {
 // one selects those that stay: each name was looked up by a scan of all the
 // methods, so a plan of 200 000 methods (about 45 MB) took minutes to load.
 // No timing here: ParseScaling runs as its own ctest with a TIMEOUT.
+// The methods' lists are read into room reserved for every tensor of the
+// plan (a method lists each at most once), twice the plan's tensors in all;
+// a short method gives back what it did not use, so 50 000 of them do not
+// each keep room for 200 000 names.
+TEST(ParseScaling, GivenPlanOf200000TensorsAnd50000ShortMethods_WhenRead_ThenEachHoldsItsNames) {
+  ScratchDir dir;
+  std::string text = R"({"format":"devalloc-plan","version":2,"buffers":[],"tensors":[)";
+  for (int i = 0; i < 200000; ++i) {
+    text += (i == 0 ? "" : ",") + std::string(R"([")") + std::to_string(i) + R"(","U8",[1],0,0,null])";
+  }
+  text += R"(],"methods":[)";
+  for (int m = 0; m < 50000; ++m) {
+    text += (m == 0 ? "" : ",") + std::string(R"({"name":"m)") + std::to_string(m) +
+            R"(","memory_ids":[],"tensors":[")" + std::to_string(m) + R"("]})";
+  }
+  text += "]}";
+  test::write_file(dir / "plan.json", text);
+  Result<Plan> plan = read_plan(dir / "plan.json");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->methods.size(), 50000u);
+  for (int m = 0; m < 50000; ++m) {
+    const std::vector<std::string>& names = plan->methods[m].tensors;
+    ASSERT_EQ(names, std::vector<std::string>{std::to_string(m)});
+    ASSERT_LE(names.capacity(), 4097u) << m;
+  }
+}
+
 TEST(ParseScaling, GivenPlanOf200000Methods_WhenAllAreSelected_ThenEachIsFoundByName) {
   Plan plan;
   plan.buffers = {{0, "host", 200000, 1, std::nullopt}};

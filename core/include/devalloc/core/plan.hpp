@@ -26,10 +26,10 @@ namespace devalloc {
 inline constexpr std::string_view kPlanFormat = "devalloc-plan";
 // The newest version this build reads and the one write_plan writes; every
 // older version is read too.
-inline constexpr uint32_t kPlanVersion = 1;
-// A plan nests at most this deep (the root object, an array of it, an entry,
-// and a shape, memory_ids, tensors or source inside the entry); deeper
-// nesting is refused where it starts, before it is read.
+inline constexpr uint32_t kPlanVersion = 2;
+// A plan nests at most this deep (the root object, an array of it, an entry
+// (a row or an object), and a shape, memory_ids, tensors or source inside
+// the entry); deeper nesting is refused where it starts, before it is read.
 inline constexpr size_t kMaxPlanDepth = 4;
 // A plan file above this size is refused before it is read: 256 MiB holds
 // well over a million tensors.
@@ -198,8 +198,9 @@ struct PlanValidationOptions {
 Status validate_plan(const Plan& plan, const PlanValidationOptions& options = {});
 
 // Writes `plan` as JSON (version kPlanVersion), one line per buffer, tensor
-// and method, to a temporary file renamed over `path`. Source files are
-// written as they are: they are relative to the folder of `path`. Does not
+// and method, tensors as rows naming their files by index in a "files"
+// table, to a temporary file renamed over `path`. Source files are written
+// as they are: they are relative to the folder of `path`. Does not
 // validate.
 Status write_plan(const Plan& plan, const std::filesystem::path& path);
 
