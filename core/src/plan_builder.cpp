@@ -1,6 +1,7 @@
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/name_index.hpp>
 #include <devalloc/core/plan.hpp>
+#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
@@ -293,7 +294,7 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
     const std::string source_file = relative.string();
 
     if (several_files) owner.reserve(owner.size() + (*file)->tensors().size());
-    plan.tensors.reserve(plan.tensors.size() + (*file)->tensors().size());
+    reserve_on_huge_pages(plan.tensors, plan.tensors.size() + (*file)->tensors().size());
     for (const SafetensorsTensor& tensor : (*file)->tensors()) {
       if (several_files && !owner.insert(tensor.name, f)) {
         return invalid("tensor " + quote(tensor.name) + " is in both " +
