@@ -36,45 +36,55 @@ int write_all(int fd, std::span<const std::byte> bytes) {
 
 }  // namespace
 
-Status write_file_atomically(const std::filesystem::path& path,
-                             std::span<const std::span<const std::byte>> parts) {
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (created_) ::unlink(temporary_.c_str());
+}
+
+// "<path>: not written: cannot write the temporary file <name>: <reason>":
+// the file asked for, since the temporary one is gone by then.
+Status AtomicFile::failed(const char* what, int error) const {
+  return io_error(path_, std::string("not written: ") + what + " the temporary file " +
+                             escaped(temporary_.filename().string()),
+                  error);
+}
+
+Status AtomicFile::open() {
   // A rename would put a file where a device node or a FIFO was (as root,
   // "-o /dev/null" would replace /dev/null).
-  if (Status s = check_replaceable(path); !s.ok()) return s;
+  if (Status s = check_replaceable(path_); !s.ok()) return s;
   // Unique within the process too, for concurrent writers of one path.
   static std::atomic<unsigned> counter{0};
-  std::filesystem::path temporary = path;
-  temporary += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  // Errors name the file asked for (the temporary one is gone by then):
-  // "<path>: not written: cannot write the temporary file <name>: <reason>".
-  const auto failed = [&](const char* what, int error) {
-    return io_error(path, std::string("not written: ") + what + " the temporary file " +
-                              escaped(temporary.filename().string()),
-                    error);
-  };
-
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return failed("cannot create", errno);
-  // Closed and removed however this ends, an exception included, unless
-  // renamed into place.
-  struct Temporary {
-    int fd;
-    const std::filesystem::path& path;
-    bool renamed = false;
-    ~Temporary() {
-      if (fd >= 0) ::close(fd);
-      if (!renamed) ::unlink(path.c_str());
-    }
-  } held{fd, temporary};
-  for (std::span<const std::byte> part : parts) {
-    if (int error = write_all(held.fd, part); error != 0) return failed("cannot write", error);
-  }
-  if (::fsync(held.fd) != 0) return failed("cannot flush", errno);
-  const int closed = ::close(std::exchange(held.fd, -1));
-  if (closed != 0) return failed("cannot close", errno);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) return failed("cannot rename", errno);
-  held.renamed = true;
+  temporary_ = path_;
+  temporary_ += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) return failed("cannot create", errno);
+  created_ = true;
   return Status();
+}
+
+Status AtomicFile::write(std::span<const std::byte> bytes) {
+  if (int error = write_all(fd_, bytes); error != 0) return failed("cannot write", error);
+  return Status();
+}
+
+Status AtomicFile::commit() {
+  if (::fsync(fd_) != 0) return failed("cannot flush", errno);
+  const int closed = ::close(std::exchange(fd_, -1));
+  if (closed != 0) return failed("cannot close", errno);
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0) return failed("cannot rename", errno);
+  created_ = false;
+  return Status();
+}
+
+Status write_file_atomically(const std::filesystem::path& path,
+                             std::span<const std::span<const std::byte>> parts) {
+  AtomicFile file(path);
+  if (Status s = file.open(); !s.ok()) return s;
+  for (std::span<const std::byte> part : parts) {
+    if (Status s = file.write(part); !s.ok()) return s;
+  }
+  return file.commit();
 }
 
 }  // namespace devalloc::detail

@@ -1,11 +1,11 @@
 #include <devalloc/core/plan.hpp>
-#include <devalloc/huge_pages.hpp>
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
 #include "atomic_write.hpp"
 #include "json_text.hpp"
 
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -129,17 +129,67 @@ void append(PlanText& out, const PlanMethod& method) {
   out.raw("]}");
 }
 
+// The text goes to the file a chunk at a time: writing a plan takes a
+// chunk of memory, not its whole text (16 MB for 100 000 tensors).
+class PlanSink {
+ public:
+  static constexpr size_t kChunkBytes = 1 << 20;
+
+  explicit PlanSink(const std::filesystem::path& path) : file_(path) {
+    text_.text().reserve(kChunkBytes + (64 << 10));
+  }
+  Status open() { return file_.open(); }
+  PlanText& text() { return text_; }
+
+  // Hands the text to the file once a chunk is held (or, with `all`, what
+  // is held). Past kMaxPlanBytes, or after a bad string, nothing more is
+  // written: the plan will be refused, its length still counted.
+  void flush(bool all) {
+    if (!all && text_.text().size() < kChunkBytes) return;
+    bytes_ += text_.text().size();
+    if (status_.ok() && bytes_ <= kMaxPlanBytes && !text_.error()) {
+      status_ = file_.write(std::as_bytes(std::span(text_.text())));
+    }
+    text_.text().clear();
+  }
+
+  // After flush(true): the first thing wrong, or the file renamed into
+  // place. A plan read_plan would refuse is not written.
+  Status finish(const std::filesystem::path& path) {
+    if (text_.error()) {
+      return Status(StatusCode::invalid_argument,
+                    path_for_message(path.string()) + ": " + *text_.error());
+    }
+    if (bytes_ > kMaxPlanBytes) {
+      return Status(StatusCode::invalid_argument,
+                    path_for_message(path.string()) + ": not written: the plan is " +
+                        std::to_string(bytes_) + " bytes, more than a plan file may be (" +
+                        std::to_string(kMaxPlanBytes >> 20) + " MiB)");
+    }
+    if (!status_.ok()) return status_;
+    return file_.commit();
+  }
+
+ private:
+  PlanText text_;
+  detail::AtomicFile file_;
+  uint64_t bytes_ = 0;  // handed to flush() so far
+  Status status_;       // the first write that failed
+};
+
 // "  \"key\": [\n    item,\n    item\n  ]," with each item written by
 // append_item(i).
 template <typename AppendItem>
-void append_array(PlanText& out, const char* key, size_t items, bool last,
+void append_array(PlanSink& sink, const char* key, size_t items, bool last,
                   AppendItem append_item) {
+  PlanText& out = sink.text();
   out.raw("  \"");
   out.raw(key);
   out.raw("\": [");
   for (size_t i = 0; i < items; ++i) {
     out.raw(i == 0 ? "\n    " : ",\n    ");
     append_item(i);
+    sink.flush(false);
   }
   out.raw(items == 0 ? "]" : "\n  ]");
   out.raw(last ? "\n" : ",\n");
@@ -148,15 +198,9 @@ void append_array(PlanText& out, const char* key, size_t items, bool last,
 }  // namespace
 
 static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path& path) {
-  PlanText out;
-  // About the length of the text, so that a plan of 100 000 tensors is not
-  // copied each time the text doubles: a row is its name and about 40
-  // bytes more, and a method lists the names again.
-  size_t estimate = 256 + 64 * plan.buffers.size();
-  for (const PlanTensor& tensor : plan.tensors) {
-    estimate += 2 * tensor.name.size() + 44 + 8 * tensor.shape.size();
-  }
-  reserve_on_huge_pages(out.text(), estimate);
+  PlanSink sink(path);
+  if (Status s = sink.open(); !s.ok()) return s;
+  PlanText& out = sink.text();
   out.raw("{\n  \"format\": ");
   out.string(kPlanFormat, [] { return std::string("format"); });
   out.raw(",\n  \"version\": ");
@@ -169,30 +213,19 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
     out.raw(",\n");
   }
   SourceFiles files(plan);
-  append_array(out, "files", files.paths().size(), false, [&](size_t i) {
+  append_array(sink, "files", files.paths().size(), false, [&](size_t i) {
     out.string(files.paths()[i],
                [&] { return "tensor " + quote(files.first_user(i)) + " source file"; });
   });
-  append_array(out, "buffers", plan.buffers.size(), false,
+  append_array(sink, "buffers", plan.buffers.size(), false,
                [&](size_t i) { append(out, plan.buffers[i]); });
-  append_array(out, "tensors", plan.tensors.size(), false,
+  append_array(sink, "tensors", plan.tensors.size(), false,
                [&](size_t i) { append(out, plan.tensors[i], files); });
-  append_array(out, "methods", plan.methods.size(), true,
+  append_array(sink, "methods", plan.methods.size(), true,
                [&](size_t i) { append(out, plan.methods[i]); });
   out.raw("}\n");
-  if (out.error()) {
-    return Status(StatusCode::invalid_argument,
-                  path_for_message(path.string()) + ": " + *out.error());
-  }
-  // A plan read_plan would refuse is not written.
-  if (out.text().size() > kMaxPlanBytes) {
-    return Status(StatusCode::invalid_argument,
-                  path_for_message(path.string()) + ": not written: the plan is " +
-                      std::to_string(out.text().size()) + " bytes, more than a plan file may "
-                      "be (" + std::to_string(kMaxPlanBytes >> 20) + " MiB)");
-  }
-  const std::span<const std::byte> parts[] = {std::as_bytes(std::span(out.text()))};
-  return detail::write_file_atomically(path, parts);
+  sink.flush(true);
+  return sink.finish(path);
 }
 
 Status write_plan(const Plan& plan, const std::filesystem::path& path) {

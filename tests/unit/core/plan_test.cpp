@@ -1302,6 +1302,35 @@ TEST(ParseScaling, GivenPlanOf200000TensorsAnd50000ShortMethods_WhenRead_ThenEac
   }
 }
 
+// write_plan hands its text to the file a chunk at a time; a plan whose
+// text passes the 256 MiB read_plan takes is still refused whole, with its
+// length, and no file (or temporary file) is left.
+TEST(ParseScaling, GivenPlanTextPastTheLimit_WhenWritten_ThenRefusedAndNothingLeft) {
+  ScratchDir dir;
+  Plan plan;
+  plan.buffers = {{0, "host", 1, 1, std::nullopt}};
+  PlanMethod& method = plan.methods.emplace_back(PlanMethod{"main", {0}, {}});
+  // Each name is in a row and in the method: about 8 KiB of text a tensor.
+  const size_t tensors = kMaxPlanBytes / (2 * kMaxPlanNameBytes) + 16;
+  for (size_t i = 0; i < tensors; ++i) {
+    std::string name = std::to_string(i);
+    name.resize(kMaxPlanNameBytes, 'n');
+    plan.tensors.push_back(PlanTensor{name, DType::u8, {}, 0, 0, std::nullopt});
+    method.tensors.push_back(std::move(name));
+  }
+  const fs::path path = dir / "big.json";
+  const Status s = write_plan(plan, path);
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  const std::string prefix = path.string() + ": not written: the plan is ";
+  ASSERT_THAT(s.message(), StartsWith(prefix));
+  EXPECT_THAT(s.message(), HasSubstr(" bytes, more than a plan file may be (256 MiB)"));
+  // The whole text's length, counted past the limit: each row and method
+  // entry holds a name of kMaxPlanNameBytes.
+  const uint64_t length = std::stoull(s.message().substr(prefix.size()));
+  EXPECT_GT(length, 2 * tensors * kMaxPlanNameBytes);
+  EXPECT_TRUE(fs::is_empty(dir.path())) << "a file was left";
+}
+
 TEST(ParseScaling, GivenPlanOf200000Methods_WhenAllAreSelected_ThenEachIsFoundByName) {
   Plan plan;
   plan.buffers = {{0, "host", 200000, 1, std::nullopt}};
