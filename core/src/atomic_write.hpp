@@ -4,6 +4,7 @@
 #include <devalloc/status.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 
@@ -35,6 +36,7 @@ class AtomicFile {
   std::filesystem::path temporary_;
   int fd_ = -1;
   bool created_ = false;
+  uint64_t written_ = 0;
 };
 
 // An AtomicFile holding the concatenation of `parts`.
