@@ -5,6 +5,8 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
+#include "plan_text.hpp"
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -98,25 +100,6 @@ size_t rule_for(const std::string& tensor, const PlanBuildOptions& options) {
   return options.rules.size();
 }
 
-// A rule that placed nothing is mostly a glob that misses (a prefix the
-// file does not use): its tensors went to the default device unannounced.
-std::vector<std::string> unused_rules(const Plan& plan, const PlanBuildOptions& options,
-                                      const std::vector<size_t>& placed) {
-  std::vector<std::string> lines;
-  for (size_t r = 0; r < options.rules.size(); ++r) {
-    if (placed[r] != 0) continue;
-    const PlacementRule& rule = options.rules[r];
-    bool matched = false;
-    for (size_t t = 0; t < plan.tensors.size() && !matched; ++t) {
-      matched = matches(rule, plan.tensors[t].name);
-    }
-    lines.push_back(rule_text(rule) + " placed no tensor: " +
-                    (matched ? "every tensor it matches was placed by an earlier rule"
-                             : "it matches none of the " + std::to_string(plan.tensors.size()) +
-                                   " tensors"));
-  }
-  return lines;
-}
 
 Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
   std::error_code error;
@@ -253,141 +236,287 @@ Result<PlacementRule> parse_placement_rule(std::string_view text) {
   return rule;
 }
 
+namespace {
+
+// A tensor as build_plan places it.
+struct Placed {
+  const SafetensorsTensor& source;  // in file `file`
+  size_t file;                      // index in the files given
+  std::span<const uint64_t> shape;  // the source's, or its slice's
+  uint32_t memory_id;
+  uint64_t offset;
+  const std::optional<PlanSlice>& slice;
+};
+
+// build_plan's placement: the files opened, then every tensor placed in
+// order. place() is deterministic, so build_and_write_plan runs it twice
+// (once for the buffers' sizes, which the file gives before the tensors,
+// once to write the rows) instead of holding the tensors.
+class Placer {
+ public:
+  Placer(std::span<const std::filesystem::path> files, const PlanBuildOptions& options,
+         Plan& plan)
+      : files_(files), options_(options), plan_(plan) {}
+
+  // Opens the files (through options.cache if set), in order, refusing one
+  // given twice; sets the plan's allow_external_files and world_size.
+  Status open() {
+    if (Status status = check_options(options_); !status.ok()) return status;
+    Result<std::filesystem::path> folder = resolved(plan_.directory());
+    if (!folder.ok()) return folder.status();
+    std::map<std::filesystem::path, size_t> seen;  // resolved -> files index
+    plan_.world_size = options_.world_size;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      Result<std::filesystem::path> absolute = resolved(files_[f]);
+      if (!absolute.ok()) return absolute.status();
+      if (const auto [it, inserted] = seen.emplace(*absolute, f); !inserted) {
+        return invalid(path_for_message(files_[f].string()) + ": given twice (also as " +
+                       path_for_message(files_[it->second].string()) + ")");
+      }
+      Result<std::shared_ptr<const SafetensorsFile>> file =
+          options_.cache != nullptr ? options_.cache->open(*absolute)
+                                    : SafetensorsFile::open(files_[f]);
+      if (!file.ok()) return file.status();
+      opened_.push_back(*file);
+      std::filesystem::path relative = absolute->lexically_relative(*folder);
+      if (relative.empty()) relative = *absolute;
+      if (*relative.begin() == "..") plan_.allow_external_files = true;
+      source_files_.push_back(relative.string());
+      tensors_in_files_ += (*file)->tensors().size();
+    }
+    return Status();
+  }
+
+  const std::vector<std::shared_ptr<const SafetensorsFile>>& opened() const { return opened_; }
+  // File f as the plan's sources name it: relative to the plan's folder.
+  const std::string& source_file(size_t f) const { return source_files_[f]; }
+  size_t tensors_in_files() const { return tensors_in_files_; }
+
+  // Places every tensor, calling on_tensor(const Placed&) for each in plan
+  // order; the plan's buffers are made anew.
+  template <typename OnTensor>
+  Status place(OnTensor on_tensor) {
+    plan_.buffers.clear();
+    placed_.assign(options_.rules.size(), 0);
+    sharded_ = 0;
+    placed_tensors_ = 0;
+    // "device" or "device#rank" -> buffers index
+    std::map<std::string, size_t, std::less<>> buffer_of;
+    // Tensor -> files index, for names in two files; the names are those
+    // of the opened files. A file's own names are unique
+    // (SafetensorsFile::open checks), so one file needs none.
+    NameIndex owner;
+    const bool several_files = files_.size() > 1;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      const SafetensorsFile& file = *opened_[f];
+      if (several_files) owner.reserve(owner.size() + file.tensors().size());
+      for (const SafetensorsTensor& tensor : file.tensors()) {
+        if (several_files && !owner.insert(tensor.name, f)) {
+          return invalid("tensor " + quote(tensor.name) + " is in both " +
+                         path_for_message(files_[*owner.find(tensor.name)].string()) + " and " +
+                         path_for_message(files_[f].string()));
+        }
+        const size_t rule = rule_for(tensor.name, options_);
+        if (rule < placed_.size()) ++placed_[rule];
+        const std::string& device =
+            rule < placed_.size() ? options_.rules[rule].device : options_.default_device;
+        // Appends a tensor of `nbytes` to the buffer of (device, rank).
+        const auto append = [&](std::optional<uint32_t> rank, std::span<const uint64_t> shape,
+                                uint64_t nbytes, const std::optional<PlanSlice>& slice) -> Status {
+          const std::string key = device + (rank ? "#" + std::to_string(*rank) : std::string());
+          auto [slot, added] = buffer_of.try_emplace(key, plan_.buffers.size());
+          if (added) {
+            plan_.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan_.buffers.size()),
+                                               device, 0, options_.alignment, rank});
+          }
+          PlanBuffer& buffer = plan_.buffers[slot->second];
+          // Round up to the alignment, then append; both can overflow only
+          // for sizes no machine has, but the plan must not wrap silently.
+          uint64_t offset = 0;
+          uint64_t end = 0;
+          if (__builtin_add_overflow(buffer.size, options_.alignment - 1, &offset) ||
+              __builtin_add_overflow(offset & ~(options_.alignment - 1), nbytes, &end)) {
+            return invalid("buffer for " + quote(device) +
+                           " would exceed 2^64 bytes at tensor " + quote(tensor.name));
+          }
+          offset &= ~(options_.alignment - 1);
+          buffer.size = end;
+          ++placed_tensors_;
+          on_tensor(Placed{tensor, f, shape, buffer.memory_id, offset, slice});
+          return Status();
+        };
+        const Split split =
+            options_.world_size == 0 ? Split{} : split_for(tensor.name, options_);
+        if (split.shard != nullptr) {
+          // Each rank's slice is an entry of the plan file, which read_plan
+          // takes up to kMaxPlanBytes; a slice's row and its place in the
+          // methods are at least 100 bytes of text (write_plan refuses a
+          // plan past the limit).
+          constexpr uint64_t kMostEntries = kMaxPlanBytes / 100;
+          if (placed_tensors_ + uint64_t{options_.world_size} > kMostEntries) {
+            return invalid("tensor " + quote(tensor.name) + ": cut for " +
+                           std::to_string(options_.world_size) +
+                           " ranks, the plan would hold more than " +
+                           std::to_string(kMostEntries) + " tensors, more than a plan file may (" +
+                           std::to_string(kMaxPlanBytes >> 20) + " MiB)");
+          }
+          Result<std::vector<PlanSlice>> slices =
+              slices_for(tensor, *split.shard, options_.world_size, files_[f].string());
+          if (!slices.ok()) return slices.status();
+          std::vector<uint64_t> shape;
+          for (uint32_t r = 0; r < options_.world_size; ++r) {
+            Result<SliceLayout> layout =
+                slice_layout((*slices)[r], tensor.dtype, tensor.shape, &shape);
+            if (!layout.ok()) return layout.status();
+            const std::optional<PlanSlice> slice = (*slices)[r];
+            if (Status s = append(r, shape, layout->rows * layout->run_bytes, slice); !s.ok()) {
+              return s;
+            }
+          }
+          ++sharded_;
+        } else if (Status s = append(split.owner, tensor.shape, tensor.nbytes, std::nullopt);
+                   !s.ok()) {
+          return s;
+        }
+      }
+    }
+    return Status();
+  }
+
+  // The tensors placed by the last place(): one per rank for a sliced one.
+  size_t placed_tensors() const { return placed_tensors_; }
+
+  // Calls on_name(name) for each tensor name a method lists, in plan order:
+  // a tensor sliced for the ranks is listed once.
+  template <typename OnName>
+  void method_names(OnName on_name) const {
+    for (const auto& file : opened_) {
+      for (const SafetensorsTensor& tensor : file->tensors()) on_name(tensor.name);
+    }
+  }
+
+  void fill_report(PlanBuildReport* report) const {
+    if (report == nullptr) return;
+    report->unused_rules = unused_rules();
+    if (!options_.shards.empty() && sharded_ == 0) {
+      report->unused_shard_rules.push_back("shard rules cut no tensor: they match none of the " +
+                                           std::to_string(placed_tensors_) + " tensors");
+    }
+  }
+
+ private:
+  // A rule that placed nothing is mostly a glob that misses (a prefix the
+  // file does not use): its tensors went to the default device unannounced.
+  std::vector<std::string> unused_rules() const {
+    std::vector<std::string> lines;
+    for (size_t r = 0; r < options_.rules.size(); ++r) {
+      if (placed_[r] != 0) continue;
+      const PlacementRule& rule = options_.rules[r];
+      bool matched = false;
+      method_names([&](const std::string& name) { matched = matched || matches(rule, name); });
+      lines.push_back(rule_text(rule) + " placed no tensor: " +
+                      (matched ? "every tensor it matches was placed by an earlier rule"
+                               : "it matches none of the " + std::to_string(placed_tensors_) +
+                                     " tensors"));
+    }
+    return lines;
+  }
+
+  std::span<const std::filesystem::path> files_;
+  const PlanBuildOptions& options_;
+  Plan& plan_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> opened_;
+  std::vector<std::string> source_files_;
+  size_t tensors_in_files_ = 0;
+  std::vector<size_t> placed_;  // tensors per rule
+  uint64_t sharded_ = 0;        // tensors a shard rule cut
+  size_t placed_tensors_ = 0;
+};
+
+// Every method uses every buffer of the plan.
+std::vector<uint32_t> all_memory_ids(const Plan& plan) {
+  std::vector<uint32_t> ids;
+  for (const PlanBuffer& buffer : plan.buffers) ids.push_back(buffer.memory_id);
+  return ids;
+}
+
+}  // namespace
+
 static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> files,
                                         const std::filesystem::path& plan_path,
                                         const PlanBuildOptions& options,
                                         PlanBuildReport* report) {
-  if (Status status = check_options(options); !status.ok()) return status;
   Plan plan;
   plan.path = plan_path;
-  Result<std::filesystem::path> folder = resolved(plan.directory());
-  if (!folder.ok()) return folder.status();
-
-  std::map<std::filesystem::path, size_t> seen_files;     // resolved -> files index
-  // Tensor -> files index, for names in two files; the names are those of
-  // the opened files, which stay open until the plan is built. A file's own
-  // names are unique (SafetensorsFile::open checks), so one file needs none.
-  std::vector<std::shared_ptr<const SafetensorsFile>> opened;
-  NameIndex owner;
-  const bool several_files = files.size() > 1;
-  // "device" or "device#rank" -> buffers index
-  std::map<std::string, size_t, std::less<>> buffer_of;
-  plan.world_size = options.world_size;
-  uint64_t sharded = 0;  // tensors a shard rule cut
-  std::vector<size_t> placed(options.rules.size());      // tensors per rule
-  for (size_t f = 0; f < files.size(); ++f) {
-    Result<std::filesystem::path> absolute = resolved(files[f]);
-    if (!absolute.ok()) return absolute.status();
-    if (const auto [it, inserted] = seen_files.emplace(*absolute, f); !inserted) {
-      return invalid(path_for_message(files[f].string()) + ": given twice (also as " +
-                     path_for_message(files[it->second].string()) + ")");
-    }
-    Result<std::shared_ptr<const SafetensorsFile>> file =
-        options.cache != nullptr ? options.cache->open(*absolute)
-                                 : SafetensorsFile::open(files[f]);
-    if (!file.ok()) return file.status();
-    opened.push_back(*file);
-
-    std::filesystem::path relative = absolute->lexically_relative(*folder);
-    if (relative.empty()) relative = *absolute;
-    if (*relative.begin() == "..") plan.allow_external_files = true;
-    const std::string source_file = relative.string();
-
-    if (several_files) owner.reserve(owner.size() + (*file)->tensors().size());
-    reserve_on_huge_pages(plan.tensors, plan.tensors.size() + (*file)->tensors().size());
-    for (const SafetensorsTensor& tensor : (*file)->tensors()) {
-      if (several_files && !owner.insert(tensor.name, f)) {
-        return invalid("tensor " + quote(tensor.name) + " is in both " +
-                       path_for_message(files[*owner.find(tensor.name)].string()) + " and " +
-                       path_for_message(files[f].string()));
-      }
-      const size_t rule = rule_for(tensor.name, options);
-      if (rule < placed.size()) ++placed[rule];
-      const std::string& device =
-          rule < placed.size() ? options.rules[rule].device : options.default_device;
-      // Appends a tensor of `nbytes` to the buffer of (device, rank).
-      const auto append = [&](std::optional<uint32_t> rank, std::vector<uint64_t> shape,
-                              uint64_t nbytes, std::optional<PlanSlice> slice) -> Status {
-        const std::string key = device + (rank ? "#" + std::to_string(*rank) : std::string());
-        auto [slot, added] = buffer_of.try_emplace(key, plan.buffers.size());
-        if (added) {
-          plan.buffers.push_back(PlanBuffer{static_cast<uint32_t>(plan.buffers.size()), device,
-                                            0, options.alignment, rank});
-        }
-        PlanBuffer& buffer = plan.buffers[slot->second];
-        // Round up to the alignment, then append; both can overflow only
-        // for sizes no machine has, but the plan must not wrap silently.
-        uint64_t offset = 0;
-        uint64_t end = 0;
-        if (__builtin_add_overflow(buffer.size, options.alignment - 1, &offset) ||
-            __builtin_add_overflow(offset & ~(options.alignment - 1), nbytes, &end)) {
-          return invalid("buffer for " + quote(device) + " would exceed 2^64 bytes at tensor " +
-                         quote(tensor.name));
-        }
-        offset &= ~(options.alignment - 1);
-        buffer.size = end;
-        plan.tensors.push_back(PlanTensor{tensor.name, tensor.dtype, std::move(shape),
-                                          buffer.memory_id, offset,
-                                          PlanSource{source_file, tensor.name, slice}});
-        return Status();
-      };
-      const Split split =
-          options.world_size == 0 ? Split{} : split_for(tensor.name, options);
-      if (split.shard != nullptr) {
-        // Each rank's slice is an entry of the plan file, which read_plan
-        // takes up to kMaxPlanBytes; an entry is at least 100 bytes of text
-        // (write_plan refuses a plan past the limit).
-        constexpr uint64_t kMostEntries = kMaxPlanBytes / 100;
-        if (plan.tensors.size() + uint64_t{options.world_size} > kMostEntries) {
-          return invalid("tensor " + quote(tensor.name) + ": cut for " +
-                         std::to_string(options.world_size) + " ranks, the plan would hold more "
-                         "than " + std::to_string(kMostEntries) +
-                         " tensors, more than a plan file may (" +
-                         std::to_string(kMaxPlanBytes >> 20) + " MiB)");
-        }
-        Result<std::vector<PlanSlice>> slices =
-            slices_for(tensor, *split.shard, options.world_size, files[f].string());
-        if (!slices.ok()) return slices.status();
-        for (uint32_t r = 0; r < options.world_size; ++r) {
-          std::vector<uint64_t> shape;
-          Result<SliceLayout> layout =
-              slice_layout((*slices)[r], tensor.dtype, tensor.shape, &shape);
-          if (!layout.ok()) return layout.status();
-          if (Status s = append(r, std::move(shape), layout->rows * layout->run_bytes,
-                                (*slices)[r]);
-              !s.ok()) {
-            return s;
-          }
-        }
-        ++sharded;
-      } else if (Status s = append(split.owner, tensor.shape, tensor.nbytes, std::nullopt);
-                 !s.ok()) {
-        return s;
-      }
-    }
+  Placer placer(files, options, plan);
+  if (Status s = placer.open(); !s.ok()) return s;
+  reserve_on_huge_pages(plan.tensors, placer.tensors_in_files());
+  if (Status s = placer.place([&](const Placed& t) {
+        plan.tensors.push_back(PlanTensor{
+            t.source.name, t.source.dtype, std::vector<uint64_t>(t.shape.begin(), t.shape.end()),
+            t.memory_id, t.offset, PlanSource{placer.source_file(t.file), t.source.name, t.slice}});
+      });
+      !s.ok()) {
+    return s;
   }
-
   for (const std::string& name : options.methods) {
-    PlanMethod method;
-    method.name = name;
-    for (const PlanBuffer& buffer : plan.buffers) method.memory_ids.push_back(buffer.memory_id);
-    method.tensors.reserve(plan.tensors.size());
-    // A sharded tensor is in the plan once per rank, and in a method once.
-    std::set<std::string_view> listed;
-    for (const PlanTensor& tensor : plan.tensors) {
-      if (tensor.source && tensor.source->slice && !listed.insert(tensor.name).second) continue;
-      method.tensors.push_back(tensor.name);
-    }
+    PlanMethod method{name, all_memory_ids(plan), {}};
+    method.tensors.reserve(placer.tensors_in_files());
+    placer.method_names([&](const std::string& tensor) { method.tensors.push_back(tensor); });
     plan.methods.push_back(std::move(method));
   }
-  if (report != nullptr) {
-    report->unused_rules = unused_rules(plan, options, placed);
-    if (!options.shards.empty() && sharded == 0) {
-      report->unused_shard_rules.push_back("shard rules cut no tensor: they match none of the " +
-                                     std::to_string(plan.tensors.size()) + " tensors");
-    }
-  }
+  placer.fill_report(report);
   return plan;
+}
+
+static Result<PlanWritten> build_and_write_plan_or_throw(
+    std::span<const std::filesystem::path> files, const std::filesystem::path& plan_path,
+    const PlanBuildOptions& options, PlanBuildReport* report) {
+  PlanWritten written;
+  Plan& plan = written.plan;
+  plan.path = plan_path;
+  Placer placer(files, options, plan);
+  if (Status s = placer.open(); !s.ok()) return s;
+  // The first pass: the buffers' sizes and the files table (each file in
+  // the order its first tensor is placed, as write_plan lists them).
+  detail::PlanFiles table;
+  if (Status s = placer.place([&](const Placed& t) {
+        table.add(placer.source_file(t.file), t.source.name);
+      });
+      !s.ok()) {
+    return s;
+  }
+  written.tensors = placer.placed_tensors();
+  written.tensors_per_buffer.assign(plan.buffers.size(), 0);
+  for (const std::string& name : options.methods) {
+    plan.methods.push_back(PlanMethod{name, all_memory_ids(plan), {}});
+  }
+  // The second pass places as the first did, and writes each tensor.
+  const std::vector<PlanBuffer> buffers = plan.buffers;
+  Status s = detail::write_plan_text(
+      plan_path, plan.allow_external_files, plan.world_size, table, buffers,
+      [&](const auto& emit) {
+        return placer.place([&](const Placed& t) {
+          ++written.tensors_per_buffer[t.memory_id];
+          emit(detail::PlanRow{t.source.name, t.source.dtype, t.shape, t.memory_id, t.offset,
+                               detail::PlanRowSource{placer.source_file(t.file), t.source.name,
+                                                     t.slice}});
+        });
+      },
+      plan.methods.size(),
+      [&](detail::JsonText& out, size_t i, const auto& flush) {
+        const PlanMethod& method = plan.methods[i];
+        detail::append_method_start(out, method.name, method.memory_ids);
+        size_t k = 0;
+        placer.method_names([&](const std::string& tensor) {
+          detail::append_method_tensor(out, method.name, k, tensor);
+          if (++k % 4096 == 0) flush();
+        });
+        detail::append_method_end(out);
+      });
+  if (!s.ok()) return s;
+  placer.fill_report(report);
+  return written;
 }
 
 Result<Plan> build_plan(std::span<const std::filesystem::path> files,
@@ -396,6 +525,15 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
   return detail::catch_as_status(
       [&] { return build_plan_or_throw(files, plan_path, options, report); },
       detail::file_failure(plan_path, "building the plan"));
+}
+
+Result<PlanWritten> build_and_write_plan(std::span<const std::filesystem::path> files,
+                                         const std::filesystem::path& plan_path,
+                                         const PlanBuildOptions& options,
+                                         PlanBuildReport* report) {
+  return detail::catch_as_status(
+      [&] { return build_and_write_plan_or_throw(files, plan_path, options, report); },
+      detail::file_failure(plan_path, "writing the plan"));
 }
 
 }  // namespace devalloc

@@ -2,55 +2,40 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
-#include "atomic_write.hpp"
-#include "json_text.hpp"
+#include "plan_text.hpp"
 
 #include <span>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
+#include <string>
 
 namespace devalloc {
 
-namespace {
+namespace detail {
 
-// The plan as JSON text, written directly (json_text.hpp): one entry per
-// line, so a plan stays readable and diffs stay small; tensors as rows, so
-// that the text of a plan of many small tensors is not mostly keys.
-using PlanText = detail::JsonText;
-
-// The plan's source files, each once, in the order the tensors first name
-// them: the "files" table the rows refer to by index.
-class SourceFiles {
- public:
-  explicit SourceFiles(const Plan& plan) {
-    for (const PlanTensor& tensor : plan.tensors) {
-      if (!tensor.source) continue;
-      const size_t before = paths_.size();
-      index_of(tensor.source->file);
-      if (paths_.size() != before) first_users_.push_back(tensor.name);
-    }
+void PlanSink::flush(bool all) {
+  if (!all && text_.text().size() < kChunkBytes) return;
+  bytes_ += text_.text().size();
+  if (status_.ok() && bytes_ <= kMaxPlanBytes && !text_.error()) {
+    status_ = file_.write(std::as_bytes(std::span(text_.text())));
   }
-  const std::vector<std::string_view>& paths() const { return paths_; }
-  // The first tensor whose source is paths()[i], to name in an error.
-  std::string_view first_user(size_t i) const { return first_users_[i]; }
-  // The tensors of a file usually follow each other: the last file found
-  // is tried first.
-  size_t index_of(std::string_view path) {
-    if (last_ < paths_.size() && paths_[last_] == path) return last_;
-    const auto [it, added] = index_.try_emplace(path, paths_.size());
-    if (added) paths_.push_back(path);
-    return last_ = it->second;
+  text_.text().clear();
+}
+
+Status PlanSink::finish() {
+  if (text_.error()) {
+    return Status(StatusCode::invalid_argument,
+                  path_for_message(path_.string()) + ": " + *text_.error());
   }
+  if (bytes_ > kMaxPlanBytes) {
+    return Status(StatusCode::invalid_argument,
+                  path_for_message(path_.string()) + ": not written: the plan is " +
+                      std::to_string(bytes_) + " bytes, more than a plan file may be (" +
+                      std::to_string(kMaxPlanBytes >> 20) + " MiB)");
+  }
+  if (!status_.ok()) return status_;
+  return file_.commit();
+}
 
- private:
-  std::vector<std::string_view> paths_;
-  std::vector<std::string_view> first_users_;
-  std::unordered_map<std::string_view, size_t> index_;
-  size_t last_ = SIZE_MAX;
-};
-
-void append(PlanText& out, const PlanBuffer& buffer) {
+void append_buffer(JsonText& out, const PlanBuffer& buffer) {
   out.raw("{\"memory_id\":");
   out.number(buffer.memory_id);
   out.raw(",\"device\":");
@@ -67,38 +52,39 @@ void append(PlanText& out, const PlanBuffer& buffer) {
   out.raw("}");
 }
 
-// A tensor as a row (version 2): [name, dtype, shape, memory_id, offset,
-// source], the source null for scratch memory, the index of its file in
-// "files" for a whole tensor of the same name, and an object otherwise.
-void append(PlanText& out, const PlanTensor& tensor, SourceFiles& files) {
-  const auto who = [&](const char* part) {
-    return "tensor " + quote(tensor.name) + " " + part;
-  };
+// The source null for scratch memory, the index of its file in "files" for
+// a whole tensor of the row's name, and an object otherwise.
+void append_row(JsonText& out, const PlanRow& row, PlanFiles& files) {
+  const auto who = [&](const char* part) { return "tensor " + quote(row.name) + " " + part; };
   out.raw("[");
-  out.string(tensor.name, [&] { return who("name"); });
+  out.string(row.name, [&] { return who("name"); });
   out.raw(",\"");
-  out.raw(to_string(tensor.dtype));  // a dtype name needs no escape
+  out.raw(to_string(row.dtype));  // a dtype name needs no escape
   out.raw("\",");
-  out.numbers(tensor.shape);
+  out.raw("[");
+  for (size_t i = 0; i < row.shape.size(); ++i) {
+    if (i != 0) out.raw(",");
+    out.number(row.shape[i]);
+  }
+  out.raw("],");
+  out.number(row.memory_id);
   out.raw(",");
-  out.number(tensor.memory_id);
+  out.number(row.offset);
   out.raw(",");
-  out.number(tensor.offset);
-  out.raw(",");
-  if (!tensor.source) {
+  if (!row.source) {
     out.raw("null]");
     return;
   }
-  const PlanSource& source = *tensor.source;
+  const PlanRowSource& source = *row.source;
   const size_t file = files.index_of(source.file);
-  if (source.key == tensor.name && !source.slice) {
+  if (source.key == row.name && !source.slice) {
     out.number(file);
     out.raw("]");
     return;
   }
   out.raw("{\"file\":");
   out.number(file);
-  if (source.key != tensor.name) {
+  if (source.key != row.name) {
     out.raw(",\"key\":");
     out.string(source.key, [&] { return who("source key"); });
   }
@@ -113,119 +99,62 @@ void append(PlanText& out, const PlanTensor& tensor, SourceFiles& files) {
   out.raw("}]");
 }
 
-void append(PlanText& out, const PlanMethod& method) {
-  const auto who = [&](const std::string& part) {
-    return "method " + quote(method.name) + " " + part;
-  };
+void append_method_start(JsonText& out, const std::string& name,
+                         std::span<const uint32_t> memory_ids) {
   out.raw("{\"name\":");
-  out.string(method.name, [&] { return who("name"); });
-  out.raw(",\"memory_ids\":");
-  out.numbers(method.memory_ids);
-  out.raw(",\"tensors\":[");
-  for (size_t i = 0; i < method.tensors.size(); ++i) {
+  out.string(name, [&] { return "method " + quote(name) + " name"; });
+  out.raw(",\"memory_ids\":[");
+  for (size_t i = 0; i < memory_ids.size(); ++i) {
     if (i != 0) out.raw(",");
-    out.string(method.tensors[i], [&] { return who("tensor " + std::to_string(i)); });
+    out.number(memory_ids[i]);
   }
-  out.raw("]}");
+  out.raw("],\"tensors\":[");
 }
 
-// The text goes to the file a chunk at a time: writing a plan takes a
-// chunk of memory, not its whole text (16 MB for 100 000 tensors).
-class PlanSink {
- public:
-  static constexpr size_t kChunkBytes = 1 << 20;
+void append_method_tensor(JsonText& out, const std::string& method, size_t index,
+                          std::string_view tensor) {
+  if (index != 0) out.raw(",");
+  out.string(tensor,
+             [&] { return "method " + quote(method) + " tensor " + std::to_string(index); });
+}
 
-  explicit PlanSink(const std::filesystem::path& path) : file_(path) {
-    text_.text().reserve(kChunkBytes + (64 << 10));
+}  // namespace detail
+
+namespace {
+
+detail::PlanRow row_of(const PlanTensor& tensor) {
+  detail::PlanRow row{tensor.name, tensor.dtype, tensor.shape, tensor.memory_id, tensor.offset,
+                      std::nullopt};
+  if (tensor.source) {
+    row.source = detail::PlanRowSource{tensor.source->file, tensor.source->key,
+                                       tensor.source->slice};
   }
-  Status open() { return file_.open(); }
-  PlanText& text() { return text_; }
-
-  // Hands the text to the file once a chunk is held (or, with `all`, what
-  // is held). Past kMaxPlanBytes, or after a bad string, nothing more is
-  // written: the plan will be refused, its length still counted.
-  void flush(bool all) {
-    if (!all && text_.text().size() < kChunkBytes) return;
-    bytes_ += text_.text().size();
-    if (status_.ok() && bytes_ <= kMaxPlanBytes && !text_.error()) {
-      status_ = file_.write(std::as_bytes(std::span(text_.text())));
-    }
-    text_.text().clear();
-  }
-
-  // After flush(true): the first thing wrong, or the file renamed into
-  // place. A plan read_plan would refuse is not written.
-  Status finish(const std::filesystem::path& path) {
-    if (text_.error()) {
-      return Status(StatusCode::invalid_argument,
-                    path_for_message(path.string()) + ": " + *text_.error());
-    }
-    if (bytes_ > kMaxPlanBytes) {
-      return Status(StatusCode::invalid_argument,
-                    path_for_message(path.string()) + ": not written: the plan is " +
-                        std::to_string(bytes_) + " bytes, more than a plan file may be (" +
-                        std::to_string(kMaxPlanBytes >> 20) + " MiB)");
-    }
-    if (!status_.ok()) return status_;
-    return file_.commit();
-  }
-
- private:
-  PlanText text_;
-  detail::AtomicFile file_;
-  uint64_t bytes_ = 0;  // handed to flush() so far
-  Status status_;       // the first write that failed
-};
-
-// "  \"key\": [\n    item,\n    item\n  ]," with each item written by
-// append_item(i).
-template <typename AppendItem>
-void append_array(PlanSink& sink, const char* key, size_t items, bool last,
-                  AppendItem append_item) {
-  PlanText& out = sink.text();
-  out.raw("  \"");
-  out.raw(key);
-  out.raw("\": [");
-  for (size_t i = 0; i < items; ++i) {
-    out.raw(i == 0 ? "\n    " : ",\n    ");
-    append_item(i);
-    sink.flush(false);
-  }
-  out.raw(items == 0 ? "]" : "\n  ]");
-  out.raw(last ? "\n" : ",\n");
+  return row;
 }
 
 }  // namespace
 
 static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path& path) {
-  PlanSink sink(path);
-  if (Status s = sink.open(); !s.ok()) return s;
-  PlanText& out = sink.text();
-  out.raw("{\n  \"format\": ");
-  out.string(kPlanFormat, [] { return std::string("format"); });
-  out.raw(",\n  \"version\": ");
-  out.number(kPlanVersion);
-  out.raw(",\n  \"allow_external_files\": ");
-  out.raw(plan.allow_external_files ? "true,\n" : "false,\n");
-  if (plan.world_size != 0) {
-    out.raw("  \"world_size\": ");
-    out.number(plan.world_size);
-    out.raw(",\n");
+  detail::PlanFiles files;
+  for (const PlanTensor& tensor : plan.tensors) {
+    if (tensor.source) files.add(tensor.source->file, tensor.name);
   }
-  SourceFiles files(plan);
-  append_array(sink, "files", files.paths().size(), false, [&](size_t i) {
-    out.string(files.paths()[i],
-               [&] { return "tensor " + quote(files.first_user(i)) + " source file"; });
-  });
-  append_array(sink, "buffers", plan.buffers.size(), false,
-               [&](size_t i) { append(out, plan.buffers[i]); });
-  append_array(sink, "tensors", plan.tensors.size(), false,
-               [&](size_t i) { append(out, plan.tensors[i], files); });
-  append_array(sink, "methods", plan.methods.size(), true,
-               [&](size_t i) { append(out, plan.methods[i]); });
-  out.raw("}\n");
-  sink.flush(true);
-  return sink.finish(path);
+  return detail::write_plan_text(
+      path, plan.allow_external_files, plan.world_size, files, plan.buffers,
+      [&](const auto& emit) {
+        for (const PlanTensor& tensor : plan.tensors) emit(row_of(tensor));
+        return Status();
+      },
+      plan.methods.size(),
+      [&](detail::JsonText& out, size_t i, const auto& flush) {
+        const PlanMethod& method = plan.methods[i];
+        detail::append_method_start(out, method.name, method.memory_ids);
+        for (size_t k = 0; k < method.tensors.size(); ++k) {
+          detail::append_method_tensor(out, method.name, k, method.tensors[k]);
+          if (k % 4096 == 4095) flush();
+        }
+        detail::append_method_end(out);
+      });
 }
 
 Status write_plan(const Plan& plan, const std::filesystem::path& path) {

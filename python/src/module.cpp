@@ -590,8 +590,7 @@ void write_plan_for(const std::vector<fs::path>& files, const fs::path& out,
   options.alignment = alignment;
   options.methods = methods;
   PlanBuildReport built;
-  Plan plan = value_or_raise(build_plan(files, out, options, &built));
-  if (Status s = write_plan(plan, out); !s.ok()) raise(s);
+  value_or_raise(build_and_write_plan(files, out, options, &built));
   // As `devalloc plan` warns on stderr: a glob that placed nothing.
   for (const std::string& line : built.unused_rules) {
     if (PyErr_WarnEx(PyExc_UserWarning, ("place: " + line).c_str(), 2) != 0) {

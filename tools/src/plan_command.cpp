@@ -89,18 +89,15 @@ int run_plan(const PlanOptions& o) {
   options.alignment = o.alignment;
   if (!o.methods.empty()) options.methods = o.methods;
   std::vector<std::filesystem::path> files(o.files.begin(), o.files.end());
-  // The headers and the plan are kept until exit (keep_until_exit), not
-  // freed one tensor at a time after the plan is written.
+  // The headers are kept until exit (keep_until_exit), not freed one
+  // tensor at a time after the plan is written.
   const auto cache = std::make_shared<SafetensorsCache>();
   keep_until_exit(cache);
   options.cache = cache.get();
   PlanBuildReport built;
-  auto plan = build_plan(files, o.output, options, &built);
-  if (!plan.ok()) return report_failure("plan", plan.status());
-  if (Status s = write_plan(*plan, o.output); !s.ok()) return report_failure("plan", s);
-  const auto kept_plan = std::make_shared<const Plan>(std::move(*plan));
-  keep_until_exit(kept_plan);
-  const Plan& written = *kept_plan;
+  auto written = build_and_write_plan(files, o.output, options, &built);
+  if (!written.ok()) return report_failure("plan", written.status());
+  const Plan& plan = written->plan;  // its buffers and methods; no tensors
   // A rule that placed nothing is a warning, not a failure: the plan is
   // still what the rules say, but its tensors went to the default device.
   for (const std::string& line : built.unused_rules) {
@@ -111,18 +108,16 @@ int run_plan(const PlanOptions& o) {
   }
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_device;  // tensors, bytes
-  std::map<uint32_t, const std::string*> device_of;  // memory id -> its buffer's device
-  for (const auto& b : written.buffers) device_of.emplace(b.memory_id, &b.device);
-  for (const auto& t : written.tensors) {
-    const auto found = device_of.find(t.memory_id);
-    if (found != device_of.end()) ++per_device[*found->second].first;
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    auto& [tensors, bytes] = per_device[plan.buffers[b].device];
+    tensors += written->tensors_per_buffer[b];
+    bytes += plan.buffers[b].size;
   }
-  for (const auto& b : written.buffers) per_device[b.device].second += b.size;
   std::printf("wrote %s: %zu tensors in %zu buffers, %zu methods",
-              path_for_message(o.output).c_str(),
-              written.tensors.size(), written.buffers.size(), written.methods.size());
-  if (written.world_size != 0) {
-    std::printf(", for %u ranks (devalloc inspect --rank R shows one)", written.world_size);
+              path_for_message(o.output).c_str(), written->tensors, plan.buffers.size(),
+              plan.methods.size());
+  if (plan.world_size != 0) {
+    std::printf(", for %u ranks (devalloc inspect --rank R shows one)", plan.world_size);
   }
   std::printf("\n");
   for (const auto& [device, counts] : per_device) {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -328,6 +329,126 @@ TEST_F(PlanBuilder, GivenReferenceFile_WhenPlannedAndValidated_ThenSourcesResolv
   EXPECT_EQ(checked, 14u + 8u);
   EXPECT_EQ(read->buffers.size(), 3u);
 }
+
+// build_and_write_plan (what `devalloc plan` and Python's devalloc.plan
+// run) writes, without holding the plan's tensors, the very bytes
+// write_plan writes of build_plan's plan, with the same report; and fails
+// where build_plan fails, with the same message and no file.
+struct BuildCase {
+  std::string name;
+  std::vector<std::string> files;  // under the fixture's folder
+  PlanBuildOptions options;
+};
+
+class BuildAndWrite : public ::testing::TestWithParam<BuildCase> {
+ protected:
+  void SetUp() override {
+    static const std::vector<std::byte> bytes(4096, std::byte{3});
+    const auto span = [](size_t n) { return std::span(bytes).first(n); };
+    write_model(dir_ / "a.safetensors", {{"tok.weight", DType::f32, {4, 8}, span(128)},
+                                         {"blk.0.q.weight", DType::f16, {4, 6}, span(48)},
+                                         {"blk.0.norm", DType::u8, {5}, span(5)},
+                                         {"experts.3.w", DType::bf16, {2, 2}, span(8)},
+                                         {"experts.4.w", DType::bf16, {2, 2}, span(8)}});
+    write_model(dir_ / "sub" / "b.safetensors", {{"lm_head.weight", DType::f32, {2, 4}, span(32)}});
+    write_model(dir_ / "a_too.safetensors", {{"tok.weight", DType::f32, {1}, span(4)}});
+  }
+  ScratchDir dir_;
+};
+
+TEST_P(BuildAndWrite, GivenOptions_ThenTheFileIsWhatWritePlanWritesOfBuildPlan) {
+  const BuildCase& c = GetParam();
+  std::vector<fs::path> files;
+  for (const std::string& f : c.files) files.push_back(dir_ / f);
+  const fs::path built_path = dir_ / "plans" / "built.json";
+  const fs::path streamed_path = dir_ / "plans" / "streamed.json";
+  fs::create_directories(built_path.parent_path());
+
+  PlanBuildReport built_report;
+  Result<Plan> built = build_plan(files, built_path, c.options, &built_report);
+  PlanBuildReport streamed_report;
+  Result<PlanWritten> streamed =
+      build_and_write_plan(files, streamed_path, c.options, &streamed_report);
+  if (!built.ok()) {
+    ASSERT_FALSE(streamed.ok());
+    // The same failure, naming the same file and place.
+    std::string expected = built.status().message();
+    EXPECT_EQ(streamed.status().message(), expected);
+    EXPECT_FALSE(fs::exists(streamed_path));
+    EXPECT_TRUE(fs::is_empty(streamed_path.parent_path()));
+    return;
+  }
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  ASSERT_TRUE(write_plan(*built, built_path).ok());
+  EXPECT_EQ(test::read_file(streamed_path), test::read_file(built_path));
+  EXPECT_EQ(streamed_report.unused_rules, built_report.unused_rules);
+  EXPECT_EQ(streamed_report.unused_shard_rules, built_report.unused_shard_rules);
+
+  // What it returns: the buffers and methods, the tensors counted.
+  const Plan& plan = streamed->plan;
+  EXPECT_EQ(plan.allow_external_files, built->allow_external_files);
+  EXPECT_EQ(plan.world_size, built->world_size);
+  ASSERT_EQ(plan.buffers.size(), built->buffers.size());
+  std::vector<size_t> per_buffer(built->buffers.size());
+  for (const PlanTensor& t : built->tensors) ++per_buffer[t.memory_id];
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    EXPECT_EQ(plan.buffers[b].device, built->buffers[b].device);
+    EXPECT_EQ(plan.buffers[b].size, built->buffers[b].size);
+    EXPECT_EQ(plan.buffers[b].rank, built->buffers[b].rank);
+  }
+  EXPECT_EQ(streamed->tensors_per_buffer, per_buffer);
+  EXPECT_EQ(streamed->tensors, built->tensors.size());
+  ASSERT_EQ(plan.methods.size(), built->methods.size());
+  for (size_t m = 0; m < plan.methods.size(); ++m) {
+    EXPECT_EQ(plan.methods[m].name, built->methods[m].name);
+    EXPECT_EQ(plan.methods[m].memory_ids, built->methods[m].memory_ids);
+    EXPECT_TRUE(plan.methods[m].tensors.empty());
+  }
+}
+
+PlanBuildOptions options_with(const std::function<void(PlanBuildOptions&)>& set) {
+  PlanBuildOptions options;
+  set(options);
+  return options;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BuildAndWrite,
+    ::testing::Values(
+        BuildCase{"defaults", {"a.safetensors"}, {}},
+        BuildCase{"two_files_rules_methods",
+                  {"a.safetensors", "sub/b.safetensors"},
+                  options_with([](PlanBuildOptions& o) {
+                    o.rules = {{"blk.*", "cuda:0"}, {"lm_head.*", "host"}, {"none.*", "cuda:1"}};
+                    o.default_device = "cuda:1";
+                    o.alignment = 64;
+                    o.methods = {"prefill", "decode"};
+                  })},
+        BuildCase{"ranks_shards_experts",
+                  {"a.safetensors", "sub/b.safetensors"},
+                  options_with([](PlanBuildOptions& o) {
+                    o.world_size = 2;
+                    o.shards = {{"*.q.weight", 1, {}}, {"tok.weight", 0, {3, 1}}};
+                    o.experts = {"experts.*"};
+                    o.rules = {{"blk.*", "cuda:local"}};
+                  })},
+        BuildCase{"shard_rules_that_cut_nothing",
+                  {"a.safetensors"},
+                  options_with([](PlanBuildOptions& o) {
+                    o.world_size = 3;
+                    o.shards = {{"nothing.*", 0, {}}};
+                  })},
+        BuildCase{"a_name_in_two_files", {"a.safetensors", "a_too.safetensors"}, {}},
+        BuildCase{"a_shard_that_does_not_divide",
+                  {"a.safetensors"},
+                  options_with([](PlanBuildOptions& o) {
+                    o.world_size = 3;
+                    o.shards = {{"tok.weight", 1, {}}};
+                  })},
+        BuildCase{"bad_alignment", {"a.safetensors"},
+                  options_with([](PlanBuildOptions& o) { o.alignment = 3; })},
+        BuildCase{"missing_file", {"a.safetensors", "missing.safetensors"}, {}}),
+    [](const ::testing::TestParamInfo<BuildCase>& param) { return param.param.name; });
 
 }  // namespace
 }  // namespace devalloc

@@ -269,4 +269,23 @@ Result<Plan> build_plan(std::span<const std::filesystem::path> files,
                         const PlanBuildOptions& options = {},
                         PlanBuildReport* report = nullptr);
 
+// What build_and_write_plan wrote: the plan without its tensors (its
+// buffers, methods without their tensor lists, world size, whether it
+// allows external files), how many tensors it holds and how many in each
+// buffer (by memory id, which is the buffer's index).
+struct PlanWritten {
+  Plan plan;
+  size_t tensors = 0;
+  std::vector<size_t> tensors_per_buffer;
+};
+
+// build_plan and write_plan in one: the same file, written as the tensors
+// are placed, never held (a plan of 100 000 tensors builds no 18 MB of
+// PlanTensors): what `devalloc plan` runs. Errors are build_plan's and
+// write_plan's; on any, nothing is written.
+Result<PlanWritten> build_and_write_plan(std::span<const std::filesystem::path> files,
+                                         const std::filesystem::path& plan_path,
+                                         const PlanBuildOptions& options = {},
+                                         PlanBuildReport* report = nullptr);
+
 }  // namespace devalloc
