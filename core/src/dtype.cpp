@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 
@@ -52,36 +53,31 @@ DTypeInfo info(DType dtype) {
 std::string_view to_string(DType dtype) { return info(dtype).name; }
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  // Called once per tensor of a header and of a plan: each name is kept as
-  // 16 bytes, zero-padded, and compared as two words.
-  struct Packed {
-    uint64_t low = 0;
-    uint64_t high = 0;
-    bool operator==(const Packed&) const = default;
-  };
-  constexpr size_t kMaxPacked = sizeof(Packed);
-  const auto pack = [](std::string_view text) {
-    char bytes[kMaxPacked] = {};
-    std::memcpy(bytes, text.data(), text.size());
-    Packed p;
-    std::memcpy(&p.low, bytes, 8);
-    std::memcpy(&p.high, bytes + 8, 8);
-    return p;
-  };
-  static const auto names = [&] {
-    std::array<Packed, std::size(kAllDTypes)> out{};
-    for (size_t i = 0; i < out.size(); ++i) out[i] = pack(info(kAllDTypes[i]).name);
-    return out;
-  }();
-  // A NUL inside would pass for the padding.
-  if (name.empty() || name.size() >= kMaxPacked || name.find('\0') != std::string_view::npos) {
+  // Called once per tensor of a header and of a plan: by length and first
+  // byte, then the whole name, so that the common dtypes take one compare.
+  const auto one_of = [&](std::initializer_list<DType> candidates) -> std::optional<DType> {
+    for (DType dtype : candidates) {
+      if (info(dtype).name == name) return dtype;
+    }
     return std::nullopt;
+  };
+  switch (name.size()) {
+    case 2: return one_of({DType::u8, DType::i8, DType::f4});
+    case 3:
+      switch (name[0]) {
+        case 'F': return one_of({DType::f32, DType::f16, DType::f64});
+        case 'I': return one_of({DType::i64, DType::i32, DType::i16});
+        case 'U': return one_of({DType::u16, DType::u32, DType::u64});
+        case 'C': return one_of({DType::c64});
+        default: return std::nullopt;
+      }
+    case 4: return one_of({DType::bf16, DType::boolean});
+    case 7:
+      return one_of({DType::f8_e4m3, DType::f8_e5m2, DType::f8_e8m0, DType::f6_e2m3,
+                     DType::f6_e3m2});
+    case 11: return one_of({DType::f8_e4m3fnuz, DType::f8_e5m2fnuz});
+    default: return std::nullopt;
   }
-  const Packed wanted = pack(name);
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == wanted) return kAllDTypes[i];
-  }
-  return std::nullopt;
 }
 
 std::string known_dtype_names() {

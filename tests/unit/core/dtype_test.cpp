@@ -39,6 +39,22 @@ TEST(DType, GivenWrongCaseOrUnknownName_WhenParsing_ThenNone) {
   EXPECT_FALSE(parse_dtype("F33").has_value());
   EXPECT_FALSE(parse_dtype("").has_value());
   EXPECT_FALSE(parse_dtype("F32 ").has_value());
+  EXPECT_FALSE(parse_dtype(std::string_view("F32\0", 4)).has_value());
+  EXPECT_FALSE(parse_dtype(std::string_view("F3\0", 3)).has_value());
+  EXPECT_FALSE(parse_dtype("BOOLEAN").has_value());
+  // Every name with any one byte changed is no dtype, and cut short it is
+  // none or the dtype of that name (F8_E4M3 of F8_E4M3FNUZ).
+  for (DType dtype : kAllDTypes) {
+    const std::string name(to_string(dtype));
+    for (size_t i = 0; i < name.size(); ++i) {
+      std::string changed = name;
+      changed[i] = 'x';
+      EXPECT_FALSE(parse_dtype(changed).has_value()) << changed;
+      const std::string prefix = name.substr(0, i);
+      const std::optional<DType> cut = parse_dtype(prefix);
+      EXPECT_TRUE(!cut || to_string(*cut) == prefix) << prefix;
+    }
+  }
 }
 
 TEST(DType, KnownNamesListEveryDType) {
