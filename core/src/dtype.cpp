@@ -17,35 +17,40 @@ struct DTypeInfo {
   DLDataType dlpack;
 };
 
-DTypeInfo info(DType dtype) {
-  switch (dtype) {
-    case DType::boolean: return {"BOOL", 8, {kDLPackBoolCode, 8, 1}};
-    case DType::u8: return {"U8", 8, {kDLUInt, 8, 1}};
-    case DType::i8: return {"I8", 8, {kDLInt, 8, 1}};
-    case DType::u16: return {"U16", 16, {kDLUInt, 16, 1}};
-    case DType::i16: return {"I16", 16, {kDLInt, 16, 1}};
-    case DType::u32: return {"U32", 32, {kDLUInt, 32, 1}};
-    case DType::i32: return {"I32", 32, {kDLInt, 32, 1}};
-    case DType::u64: return {"U64", 64, {kDLUInt, 64, 1}};
-    case DType::i64: return {"I64", 64, {kDLInt, 64, 1}};
-    case DType::f16: return {"F16", 16, {kDLFloat, 16, 1}};
-    case DType::bf16: return {"BF16", 16, {kDLBfloat, 16, 1}};
-    case DType::f32: return {"F32", 32, {kDLFloat, 32, 1}};
-    case DType::f64: return {"F64", 64, {kDLFloat, 64, 1}};
-    case DType::c64: return {"C64", 64, {kDLComplex, 64, 1}};
-    case DType::f8_e4m3: return {"F8_E4M3", 8, {kDLPackFloat8E4M3FnCode, 8, 1}};
-    case DType::f8_e5m2: return {"F8_E5M2", 8, {kDLPackFloat8E5M2Code, 8, 1}};
-    case DType::f8_e4m3fnuz:
-      return {"F8_E4M3FNUZ", 8, {kDLPackFloat8E4M3FnuzCode, 8, 1}};
-    case DType::f8_e5m2fnuz:
-      return {"F8_E5M2FNUZ", 8, {kDLPackFloat8E5M2FnuzCode, 8, 1}};
-    case DType::f8_e8m0: return {"F8_E8M0", 8, {kDLPackFloat8E8M0FnuCode, 8, 1}};
-    case DType::f6_e2m3: return {"F6_E2M3", 6, {kDLPackFloat6E2M3FnCode, 6, 1}};
-    case DType::f6_e3m2: return {"F6_E3M2", 6, {kDLPackFloat6E3M2FnCode, 6, 1}};
-    case DType::f4: return {"F4", 4, {kDLPackFloat4E2M1FnCode, 4, 1}};
-  }
-  // Only reachable through a cast of an out-of-range integer.
-  return {"?", 8, {kDLUInt, 8, 1}};
+// In the order of DType's values: info() is a lookup, run for every
+// tensor of a header and of a plan (its name, its width).
+constexpr DTypeInfo kInfo[] = {
+    {"BOOL", 8, {kDLPackBoolCode, 8, 1}},
+    {"U8", 8, {kDLUInt, 8, 1}},
+    {"I8", 8, {kDLInt, 8, 1}},
+    {"U16", 16, {kDLUInt, 16, 1}},
+    {"I16", 16, {kDLInt, 16, 1}},
+    {"U32", 32, {kDLUInt, 32, 1}},
+    {"I32", 32, {kDLInt, 32, 1}},
+    {"U64", 64, {kDLUInt, 64, 1}},
+    {"I64", 64, {kDLInt, 64, 1}},
+    {"F16", 16, {kDLFloat, 16, 1}},
+    {"BF16", 16, {kDLBfloat, 16, 1}},
+    {"F32", 32, {kDLFloat, 32, 1}},
+    {"F64", 64, {kDLFloat, 64, 1}},
+    {"C64", 64, {kDLComplex, 64, 1}},
+    {"F8_E4M3", 8, {kDLPackFloat8E4M3FnCode, 8, 1}},
+    {"F8_E5M2", 8, {kDLPackFloat8E5M2Code, 8, 1}},
+    {"F8_E4M3FNUZ", 8, {kDLPackFloat8E4M3FnuzCode, 8, 1}},
+    {"F8_E5M2FNUZ", 8, {kDLPackFloat8E5M2FnuzCode, 8, 1}},
+    {"F8_E8M0", 8, {kDLPackFloat8E8M0FnuCode, 8, 1}},
+    {"F6_E2M3", 6, {kDLPackFloat6E2M3FnCode, 6, 1}},
+    {"F6_E3M2", 6, {kDLPackFloat6E3M2FnCode, 6, 1}},
+    {"F4", 4, {kDLPackFloat4E2M1FnCode, 4, 1}},
+};
+static_assert(std::size(kInfo) == std::size(kAllDTypes));
+static_assert(static_cast<size_t>(DType::f4) + 1 == std::size(kInfo));
+
+const DTypeInfo& info(DType dtype) {
+  // Only a cast of an out-of-range integer misses the table.
+  static constexpr DTypeInfo kUnknown{"?", 8, {kDLUInt, 8, 1}};
+  const auto i = static_cast<size_t>(dtype);
+  return i < std::size(kInfo) ? kInfo[i] : kUnknown;
 }
 
 }  // namespace

@@ -131,6 +131,8 @@ TEST(DType, GivenScalarShape_ThenOneElement) {
 
 TEST(DType, GivenZeroDimension_ThenEmptyEvenWithHugeOtherDimensions) {
   EXPECT_EQ(byte_size(DType::f32, std::vector<uint64_t>{1ull << 40, 0, 1ull << 40}).value(), 0u);
+  // The product passes 64 bits before the zero: still empty, not an error.
+  EXPECT_EQ(byte_size(DType::f32, std::vector<uint64_t>{1ull << 40, 1ull << 40, 0}).value(), 0u);
 }
 
 TEST(DType, PackedTypesCountBits) {
@@ -167,6 +169,9 @@ TEST(DType, GivenSizeThatFitsInBytesButNotInBits_ThenExact) {
 TEST(DType, GivenDimensionAboveInt64_ThenError) {
   const std::string message = size_error(DType::f32, {0, 1ull << 63});
   EXPECT_THAT(message, HasSubstr("dimension 9223372036854775808 is above 2^63-1"));
+  // Named before the product's overflow, the first such dimension.
+  EXPECT_THAT(size_error(DType::u8, {3, 1ull << 63, (1ull << 63) + 1}),
+              HasSubstr("dimension 9223372036854775808 is above 2^63-1"));
 }
 
 TEST(DType, ShapeToString) {
