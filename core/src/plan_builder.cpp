@@ -100,7 +100,6 @@ size_t rule_for(const std::string& tensor, const PlanBuildOptions& options) {
   return options.rules.size();
 }
 
-
 Result<std::filesystem::path> resolved(const std::filesystem::path& path) {
   std::error_code error;
   std::filesystem::path out = std::filesystem::absolute(path, error);
