@@ -5,6 +5,7 @@
 #include <devalloc/input_text.hpp>
 #include <devalloc/no_exceptions.hpp>
 
+#include "file_check.hpp"
 #include "plan_text.hpp"
 
 #include <fnmatch.h>
@@ -299,6 +300,13 @@ class Placer {
     placed_.assign(options_.rules.size(), 0);
     sharded_ = 0;
     placed_tensors_ = 0;
+    // A plan for one process lists each file's tensors whole, in data
+    // order: the rows a load can take without reading the header again.
+    digests_.clear();
+    rows_in_file_.assign(files_.size(), 0);
+    if (options_.world_size == 0) {
+      for (size_t f = 0; f < files_.size(); ++f) digests_.emplace_back();
+    }
     // "device" or "device#rank" -> buffers index
     std::map<std::string, size_t, std::less<>> buffer_of;
     // Tensor -> files index, for names in two files; the names are those
@@ -341,6 +349,8 @@ class Placer {
           offset &= ~(options_.alignment - 1);
           buffer.size = end;
           ++placed_tensors_;
+          ++rows_in_file_[f];
+          if (!digests_.empty()) digests_[f].add(tensor.name, tensor.dtype, shape);
           on_tensor(Placed{tensor, f, shape, buffer.memory_id, offset, slice});
           return Status();
         };
@@ -385,6 +395,21 @@ class Placer {
   // The tensors placed by the last place(): one per rank for a sliced one.
   size_t placed_tensors() const { return placed_tensors_; }
 
+  // After place(), in a plan for one process: each file's check (its
+  // header and the digest of its rows), by source file.
+  std::map<std::string, PlanFileCheck, std::less<>> file_checks() const {
+    std::map<std::string, PlanFileCheck, std::less<>> checks;
+    for (size_t f = 0; f < digests_.size(); ++f) {
+      if (rows_in_file_[f] == 0) continue;
+      const SafetensorsFile& file = *opened_[f];
+      const uint64_t header_bytes = file.data_offset() - 8;
+      const std::optional<uint64_t> hash = detail::header_hash(*file.mapping(), header_bytes);
+      if (!hash) continue;  // cut since it was read: the load reads it again
+      checks.emplace(source_files_[f], PlanFileCheck{header_bytes, *hash, digests_[f].value()});
+    }
+    return checks;
+  }
+
   // Calls on_name(name) for each tensor name a method lists, in plan order:
   // a tensor sliced for the ranks is listed once.
   template <typename OnName>
@@ -427,6 +452,8 @@ class Placer {
   std::vector<std::shared_ptr<const SafetensorsFile>> opened_;
   std::vector<std::string> source_files_;
   size_t tensors_in_files_ = 0;
+  std::vector<detail::RowsDigest> digests_;  // by file; none for ranks
+  std::vector<size_t> rows_in_file_;
   std::vector<size_t> placed_;  // tensors per rule
   uint64_t sharded_ = 0;        // tensors a shard rule cut
   size_t placed_tensors_ = 0;
@@ -464,6 +491,7 @@ static Result<Plan> build_plan_or_throw(std::span<const std::filesystem::path> f
     placer.method_names([&](const std::string& tensor) { method.tensors.push_back(tensor); });
     plan.methods.push_back(std::move(method));
   }
+  plan.file_checks = placer.file_checks();
   placer.fill_report(report);
   return plan;
 }
@@ -486,6 +514,7 @@ static Result<PlanWritten> build_and_write_plan_or_throw(
     return s;
   }
   written.tensors = placer.placed_tensors();
+  plan.file_checks = placer.file_checks();
   written.tensors_per_buffer.assign(plan.buffers.size(), 0);
   for (const std::string& name : options.methods) {
     plan.methods.push_back(PlanMethod{name, all_memory_ids(plan), {}});
@@ -493,7 +522,7 @@ static Result<PlanWritten> build_and_write_plan_or_throw(
   // The second pass places as the first did, and writes each tensor.
   const std::vector<PlanBuffer> buffers = plan.buffers;
   Status s = detail::write_plan_text(
-      plan_path, plan.allow_external_files, plan.world_size, table, buffers,
+      plan_path, plan.allow_external_files, plan.world_size, table, plan.file_checks, buffers,
       [&](const auto& emit) {
         return placer.place([&](const Placed& t) {
           ++written.tensors_per_buffer[t.memory_id];

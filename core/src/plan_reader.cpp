@@ -13,6 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <unordered_set>
 
 namespace devalloc {
 
@@ -212,7 +213,7 @@ class PlanReader {
           version_2_at(&at);
           if (!array(&at, [&](size_t index) {
                 const At element{&at, {}, index};
-                return read_file(files_.emplace_back(), &element);
+                return read_file(files_.emplace_back(), plan, &element);
               })) {
             return false;
           }
@@ -263,12 +264,66 @@ class PlanReader {
   }
 
   // An entry of "files": a source path, no longer than a path may be, so
-  // that the rows naming it hold copies of a bounded size.
-  bool read_file(std::string& path, const At* at) {
-    if (!string(path, at)) return false;
-    if (path.size() <= kMaxPlanPathBytes) return true;
-    return refuse(pointer(at), "source file " + quote(path) + " is longer than a path may be (" +
-                                   std::to_string(kMaxPlanPathBytes) + " bytes)");
+  // that the rows naming it hold copies of a bounded size; or {"path": ...,
+  // "header_bytes": ..., "header_xxh3": ..., "rows_xxh3": ...}, the path
+  // and its check (the three together). A path is listed once.
+  bool read_file(std::string& path, Plan& plan, const At* at) {
+    JsonKind kind = JsonKind::null;
+    if (!json_.peek(kind)) return false;
+    PlanFileCheck check;
+    int given = 0;
+    if (kind == JsonKind::string) {
+      if (!string(path, at)) return false;
+    } else if (kind == JsonKind::object) {
+      static constexpr std::array<std::string_view, 4> kKeys = {"path", "header_bytes",
+                                                                "header_xxh3", "rows_xxh3"};
+      const bool read = object(at, kKeys, {0}, [&](size_t i) {
+        const At field{at, kKeys[i]};
+        switch (i) {
+          case 0: return string(path, &field);
+          case 1: return ++given, u64(check.header_bytes, &field);
+          case 2: return ++given, hex64(check.header_xxh3, &field);
+          default: return ++given, hex64(check.rows_xxh3, &field);
+        }
+      });
+      if (!read) return false;
+      if (given != 0 && given != 3) {
+        return refuse(pointer(at), "a check needs \"header_bytes\", \"header_xxh3\" and "
+                                   "\"rows_xxh3\" together, got " + std::to_string(given) +
+                                   " of them");
+      }
+    } else {
+      return refuse_value(at, "a path or {\"path\": ...}");
+    }
+    if (path.size() > kMaxPlanPathBytes) {
+      return refuse(pointer(at), "source file " + quote(path) +
+                                     " is longer than a path may be (" +
+                                     std::to_string(kMaxPlanPathBytes) + " bytes)");
+    }
+    if (!file_paths_.insert(path).second) {
+      return refuse(pointer(at), "source file " + quote(path) + " is listed twice");
+    }
+    if (given == 3) plan.file_checks.emplace(path, check);
+    return true;
+  }
+  // 16 lowercase hex digits in a string: a 64-bit hash as write_plan
+  // writes it.
+  bool hex64(uint64_t& out, const At* at) {
+    std::string_view text;
+    if (!string(text, at)) return false;
+    uint64_t value = 0;
+    bool hex = text.size() == 16;
+    for (size_t i = 0; hex && i < text.size(); ++i) {
+      const char c = text[i];
+      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      hex = digit >= 0;
+      value = value << 4 | static_cast<uint64_t>(hex ? digit : 0);
+    }
+    if (!hex) {
+      return refuse(pointer(at), "expected 16 lowercase hex digits, got " + quote(text));
+    }
+    out = value;
+    return true;
   }
 
   // A row's source file: set at once when "files" came first (as
@@ -561,6 +616,7 @@ class PlanReader {
   bool version_ok_ = false;
   uint64_t version_ = 0;
   std::vector<std::string> files_;
+  std::unordered_set<std::string> file_paths_;  // each listed once
   bool files_read_ = false;
   std::vector<FileRef> file_refs_;  // read before "files"
   uint64_t path_bytes_ = 0;         // copied into sources so far

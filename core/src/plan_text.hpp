@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -98,6 +99,10 @@ class PlanSink {
   Status status_;       // the first write that failed
 };
 
+// A "files" entry: the path, or {"path": ..., "header_bytes": ...,
+// "header_xxh3": "<16 hex digits>", "rows_xxh3": ...} when it has a check.
+void append_file(JsonText& out, std::string_view path, std::string_view first_user,
+                 const std::map<std::string, PlanFileCheck, std::less<>>& checks);
 void append_buffer(JsonText& out, const PlanBuffer& buffer);
 void append_row(JsonText& out, const PlanRow& row, PlanFiles& files);
 // {"name":...,"memory_ids":[...],"tensors":[ then each name, then ]}.
@@ -116,6 +121,7 @@ inline void append_method_end(JsonText& out) { out.raw("]}"); }
 template <typename Rows, typename WriteMethod>
 Status write_plan_text(const std::filesystem::path& path, bool allow_external_files,
                        uint32_t world_size, PlanFiles& files,
+                       const std::map<std::string, PlanFileCheck, std::less<>>& checks,
                        std::span<const PlanBuffer> buffers, Rows rows, size_t methods,
                        WriteMethod write_method) {
   PlanSink sink(path);
@@ -149,8 +155,7 @@ Status write_plan_text(const std::filesystem::path& path, bool allow_external_fi
   open_array("files");
   for (size_t i = 0; i < files.paths().size(); ++i) {
     next_item(i);
-    out.string(files.paths()[i],
-               [&] { return "tensor " + quote(files.first_user(i)) + " source file"; });
+    append_file(out, files.paths()[i], files.first_user(i), checks);
   }
   close_array(files.paths().size(), false);
   open_array("buffers");

@@ -35,6 +35,32 @@ Status PlanSink::finish() {
   return file_.commit();
 }
 
+void append_file(JsonText& out, std::string_view path, std::string_view first_user,
+                 const std::map<std::string, PlanFileCheck, std::less<>>& checks) {
+  const auto who = [&] { return "tensor " + quote(first_user) + " source file"; };
+  const auto found = checks.find(path);
+  if (found == checks.end()) {
+    out.string(path, who);
+    return;
+  }
+  const auto hex = [&](uint64_t value) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    char digits[18] = {'"'};
+    for (int i = 0; i < 16; ++i) digits[16 - i] = kDigits[(value >> (4 * i)) & 0xf];
+    digits[17] = '"';
+    out.raw(std::string_view(digits, sizeof digits));
+  };
+  out.raw("{\"path\":");
+  out.string(path, who);
+  out.raw(",\"header_bytes\":");
+  out.number(found->second.header_bytes);
+  out.raw(",\"header_xxh3\":");
+  hex(found->second.header_xxh3);
+  out.raw(",\"rows_xxh3\":");
+  hex(found->second.rows_xxh3);
+  out.raw("}");
+}
+
 void append_buffer(JsonText& out, const PlanBuffer& buffer) {
   out.raw("{\"memory_id\":");
   out.number(buffer.memory_id);
@@ -140,7 +166,7 @@ static Status write_plan_or_throw(const Plan& plan, const std::filesystem::path&
     if (tensor.source) files.add(tensor.source->file, tensor.name);
   }
   return detail::write_plan_text(
-      path, plan.allow_external_files, plan.world_size, files, plan.buffers,
+      path, plan.allow_external_files, plan.world_size, files, plan.file_checks, plan.buffers,
       [&](const auto& emit) {
         for (const PlanTensor& tensor : plan.tensors) emit(row_of(tensor));
         return Status();

@@ -48,7 +48,23 @@ void check_against_oracle(const devalloc::Result<devalloc::Plan>& plan, const ui
       std::abort();
     }
   }
-  const std::vector<std::string> files = root.value("files", std::vector<std::string>{});
+  // A "files" entry is a path, or an object with the path and its check.
+  std::vector<std::string> files;
+  size_t checks = 0;
+  for (const json& f : root.value("files", json::array())) {
+    files.push_back(f.is_string() ? f.get<std::string>() : f.at("path").get<std::string>());
+    if (f.is_object() && f.contains("header_bytes")) {
+      const auto check = p.file_checks.find(files.back());
+      if (check == p.file_checks.end() ||
+          check->second.header_bytes != f["header_bytes"].get<uint64_t>() ||
+          check->second.header_xxh3 != std::stoull(f["header_xxh3"].get<std::string>(), nullptr, 16) ||
+          check->second.rows_xxh3 != std::stoull(f["rows_xxh3"].get<std::string>(), nullptr, 16)) {
+        std::abort();
+      }
+      ++checks;
+    }
+  }
+  if (checks != p.file_checks.size()) std::abort();
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const json& t = root["tensors"][i];
     const devalloc::PlanTensor& x = p.tensors[i];

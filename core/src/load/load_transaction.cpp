@@ -122,18 +122,30 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   // modified in place again, into a new entry, at each open).
   std::vector<std::shared_ptr<const SafetensorsFile>>& opened_files = opened_;
   opened_files.assign(needs_->files.size(), nullptr);
+  // A file the plan's check still holds for (file_check.hpp) is mapped but
+  // its header not read: its tensors are where the plan's rows put them.
+  planned_.assign(needs_->files.size(), PlannedFile{});
+  std::vector<bool> checked(needs_->files.size(), false);
+  std::vector<uint64_t> planned_offset;  // by plan tensor, for planned files
+  std::optional<detail::RowsByFile> rows;  // made for the first file with a check
   // Consecutive tensors mostly share a file: look it up once per run of
   // them, not once per tensor.
   size_t last_file_id = NeededTensor::kNoFile;
   const SafetensorsFile* last_file = nullptr;
+  const MappedFile* last_planned = nullptr;
   size_t next_in_file = 0;  // plans mostly list a file's tensors in its order
   for (const NeededTensor& n : needs_->tensors) {
     if (n.file == NeededTensor::kNoFile || filled_(n.index)) continue;
     const PlanTensor& t = plan_.tensors[n.index];
     const std::filesystem::path& path = needs_->files[n.file];
     if (n.file != last_file_id) {
+      if (!checked[n.file]) {
+        checked[n.file] = true;
+        planned_[n.file] = planned_file(t.source->file, path, rows, planned_offset);
+      }
+      last_planned = planned_[n.file].mapping.get();
       std::shared_ptr<const SafetensorsFile>& file = opened_files[n.file];
-      if (file == nullptr) {
+      if (last_planned == nullptr && file == nullptr) {
         auto opened = sources.open(path, needs_->files_beneath);
         if (!opened.ok()) return opened.status().with_context(where(t));
         file = std::move(*opened);
@@ -141,6 +153,12 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
       last_file = file.get();
       last_file_id = n.file;
       next_in_file = 0;
+    }
+    if (last_planned != nullptr) {
+      requests.push_back(CopyRequest{buffer_of(t.memory_id), t.offset, planned_[n.file].mapping,
+                                     planned_offset[n.index], n.nbytes, t.name, 0, 0});
+      request_tensor_.push_back(n.index);
+      continue;
     }
     const std::string& key = t.source->key;
     const SafetensorsTensor* source = last_file->find(key, next_in_file);
@@ -193,6 +211,23 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   return Status();
 }
 
+LoadTransaction::PlannedFile LoadTransaction::planned_file(
+    const std::string& source_file, const std::filesystem::path& path,
+    std::optional<detail::RowsByFile>& rows, std::vector<uint64_t>& offset_of) const {
+  const auto check = plan_.file_checks.find(source_file);
+  if (check == plan_.file_checks.end()) return {};
+  if (!rows) rows.emplace(plan_);
+  // Opened as SafetensorsCache opens it (beneath the plan's folder when it
+  // must lie in it); a failure is left to that open to report.
+  Result<std::shared_ptr<const MappedFile>> file = MappedFile::open(path, needs_->files_beneath);
+  if (!file.ok()) return {};
+  if (!detail::planned_offsets(plan_, rows->rows_of(source_file), check->second, **file,
+                               offset_of)) {
+    return {};
+  }
+  return PlannedFile{std::move(*file), 8 + check->second.header_bytes};
+}
+
 Status LoadTransaction::execute(const LoadProgress& progress, bool verify) {
   if (Status s = schedule_->execute(PipelineOptions::from(options_), &stats_, &pipeline_,
                                     progress);
@@ -234,14 +269,21 @@ LoadReport LoadTransaction::report() const {
     report.bytes += r.nbytes;
   }
   report.verified = verified_;
-  // Each file this call opened: its header, and the data its pieces read.
-  for (const std::shared_ptr<const SafetensorsFile>& file : opened_) {
-    if (file == nullptr) continue;
+  // Each file this call opened: its header (read, or hashed against the
+  // plan's check), and the data its pieces read.
+  const auto add_file = [&](const std::filesystem::path& path, uint64_t header) {
     uint64_t data = 0;
     for (const FileReadStats& f : pipeline_.files) {
-      if (f.path == file->path()) data += f.bytes;
+      if (f.path == path) data += f.bytes;
     }
-    report.files.push_back(FileReadStats{file->path(), file->data_offset() + data});
+    report.files.push_back(FileReadStats{path, header + data});
+  };
+  for (size_t i = 0; i < opened_.size(); ++i) {
+    if (opened_[i] != nullptr) {
+      add_file(opened_[i]->path(), opened_[i]->data_offset());
+    } else if (i < planned_.size() && planned_[i].mapping != nullptr) {
+      add_file(planned_[i].mapping->path(), planned_[i].data_offset);
+    }
   }
   return report;
 }

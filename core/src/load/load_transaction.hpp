@@ -14,6 +14,8 @@
 
 #include "copy_schedule.hpp"
 
+#include "../file_check.hpp"
+
 #include <devalloc/core/config.hpp>
 #include <devalloc/core/load_report.hpp>
 #include <devalloc/core/placement.hpp>
@@ -66,6 +68,16 @@ class LoadTransaction {
   std::vector<BufferPlacement> placements_;
   BufferMap fresh_;
   std::vector<std::shared_ptr<const SafetensorsFile>> opened_;  // by needs_->files index
+  // A source file whose plan check held (file_check.hpp): mapped, its
+  // header not read. By needs_->files index; none for the others.
+  struct PlannedFile {
+    std::shared_ptr<const MappedFile> mapping;
+    uint64_t data_offset = 0;  // 8 + the header's length
+  };
+  std::vector<PlannedFile> planned_;
+  PlannedFile planned_file(const std::string& source_file, const std::filesystem::path& path,
+                           std::optional<detail::RowsByFile>& rows,
+                           std::vector<uint64_t>& offset_of) const;
   std::optional<CopySchedule> schedule_;
   std::vector<size_t> request_tensor_;
   std::vector<DeviceLoadStats> stats_;

@@ -839,6 +839,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
       }
     }
   }
+  EXPECT_EQ(a.file_checks, b.file_checks);
   ASSERT_EQ(a.methods.size(), b.methods.size());
   for (size_t i = 0; i < a.methods.size(); ++i) {
     EXPECT_EQ(a.methods[i].name, b.methods[i].name);
@@ -1043,8 +1044,15 @@ Plan plan_of(const json& root) {
     if (b.contains("alignment")) buffer.alignment = b["alignment"];
     if (b.contains("rank")) buffer.rank = b["rank"].get<uint32_t>();
   }
-  const std::vector<std::string> files =
-      root.value("files", std::vector<std::string>{});
+  std::vector<std::string> files;
+  for (const json& f : root.value("files", json::array())) {
+    files.push_back(f.is_string() ? f.get<std::string>() : f["path"].get<std::string>());
+    if (f.is_object() && f.contains("header_bytes")) {
+      plan.file_checks[files.back()] = PlanFileCheck{
+          f["header_bytes"], std::stoull(f["header_xxh3"].get<std::string>(), nullptr, 16),
+          std::stoull(f["rows_xxh3"].get<std::string>(), nullptr, 16)};
+    }
+  }
   for (const json& t : root["tensors"]) {
     PlanTensor& tensor = plan.tensors.emplace_back();
     if (t.is_array()) {  // [name, dtype, shape, memory_id, offset, source]
@@ -1181,7 +1189,23 @@ INSTANTIATE_TEST_SUITE_P(
                      "/tensors/0: expected a row [name, dtype, shape, memory_id, offset, source] "
                      "or an object, got number 5"},
         PlanTextCase{v2_text(R"(["a","U8",[4],0,0,null])", R"("files":[7],)"),
-                     "/files/0: expected a string, got number 7"},
+                     "/files/0: expected a path or {\"path\": ...}, got number 7"},
+        // A file with its check, beside one without.
+        PlanTextCase{v2_text(R"(["a","U8",[4],0,0,0],["b","U8",[4],0,4,1])",
+                             R"("files":[{"rows_xxh3":"00000000000000ff","path":"f",)"
+                             R"("header_bytes":80,"header_xxh3":"0123456789abcdef"},"g"],)"),
+                     ""},
+        PlanTextCase{v2_text("", R"("files":[{"path":"f","header_bytes":80}],)"),
+                     "/files/0: a check needs \"header_bytes\", \"header_xxh3\" and "
+                     "\"rows_xxh3\" together, got 1 of them"},
+        PlanTextCase{v2_text("", R"("files":[{"path":"f","header_bytes":80,)"
+                                 R"("header_xxh3":"0123456789ABCDEF","rows_xxh3":"0"}],)"),
+                     "/files/0/header_xxh3: expected 16 lowercase hex digits, got "
+                     "\"0123456789ABCDEF\""},
+        PlanTextCase{v2_text("", R"("files":[{"header_bytes":80}],)"),
+                     "/files/0: missing \"path\""},
+        PlanTextCase{v2_text("", R"("files":["f",{"path":"f"}],)"),
+                     "/files/1: source file \"f\" is listed twice"},
         PlanTextCase{v2_text("", R"("files":{},)"), "/files: expected an array, got object {}"},
         // Rows and "files" need version 2, wherever "version" stands.
         PlanTextCase{plan_text(R"(["a","U8",[4],0,0,null])"),

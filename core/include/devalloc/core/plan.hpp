@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -134,6 +135,20 @@ struct PlanSelection {
   std::vector<size_t> constants;     // the subset of `tensors` with a source
 };
 
+// What a plan records of a source file so that a load need not read its
+// header again: the header's length and hash, and a digest of the plan's
+// own rows naming the file. build_plan records it in a plan for one process
+// (world_size 0); a load takes the file's tensors at the offsets its rows
+// imply (each where the one before it ends) only while all three match —
+// the file as planned, its rows as planned — and reads the header
+// otherwise (docs/plan-format.md#file-checks).
+struct PlanFileCheck {
+  uint64_t header_bytes = 0;  // the header's length, the file's first 8 bytes
+  uint64_t header_xxh3 = 0;   // XXH3-64 of the file's first 8 + header_bytes bytes
+  uint64_t rows_xxh3 = 0;     // XXH3-64 of the rows naming the file: name, dtype, shape
+  bool operator==(const PlanFileCheck&) const = default;
+};
+
 struct Plan {
   // The plan file: named in errors, and its folder is where relative source
   // files are found.
@@ -146,6 +161,8 @@ struct Plan {
   std::vector<PlanBuffer> buffers;
   std::vector<PlanTensor> tensors;
   std::vector<PlanMethod> methods;
+  // By source file, as the tensors' sources name it.
+  std::map<std::string, PlanFileCheck, std::less<>> file_checks;
 
   // The folder of `path` ("." when `path` has none).
   std::filesystem::path directory() const;
