@@ -20,7 +20,7 @@
 namespace devalloc::detail {
 
 // XXH3-64 over a file's rows, in plan order: each row's name, dtype and
-// shape.
+// shape. value() is the digest of the rows added so far.
 class RowsDigest {
  public:
   RowsDigest();
