@@ -25,14 +25,15 @@ class FileCheck : public ::testing::Test {
  protected:
   void SetUp() override { write_model({4, 8}); }
 
-  // a: F32 [4], b: F16 [shape_b], c: U8 [5].
+  // a: F32 [4], b: F16 [shape_b], c: U8 [5], s: a scalar.
   void write_model(std::vector<uint64_t> shape_b) {
     static const std::vector<std::byte> bytes(4096, std::byte{9});
     const uint64_t b_bytes = 2 * shape_b[0] * shape_b[1];
     const std::vector<SafetensorsWriteTensor> tensors = {
         {"a", DType::f32, {4}, std::span(bytes).first(16)},
         {"b", DType::f16, shape_b, std::span(bytes).first(b_bytes)},
-        {"c", DType::u8, {5}, std::span(bytes).first(5)}};
+        {"c", DType::u8, {5}, std::span(bytes).first(5)},
+        {"s", DType::f32, {}, std::span(bytes).first(4)}};
     ASSERT_TRUE(write_safetensors(model(), tensors).ok());
   }
   fs::path model() const { return dir_ / "model.safetensors"; }
@@ -69,7 +70,7 @@ TEST_F(FileCheck, GivenAPlanBuiltForOneProcess_ThenTheCheckHoldsAndGivesTheHeade
   Result<std::shared_ptr<const SafetensorsFile>> file = SafetensorsFile::open(model());
   ASSERT_TRUE(file.ok());
   EXPECT_EQ(plan.file_checks.at("model.safetensors").header_bytes, (*file)->data_offset() - 8);
-  ASSERT_EQ(plan.tensors.size(), 3u);
+  ASSERT_EQ(plan.tensors.size(), 4u);
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     EXPECT_EQ(offset_[i], (*file)->find(plan.tensors[i].name)->offset) << plan.tensors[i].name;
   }
