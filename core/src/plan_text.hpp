@@ -112,11 +112,11 @@ void append_method_tensor(JsonText& out, const std::string& method, size_t index
                           std::string_view tensor);
 inline void append_method_end(JsonText& out) { out.raw("]}"); }
 
-// Writes the plan file: the top-level members, `files`, `buffers`, then
-// rows(emit) calling emit(const PlanRow&) for each tensor (a Status; not
-// ok: nothing is written), then the
-// methods, write_method(out, i, flush) writing method i (append_method_*)
-// and calling flush() now and then in a long list. `files` must hold every
+// Writes the plan file: the top-level members, `files` (with `checks`),
+// `buffers`, then rows(emit) calling emit(const PlanRow&) for each tensor
+// and returning a Status (not ok: nothing is written), then the methods,
+// write_method(out, i, flush) writing method i (append_method_*) and
+// calling flush() now and then in a long list. `files` must hold every
 // path the rows name.
 template <typename Rows, typename WriteMethod>
 Status write_plan_text(const std::filesystem::path& path, bool allow_external_files,
