@@ -404,7 +404,10 @@ class Placer {
       const SafetensorsFile& file = *opened_[f];
       const uint64_t header_bytes = file.data_offset() - 8;
       const std::optional<uint64_t> hash = detail::header_hash(*file.mapping(), header_bytes);
-      if (!hash) continue;  // cut since it was read: the load reads it again
+      // The hash must be of the header the rows came from: a file cut or
+      // rewritten in place since it was opened gets no check (its load
+      // reads the header again).
+      if (!hash || !file.mapping()->check_unchanged("since it was opened").ok()) continue;
       checks.emplace(source_files_[f], PlanFileCheck{header_bytes, *hash, digests_[f].value()});
     }
     return checks;
