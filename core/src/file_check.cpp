@@ -107,4 +107,19 @@ bool planned_offsets(const Plan& plan, std::span<const size_t> rows,
   return hash && *hash == check.header_xxh3;
 }
 
+PlannedFile open_planned(const Plan& plan, const std::string& source_file,
+                         const std::filesystem::path& path,
+                         const std::filesystem::path& beneath,
+                         std::optional<RowsByFile>& rows, std::vector<uint64_t>& offset_of) {
+  const auto check = plan.file_checks.find(source_file);
+  if (check == plan.file_checks.end()) return {};
+  if (!rows) rows.emplace(plan);
+  Result<std::shared_ptr<const MappedFile>> file = MappedFile::open(path, beneath);
+  if (!file.ok()) return {};
+  if (!planned_offsets(plan, rows->rows_of(source_file), check->second, **file, offset_of)) {
+    return {};
+  }
+  return PlannedFile{std::move(*file), 8 + check->second.header_bytes};
+}
+
 }  // namespace devalloc::detail

@@ -10,9 +10,11 @@
 #include <devalloc/core/plan.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -62,5 +64,21 @@ class RowsByFile {
 bool planned_offsets(const Plan& plan, std::span<const size_t> rows,
                      const PlanFileCheck& check, const MappedFile& file,
                      std::vector<uint64_t>& offset_of);
+
+// A source file a load or validate_plan takes as planned: mapped, its
+// header not read. Null `mapping` when the plan has no check for it, the
+// file does not open (the header's reader reports why) or the check does
+// not hold.
+struct PlannedFile {
+  std::shared_ptr<const MappedFile> mapping;
+  uint64_t data_offset = 0;  // 8 + the header's length
+};
+// The file at `path`, which the rows name as `source_file`, opened as
+// SafetensorsCache opens it (beneath the folder when not empty); `rows` is
+// made on first use, offset_of filled as planned_offsets fills it.
+PlannedFile open_planned(const Plan& plan, const std::string& source_file,
+                         const std::filesystem::path& path,
+                         const std::filesystem::path& beneath,
+                         std::optional<RowsByFile>& rows, std::vector<uint64_t>& offset_of);
 
 }  // namespace devalloc::detail

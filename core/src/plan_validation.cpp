@@ -203,19 +203,6 @@ class Validator {
     return Status();
   }
 
-  bool holds_check(const std::string& source_file, const std::filesystem::path& path,
-                   const std::filesystem::path& beneath,
-                   std::optional<detail::RowsByFile>& rows,
-                   std::vector<uint64_t>& offsets) const {
-    const auto check = plan_.file_checks.find(source_file);
-    if (check == plan_.file_checks.end()) return false;
-    if (!rows) rows.emplace(plan_);
-    // A file that does not open is left to the full check to report.
-    Result<std::shared_ptr<const MappedFile>> file = MappedFile::open(path, beneath);
-    return file.ok() && detail::planned_offsets(plan_, rows->rows_of(source_file),
-                                                check->second, **file, offsets);
-  }
-
   Status check_sources() {
     SafetensorsCache own_cache;
     SafetensorsCache& cache = options_.cache != nullptr ? *options_.cache : own_cache;
@@ -234,8 +221,9 @@ class Validator {
       const Result<size_t> id = sources.id_of(*tensor.source, [&] { return tensor_place(i); });
       if (!id.ok()) return id.status();
       if (*id == opened.size()) {
-        planned.push_back(holds_check(tensor.source->file, sources.paths()[*id],
-                                      sources.beneath(), rows, offsets));
+        planned.push_back(detail::open_planned(plan_, tensor.source->file, sources.paths()[*id],
+                                               sources.beneath(), rows, offsets)
+                              .mapping != nullptr);
         if (planned.back()) {
           opened.push_back(nullptr);
         } else {

@@ -124,7 +124,7 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   opened_files.assign(needs_->files.size(), nullptr);
   // A file the plan's check still holds for (file_check.hpp) is mapped but
   // its header not read: its tensors are where the plan's rows put them.
-  planned_.assign(needs_->files.size(), PlannedFile{});
+  planned_.assign(needs_->files.size(), detail::PlannedFile{});
   std::vector<bool> checked(needs_->files.size(), false);
   std::vector<uint64_t> planned_offset;  // by plan tensor, for planned files
   std::optional<detail::RowsByFile> rows;  // made for the first file with a check
@@ -141,7 +141,8 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
     if (n.file != last_file_id) {
       if (!checked[n.file]) {
         checked[n.file] = true;
-        planned_[n.file] = planned_file(t.source->file, path, rows, planned_offset);
+        planned_[n.file] = detail::open_planned(plan_, t.source->file, path,
+                                                needs_->files_beneath, rows, planned_offset);
       }
       last_planned = planned_[n.file].mapping.get();
       std::shared_ptr<const SafetensorsFile>& file = opened_files[n.file];
@@ -209,23 +210,6 @@ Status LoadTransaction::gather(SafetensorsCache& sources) {
   }
   schedule_ = CopySchedule::build(std::move(requests));
   return Status();
-}
-
-LoadTransaction::PlannedFile LoadTransaction::planned_file(
-    const std::string& source_file, const std::filesystem::path& path,
-    std::optional<detail::RowsByFile>& rows, std::vector<uint64_t>& offset_of) const {
-  const auto check = plan_.file_checks.find(source_file);
-  if (check == plan_.file_checks.end()) return {};
-  if (!rows) rows.emplace(plan_);
-  // Opened as SafetensorsCache opens it (beneath the plan's folder when it
-  // must lie in it); a failure is left to that open to report.
-  Result<std::shared_ptr<const MappedFile>> file = MappedFile::open(path, needs_->files_beneath);
-  if (!file.ok()) return {};
-  if (!detail::planned_offsets(plan_, rows->rows_of(source_file), check->second, **file,
-                               offset_of)) {
-    return {};
-  }
-  return PlannedFile{std::move(*file), 8 + check->second.header_bytes};
 }
 
 Status LoadTransaction::execute(const LoadProgress& progress, bool verify) {

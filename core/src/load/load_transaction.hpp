@@ -70,14 +70,7 @@ class LoadTransaction {
   std::vector<std::shared_ptr<const SafetensorsFile>> opened_;  // by needs_->files index
   // A source file whose plan check held (file_check.hpp): mapped, its
   // header not read. By needs_->files index; none for the others.
-  struct PlannedFile {
-    std::shared_ptr<const MappedFile> mapping;
-    uint64_t data_offset = 0;  // 8 + the header's length
-  };
-  std::vector<PlannedFile> planned_;
-  PlannedFile planned_file(const std::string& source_file, const std::filesystem::path& path,
-                           std::optional<detail::RowsByFile>& rows,
-                           std::vector<uint64_t>& offset_of) const;
+  std::vector<detail::PlannedFile> planned_;
   std::optional<CopySchedule> schedule_;
   std::vector<size_t> request_tensor_;
   std::vector<DeviceLoadStats> stats_;
